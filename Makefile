@@ -1,0 +1,47 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export COLLOBENCH_HOME ?= $(CURDIR)/.collobench
+export DAGSTER_HOME ?= $(COLLOBENCH_HOME)/dagster
+CODE := stages analysis bench_defs tests perf
+
+.PHONY: install demo test lint typecheck unit perf soak clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch/torchvision are pinned in pyproject: pip takes the builds on this disk, never a newer CUDA build.
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/collobench validate specs/*.yaml
+	$(BIN)/collobench run specs/noop_collocated.yaml
+
+lint: install
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/ruff format --check $(CODE)
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/python -m pytest -q
+
+test: lint typecheck unit
+
+perf: install
+	$(BIN)/python perf/stage_overhead.py
+	$(BIN)/python perf/loadgen_accuracy.py
+	$(BIN)/python perf/sampler_cost.py
+	$(BIN)/python perf/launch.py
+
+soak: install
+	$(BIN)/python perf/stage_overhead.py --soak
+
+clean:
+	rm -rf $(VENV) .collobench .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The Dagster code location. Imports dagster, never torch at module level."""

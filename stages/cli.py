@@ -1,0 +1,303 @@
+"""The `collobench` command line.
+
+Exit codes: 0 success; 1 a run finished with failed pipelines (their data kept); 2 invalid input
+(one `path: message` line per problem on stderr, never a traceback); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from stages import settings
+from stages.spec_loading import LoadedSpec, SpecError, load_spec
+
+app = typer.Typer(
+    name="collobench",
+    help="Collocated ML pipeline benchmarks: validate specs, run them, query the results.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+EXIT_FAILED_PIPELINES = 1
+EXIT_INVALID_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def _fail_input(lines: list[str]) -> typer.Exit:
+    for line in lines:
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(EXIT_INVALID_INPUT)
+
+
+def _load(path: Path, overrides: list[str] | None = None) -> LoadedSpec:
+    try:
+        return load_spec(path, overrides or [])
+    except SpecError as error:
+        raise _fail_input(error.lines()) from None
+
+
+@app.command()
+def validate(
+    specs: Annotated[list[Path], typer.Argument(help="Spec YAML files.", show_default=False)],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="Override a value: path=value (e.g. pipelines.0.loadgen.rate=50)."
+        ),
+    ] = None,
+) -> None:
+    """Check spec files; print each one's hash, or one line per problem (exit 2)."""
+    problems: list[str] = []
+    for path in specs:
+        try:
+            loaded = load_spec(path, overrides or [])
+        except SpecError as error:
+            problems += error.lines()
+            continue
+        pipelines = ", ".join(p.name for p in loaded.spec.pipelines)
+        out.print(f"{path}: ok ({pipelines}; spec hash {loaded.spec_hash[:12]})", highlight=False)
+    if problems:
+        raise _fail_input(problems)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the spec (for editor autocompletion)."""
+    from stages.spec_schema import spec_json_schema
+
+    sys.stdout.write(json.dumps(spec_json_schema(), indent=2) + "\n")
+
+
+@app.command()
+def graph(
+    spec: Annotated[Path, typer.Argument(help="Spec YAML file.", show_default=False)],
+) -> None:
+    """Print each pipeline's stage graph as Mermaid text."""
+    from stages.runtime.graph import StageGraph
+
+    loaded = _load(spec)
+    for pipeline in loaded.spec.pipelines:
+        sys.stdout.write(f"%% pipeline {pipeline.name}\n")
+        sys.stdout.write(StageGraph.from_pipeline(pipeline).mermaid() + "\n")
+
+
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(help="Spec YAML file.", show_default=False)],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Parent folder of the run directory.")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="Override a value: path=value (e.g. pipelines.0.loadgen.rate=50)."
+        ),
+    ] = None,
+    mlflow: Annotated[
+        bool, typer.Option("--mlflow/--no-mlflow", help="Record the run in MLflow.")
+    ] = True,
+) -> None:
+    """Run a benchmark: solo baselines, then the pipelines collocated; write a run directory."""
+    from stages.launch import (
+        LauncherInterruptedWithResult,
+        LaunchError,
+        RunOptions,
+        run_benchmark,
+    )
+
+    loaded = _load(spec, overrides)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    display = _ProgressDisplay(loaded)
+    options = RunOptions(
+        out_dir=out_dir or settings.runs_dir(),
+        cache_dir=settings.cache_dir(),
+        mlflow_uri=settings.mlflow_tracking_uri() if mlflow else None,
+        progress=display.update,
+    )
+    try:
+        with display:
+            result = run_benchmark(loaded, options)
+    except LaunchError as error:
+        raise _fail_input([f"{spec}: {error}"]) from None
+    except LauncherInterruptedWithResult as interrupted:
+        err.print(f"interrupted; kept what was measured in {interrupted.result.run_dir}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    out.print(_summary_table(result.results))
+    for warning in result.warnings:
+        err.print(f"warning: {warning}", markup=False)
+    out.print(f"run directory: {result.run_dir}", highlight=False)
+    if result.mlflow_run_id:
+        out.print(f"mlflow run: {result.mlflow_run_id} ({options.mlflow_uri})", highlight=False)
+    if result.failed:
+        for outcome in result.failed:
+            err.print(
+                f"{outcome.pipeline} (trial {outcome.trial}, {outcome.phase}): "
+                f"{outcome.status}: {outcome.error}",
+                markup=False,
+            )
+        raise typer.Exit(EXIT_FAILED_PIPELINES)
+
+
+def _not_built(command: str) -> typer.Exit:
+    err.print(
+        f"`collobench {command}` is not built yet: it arrives with the analysis issue "
+        "(DuckDB loader and views). Run directories already hold the Parquet files."
+    )
+    return typer.Exit(EXIT_INVALID_INPUT)
+
+
+@app.command()
+def load(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories.", show_default=False)],
+    db: Annotated[Path | None, typer.Option(help="DuckDB file.")] = None,
+) -> None:
+    """Load run directories into DuckDB (idempotent). Not built yet."""
+    raise _not_built("load")
+
+
+@app.command()
+def report(
+    run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
+    db: Annotated[Path | None, typer.Option(help="DuckDB file.")] = None,
+) -> None:
+    """Print throughput, latency, energy and contention for a run. Not built yet."""
+    raise _not_built("report")
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run read-only.", show_default=False)],
+    db: Annotated[Path | None, typer.Option(help="DuckDB file.")] = None,
+) -> None:
+    """Run a read-only SQL query on the results database. Not built yet."""
+    raise _not_built("sql")
+
+
+# --------------------------------------------------------------------------- display
+
+
+def _rate(outcome: dict[str, Any]) -> float | None:
+    first, last = outcome.get("first_issue_ns"), outcome.get("last_completed_ns")
+    if not first or not last or last <= first:
+        return None
+    return float(outcome.get("ok", 0)) / ((last - first) / 1e9)
+
+
+def _fmt(value: float | None, pattern: str = "{:.1f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+class _ProgressDisplay:
+    """Live per-pipeline progress on a terminal; one line per phase otherwise (CI logs)."""
+
+    def __init__(self, loaded: LoadedSpec) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.phase = ""
+        self.interactive = out.is_terminal
+        self._live: Live | None = None
+        self._phase_started = 0.0
+
+    def __enter__(self) -> _ProgressDisplay:
+        if self.interactive:
+            self._live = Live(self._table(), console=out, refresh_per_second=4, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+    def update(self, event: Any) -> None:
+        if event.kind == "phase_start":
+            self.phase = f"trial {event.trial} · {event.phase}"
+            self.rows = {name: {"status": "preparing"} for name in event.data["pipelines"]}
+            self._phase_started = time.monotonic()
+            if not self.interactive:
+                out.print(f"{self.phase}: {', '.join(event.data['pipelines'])}", highlight=False)
+        elif event.kind in ("progress", "done") and event.pipeline:
+            row = dict(event.data)
+            row["status"] = row["status"] if event.kind == "done" else "running"
+            self.rows[event.pipeline] = row
+        elif event.kind == "phase_end" and not self.interactive:
+            for outcome in event.data["outcomes"]:
+                out.print(
+                    f"  {outcome['pipeline']}: {outcome['status']}, {outcome['ok']} ok, "
+                    f"{outcome['dropped']} dropped, {outcome['errors']} errors, "
+                    f"{_fmt(_rate(outcome))} q/s, p99 {_fmt(outcome['p99_ms'], '{:.2f}')} ms "
+                    f"({time.monotonic() - self._phase_started:.1f} s)",
+                    highlight=False,
+                )
+        if self._live is not None:
+            self._live.update(self._table())
+
+    def _table(self) -> Table:
+        table = Table(title=self.phase or "starting", title_justify="left")
+        for column in ("pipeline", "status", "issued", "ok", "dropped", "errors", "q/s", "p99 ms"):
+            table.add_column(
+                column, justify="left" if column in ("pipeline", "status") else "right"
+            )
+        for name, row in self.rows.items():
+            table.add_row(
+                name,
+                str(row.get("status", "")),
+                str(row.get("issued", "")),
+                str(row.get("ok", "")),
+                str(row.get("dropped", "")),
+                str(row.get("errors", "")),
+                _fmt(_rate(row)),
+                _fmt(row.get("p99_ms"), "{:.2f}"),
+            )
+        return table
+
+
+def _summary_table(outcomes: list[Any]) -> Table:
+    table = Table(title="summary", title_justify="left")
+    for column in (
+        "trial",
+        "phase",
+        "pipeline",
+        "status",
+        "ok",
+        "dropped",
+        "errors",
+        "timeouts",
+        "q/s",
+        "p99 ms",
+    ):
+        table.add_column(column)
+    for outcome in outcomes:
+        data = outcome.__dict__
+        table.add_row(
+            str(outcome.trial),
+            outcome.phase,
+            outcome.pipeline,
+            outcome.status,
+            str(outcome.ok),
+            str(outcome.dropped),
+            str(outcome.errors),
+            str(outcome.timeouts),
+            _fmt(_rate(data)),
+            _fmt(outcome.p99_ms, "{:.2f}"),
+        )
+    return table
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,543 @@
+"""The collocation launcher: one benchmark spec -> one run directory.
+
+For each trial it runs every pipeline alone (solo baselines, when asked and when there is more
+than one pipeline), then all together (collocated). Each pipeline runs in its own `spawn`ed
+worker process; all workers prepare (load models), then start their load at one common instant
+chosen by the launcher, so the load windows overlap. One sampler process per device records
+telemetry meanwhile. A worker that fails, crashes or hangs is contained: its pipeline is marked
+failed with the reason and the others carry on. At the end the chunk files are merged, the
+manifest is written, and MLflow gets a summary (never on the measured path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnProcess
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from stages.placement import check_collocation
+from stages.rundir import MANIFEST, merge_parts, read_table
+from stages.spec import BenchmarkSpec, PipelineSpec
+from stages.spec_loading import LoadedSpec
+from stages.worker import WorkerTask, worker_main
+
+log = logging.getLogger(__name__)
+
+START_MARGIN_S = 0.05  # between "all ready" and the common start: time to deliver the message
+PREPARE_TIMEOUT_S = 900.0  # loading a large model can take minutes
+TERMINATE_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
+STOP_GRACE_S = 15.0  # past the pipeline's timeout_s before the launcher intervenes
+
+
+@dataclass
+class PipelineOutcome:
+    """How one pipeline fared in one phase of one trial (a row of the manifest's results)."""
+
+    trial: int
+    phase: str
+    pipeline: str
+    status: str = "failed"  # ok | failed | timeout | interrupted
+    error: str | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    issued: int = 0
+    ok: int = 0
+    errors: int = 0
+    dropped: int = 0
+    timeouts: int = 0
+    samples_ok: int = 0
+    first_issue_ns: int | None = None
+    last_completed_ns: int | None = None
+    p99_ms: float | None = None
+    energy_j: float | None = None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    status: str
+    results: list[PipelineOutcome]
+    warnings: list[str] = field(default_factory=list)
+    mlflow_run_id: str | None = None
+
+    @property
+    def failed(self) -> list[PipelineOutcome]:
+        return [outcome for outcome in self.results if outcome.status != "ok"]
+
+
+@dataclass
+class ProgressEvent:
+    """What the launcher tells a progress display."""
+
+    kind: str  # phase_start | progress | phase_end
+    trial: int
+    phase: str
+    pipeline: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
+class LaunchError(RuntimeError):
+    """The run cannot start (e.g. a collocation mode this machine does not support)."""
+
+
+class LauncherInterrupted(Exception):
+    """SIGINT or SIGTERM reached the launcher."""
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path
+    cache_dir: Path
+    project_dir: Path = field(default_factory=Path.cwd)
+    mlflow_uri: str | None = None
+    progress: ProgressCallback | None = None
+    run_id: str | None = None
+
+
+def new_run_id(spec_name: str) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{spec_name}-{secrets.token_hex(3)}"
+
+
+def phases_of(spec: BenchmarkSpec) -> list[tuple[int, str, list[PipelineSpec]]]:
+    """(trial, phase, pipelines) in run order: solo baselines first, then collocated."""
+    plan: list[tuple[int, str, list[PipelineSpec]]] = []
+    for trial in range(spec.repeats):
+        if len(spec.pipelines) == 1:
+            plan.append((trial, "solo", list(spec.pipelines)))
+            continue
+        if spec.collocation.solo_baselines:
+            plan += [(trial, "solo", [pipeline]) for pipeline in spec.pipelines]
+        plan.append((trial, "collocated", list(spec.pipelines)))
+    return plan
+
+
+_COUNTER_FIELDS = (
+    "issued",
+    "ok",
+    "errors",
+    "dropped",
+    "timeouts",
+    "samples_ok",
+    "first_issue_ns",
+    "last_completed_ns",
+    "p99_ms",
+)
+
+
+class _Worker:
+    """Launcher-side state of one worker process."""
+
+    def __init__(
+        self, outcome: PipelineOutcome, process: SpawnProcess, connection: Connection
+    ) -> None:
+        self.outcome = outcome
+        self.process = process
+        self.connection = connection
+        self.ready = False
+        self.done = False
+        self.deadline_ns: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.outcome.pipeline
+
+
+def _death_reason(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "worker did not exit"
+    if exit_code < 0:
+        name = signal.Signals(-exit_code).name
+        hint = " (possibly the OOM killer)" if name == "SIGKILL" else ""
+        return f"worker killed by {name}{hint}"
+    return f"worker exited with code {exit_code} before reporting"
+
+
+class Launcher:
+    """Runs one loaded spec end to end; see the module docstring."""
+
+    def __init__(self, loaded: LoadedSpec, options: RunOptions) -> None:
+        self.loaded = loaded
+        self.spec = loaded.spec
+        self.options = options
+        self.run_id = options.run_id or new_run_id(self.spec.name)
+        self.run_dir = Path(options.out_dir) / self.run_id
+        self.context = multiprocessing.get_context("spawn")
+        self.results: list[PipelineOutcome] = []
+        self.warnings: list[str] = []
+        self._live: list[_Worker] = []
+        self._samplers: list[tuple[SpawnProcess, Any]] = []
+        self._gpu_count: int | None = None
+        self._energy_sources: dict[str, str | None] = {"gpu_source": None, "host_source": None}
+
+    # ----------------------------------------------------------------- public
+
+    def run(self) -> RunResult:
+        self._check_environment()
+        self.run_dir.mkdir(parents=True, exist_ok=False)
+        clock = {"monotonic_ns": time.monotonic_ns(), "wall_time_ns": time.time_ns()}
+        started_at = dt.datetime.now(dt.UTC).isoformat()
+        self._write_manifest("running", started_at, None, clock)
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        status = "ok"
+        try:
+            for trial, phase, pipelines in phases_of(self.spec):
+                self.results += self._run_phase(trial, phase, pipelines)
+            if any(outcome.status != "ok" for outcome in self.results):
+                status = "failed"
+        except LauncherInterrupted:
+            status = "interrupted"
+            self._stop_everything()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            merge_parts(self.run_dir)
+            self._note_energy_sources()
+            self._write_manifest(status, started_at, dt.datetime.now(dt.UTC).isoformat(), clock)
+        mlflow_run_id = self._log_to_mlflow() if status != "interrupted" else None
+        result = RunResult(
+            self.run_id, self.run_dir, status, self.results, self.warnings, mlflow_run_id
+        )
+        if status == "interrupted":
+            raise LauncherInterruptedWithResult(result)
+        return result
+
+    # ----------------------------------------------------------------- phases
+
+    def _run_phase(
+        self, trial: int, phase: str, pipelines: list[PipelineSpec]
+    ) -> list[PipelineOutcome]:
+        self._emit(
+            ProgressEvent(
+                "phase_start", trial, phase, data={"pipelines": [p.name for p in pipelines]}
+            )
+        )
+        workers = [self._spawn_worker(trial, phase, pipeline) for pipeline in pipelines]
+        self._live = workers
+        self._await_ready(workers)
+        ready = [worker for worker in workers if worker.ready and not worker.done]
+        if ready:
+            self._start_samplers(trial, phase, {w.name: w.process.pid or 0 for w in ready})
+            start_ns = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
+            for worker in ready:
+                timeout_s = next(p for p in pipelines if p.name == worker.name).loadgen.timeout_s
+                worker.deadline_ns = start_ns + int((timeout_s + STOP_GRACE_S) * 1e9)
+                # A worker that died just now raises here; its sentinel tells us below.
+                with contextlib.suppress(OSError):
+                    worker.connection.send({"kind": "start", "start_ns": start_ns})
+            self._await_done(ready)
+            self._stop_samplers()
+        for worker in workers:
+            self._reap(worker)
+        self._live = []
+        outcomes = [worker.outcome for worker in workers]
+        self._emit(
+            ProgressEvent(
+                "phase_end", trial, phase, data={"outcomes": [asdict(o) for o in outcomes]}
+            )
+        )
+        return outcomes
+
+    def _spawn_worker(self, trial: int, phase: str, pipeline: PipelineSpec) -> _Worker:
+        task = WorkerTask(
+            run_dir=str(self.run_dir),
+            run_id=self.run_id,
+            trial=trial,
+            phase=phase,
+            pipeline=pipeline.model_dump(mode="json"),
+            spec_seed=self.spec.seed,
+            collocation_mode=self.spec.collocation.mode,
+            cache_dir=str(self.options.cache_dir),
+        )
+        parent_end, child_end = self.context.Pipe(duplex=True)
+        process = self.context.Process(
+            target=worker_main, args=(task, child_end), name=f"collobench:{pipeline.name}"
+        )
+        process.start()
+        child_end.close()
+        outcome = PipelineOutcome(trial, phase, pipeline.name, pid=process.pid)
+        return _Worker(outcome, process, parent_end)
+
+    def _handle(self, worker: _Worker, message: dict[str, Any]) -> None:
+        kind = message.get("kind")
+        outcome = worker.outcome
+        if kind == "ready":
+            worker.ready = True
+        elif kind in ("progress", "done"):
+            for name in _COUNTER_FIELDS:
+                if name in message:
+                    setattr(outcome, name, message[name])
+            if kind == "done":
+                worker.done = True
+                outcome.status = message.get("status", "failed")
+                outcome.error = message.get("error")
+                leaked = message.get("leaked_threads") or []
+                if leaked:
+                    self.warnings.append(
+                        f"{outcome.pipeline} (trial {outcome.trial}, {outcome.phase}): stage "
+                        f"threads still running at shutdown: {', '.join(leaked)}"
+                    )
+            self._emit(
+                ProgressEvent(
+                    kind, outcome.trial, outcome.phase, outcome.pipeline, data=asdict(outcome)
+                )
+            )
+        elif kind == "failed":
+            worker.done = True
+            outcome.status = "failed"
+            outcome.error = message.get("error")
+
+    def _poll(self, workers: list[_Worker], timeout_s: float) -> None:
+        """Wait for messages or deaths of `workers`, handling whatever arrives."""
+        waitables: dict[Any, _Worker] = {}
+        for worker in workers:
+            if not worker.done:
+                waitables[worker.connection] = worker
+                waitables[worker.process.sentinel] = worker
+        if not waitables:
+            return
+        for ready in multiprocessing.connection.wait(list(waitables), timeout=timeout_s):
+            worker = waitables[ready]
+            if ready is worker.connection:
+                try:
+                    while worker.connection.poll():
+                        self._handle(worker, worker.connection.recv())
+                except (EOFError, OSError):
+                    self._mark_dead(worker)
+            elif not worker.done:
+                # Drain what it said before dying (its last messages may explain why).
+                try:
+                    while worker.connection.poll():
+                        self._handle(worker, worker.connection.recv())
+                except (EOFError, OSError):
+                    pass
+                if not worker.done:
+                    self._mark_dead(worker)
+
+    def _mark_dead(self, worker: _Worker) -> None:
+        """The worker's pipe closed or its process ended; without a final report it failed."""
+        if worker.done:
+            return
+        worker.process.join(timeout=TERMINATE_GRACE_S)
+        worker.done = True
+        worker.outcome.status = "failed"
+        worker.outcome.exit_code = worker.process.exitcode
+        worker.outcome.error = worker.outcome.error or _death_reason(worker.process.exitcode)
+
+    def _await_ready(self, workers: list[_Worker]) -> None:
+        deadline = time.monotonic() + PREPARE_TIMEOUT_S
+        while any(not w.ready and not w.done for w in workers):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for worker in workers:
+                    if not worker.ready and not worker.done:
+                        self._terminate(worker, f"prepare took over {PREPARE_TIMEOUT_S:.0f} s")
+                return
+            self._poll([w for w in workers if not w.ready], min(remaining, 1.0))
+
+    def _await_done(self, workers: list[_Worker]) -> None:
+        while any(not w.done for w in workers):
+            now_ns = time.monotonic_ns()
+            for worker in workers:
+                if not worker.done and worker.deadline_ns and now_ns > worker.deadline_ns:
+                    self._terminate(worker, "worker did not finish within timeout_s; terminated")
+            self._poll(workers, 0.5)
+
+    def _terminate(self, worker: _Worker, reason: str) -> None:
+        """SIGTERM (the worker flushes and reports), then SIGKILL after a grace period."""
+        process = worker.process
+        if process.is_alive():
+            process.terminate()
+            deadline = time.monotonic() + TERMINATE_GRACE_S
+            while process.is_alive() and time.monotonic() < deadline:
+                self._poll([worker], 0.2)
+                if worker.done:
+                    break
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=TERMINATE_GRACE_S)
+        worker.done = True
+        outcome = worker.outcome
+        outcome.status = "timeout" if "timeout" in reason else "failed"
+        outcome.error = reason
+        outcome.exit_code = process.exitcode
+
+    def _reap(self, worker: _Worker) -> None:
+        worker.process.join(timeout=TERMINATE_GRACE_S)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join(timeout=TERMINATE_GRACE_S)
+        worker.outcome.exit_code = worker.process.exitcode
+        worker.connection.close()
+
+    # ----------------------------------------------------------------- telemetry
+
+    def _start_samplers(self, trial: int, phase: str, pids: dict[str, int]) -> None:
+        from stages.telemetry.sampler_process import (
+            SamplerSettings,
+            gpu_sampler_main,
+            host_sampler_main,
+        )
+
+        telemetry = self.spec.telemetry
+        cpu_watts = telemetry.power_model.cpu_watts_per_core if telemetry.power_model else None
+        if telemetry.host.enabled:
+            settings = SamplerSettings(
+                str(self.run_dir),
+                self.run_id,
+                trial,
+                phase,
+                telemetry.host.period_ms,
+                pids,
+                cpu_watts,
+            )
+            self._start_sampler(host_sampler_main, (settings,), "collobench:host-sampler")
+        if telemetry.gpu.enabled and self._gpu_count:
+            settings = SamplerSettings(
+                str(self.run_dir), self.run_id, trial, phase, telemetry.gpu.period_ms, pids, None
+            )
+            for index in range(self._gpu_count):
+                self._start_sampler(
+                    gpu_sampler_main, (settings, index), f"collobench:gpu{index}-sampler"
+                )
+
+    def _start_sampler(
+        self, target: Callable[..., object], args: tuple[Any, ...], name: str
+    ) -> None:
+        stop_event = self.context.Event()
+        process = self.context.Process(target=target, args=(*args, stop_event), name=name)
+        process.start()
+        self._samplers.append((process, stop_event))
+
+    def _stop_samplers(self) -> None:
+        for _process, stop_event in self._samplers:
+            stop_event.set()
+        for process, _stop_event in self._samplers:
+            process.join(timeout=TERMINATE_GRACE_S)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=TERMINATE_GRACE_S)
+            if process.exitcode not in (0, None):
+                self.warnings.append(f"{process.name} exited with code {process.exitcode}")
+        self._samplers = []
+
+    def _check_environment(self) -> None:
+        from stages.telemetry.sampler_process import foreign_compute_processes, open_gpu_backend
+
+        backend = open_gpu_backend() if self.spec.telemetry.gpu.enabled else None
+        try:
+            self._gpu_count = backend.device_count() if backend else None
+            if backend and self._gpu_count:
+                for process in foreign_compute_processes(
+                    backend, list(range(self._gpu_count)), {os.getpid()}
+                ):
+                    self.warnings.append(f"foreign compute process on the GPU: {process}")
+        finally:
+            if backend:
+                backend.shutdown()
+        problems = check_collocation(self.spec, self._gpu_count)
+        if problems:
+            raise LaunchError("; ".join(problems))
+
+    def _note_energy_sources(self) -> None:
+        for table, key in (("host_samples", "host_source"), ("gpu_samples", "gpu_source")):
+            try:
+                column = read_table(self.run_dir, table).column("energy_source").to_pylist()
+            except (OSError, KeyError, ValueError):
+                continue
+            sources = sorted({value for value in column if value})
+            self._energy_sources[key] = ",".join(sources) or None
+
+    # ----------------------------------------------------------------- interruption
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        raise LauncherInterrupted(signal.Signals(signum).name)
+
+    def _stop_everything(self) -> None:
+        """Stop every child: workers get SIGTERM (they flush and report), then SIGKILL."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for worker in self._live:
+            if not worker.done:
+                self._terminate(worker, "interrupted")
+                worker.outcome.status = "interrupted"
+            self._reap(worker)
+            if worker.outcome not in self.results:
+                self.results.append(worker.outcome)
+        self._stop_samplers()
+        self._live = []
+
+    # ----------------------------------------------------------------- records
+
+    def _write_manifest(
+        self, status: str, started_at: str, ended_at: str | None, clock: dict[str, int]
+    ) -> None:
+        from stages.environment import capture_environment
+
+        if not hasattr(self, "_environment"):
+            self._environment = capture_environment(self.options.project_dir)
+        manifest = {
+            "format_version": 1,
+            "run_id": self.run_id,
+            "name": self.spec.name,
+            "spec": self.loaded.normalized,
+            "spec_hash": self.loaded.spec_hash,
+            "spec_source": self.loaded.source,
+            "seed": self.spec.seed,
+            "clock": clock,
+            "started_at": started_at,
+            "ended_at": ended_at,
+            "status": status,
+            "environment": self._environment,
+            "energy": self._energy_sources,
+            "warnings": self.warnings,
+            "results": [asdict(outcome) for outcome in self.results],
+        }
+        temporary = self.run_dir / (MANIFEST + ".tmp")
+        temporary.write_text(json.dumps(manifest, indent=2, default=str))
+        os.replace(temporary, self.run_dir / MANIFEST)
+
+    def _log_to_mlflow(self) -> str | None:
+        if not self.options.mlflow_uri:
+            return None
+        from stages.mlflow_log import log_run_to_mlflow
+
+        return log_run_to_mlflow(self.run_dir, self.options.mlflow_uri)
+
+    def _emit(self, event: ProgressEvent) -> None:
+        if self.options.progress is not None:
+            self.options.progress(event)
+
+
+class LauncherInterruptedWithResult(Exception):
+    """The run was interrupted; `result` holds what was kept (manifest status interrupted)."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(f"run {result.run_id} interrupted")
+        self.result = result
+
+
+def run_benchmark(loaded: LoadedSpec, options: RunOptions) -> RunResult:
+    """Run a validated spec; see `Launcher`."""
+    return Launcher(loaded, options).run()

@@ -1,0 +1,189 @@
+"""Builtin stages: always registered; used by tests, overhead studies and fault injection."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from stages.runtime.query import Query
+from stages.runtime.registry import stage_type
+from stages.runtime.stage import Route, Stage, StageConfig
+
+
+@stage_type("noop")
+class NoopStage(Stage):
+    """Does nothing: measures the runtime's own per-stage cost."""
+
+    def run(self, query: Query) -> Route:
+        return None
+
+
+class SleepConfig(StageConfig):
+    ms: float = Field(1.0, ge=0, description="Milliseconds to sleep per query (releases the GIL).")
+
+
+@stage_type("sleep")
+class SleepStage(Stage):
+    """Sleeps: a stand-in for I/O or a device call that frees the CPU."""
+
+    config: SleepConfig
+    config_model = SleepConfig
+
+    def run(self, query: Query) -> Route:
+        time.sleep(self.config.ms / 1000.0)
+        return None
+
+
+class BusyConfig(StageConfig):
+    ms: float = Field(1.0, ge=0, description="Milliseconds of CPU work per query.")
+    release_gil: bool = Field(
+        False,
+        description="Burn CPU in C with the GIL released (hashing) instead of in Python.",
+    )
+
+
+_HASH_BLOCK = bytes(64 * 1024)  # hashlib releases the GIL for inputs above 2 KiB
+
+
+@stage_type("busy")
+class BusyStage(Stage):
+    """Burns CPU for a fixed time: a stand-in for compute-bound work."""
+
+    config: BusyConfig
+    config_model = BusyConfig
+
+    def run(self, query: Query) -> Route:
+        deadline_ns = time.monotonic_ns() + int(self.config.ms * 1e6)
+        if self.config.release_gil:
+            while time.monotonic_ns() < deadline_ns:
+                hashlib.sha256(_HASH_BLOCK)
+        else:
+            spins = 0
+            while time.monotonic_ns() < deadline_ns:
+                spins += 1
+        return None
+
+
+class CopyConfig(StageConfig):
+    bytes: int = Field(1024, ge=0, description="Size of the payload copied per query.")
+
+
+@stage_type("copy")
+class CopyStage(Stage):
+    """Copies a payload of a given size: memory-bandwidth work, and a payload to pass on."""
+
+    config: CopyConfig
+    config_model = CopyConfig
+
+    def prepare(self) -> None:
+        self._template = bytearray(self.config.bytes)
+
+    def run(self, query: Query) -> Route:
+        query.payload = bytearray(self._template)
+        return None
+
+
+FailMode = Literal["raise", "exit", "segfault", "hang"]
+
+
+class FailConfig(StageConfig):
+    at_query: int | None = Field(None, ge=0, description="Fail on this query id.")
+    every: int | None = Field(None, ge=1, description="Fail on every k-th query (ids k-1, 2k-1..).")
+    mode: FailMode = Field(
+        "raise",
+        description="raise an exception, exit the process, segfault, or hang until shutdown.",
+    )
+
+    @model_validator(mode="after")
+    def _has_a_trigger(self) -> FailConfig:
+        if self.at_query is None and self.every is None:
+            raise ValueError("fail needs `at_query` or `every`")
+        return self
+
+
+class InjectedFailureError(RuntimeError):
+    """Raised by the `fail` stage in `raise` mode."""
+
+
+@stage_type("fail")
+class FailStage(Stage):
+    """Fault injection: fails on chosen queries in one of four ways."""
+
+    config: FailConfig
+    config_model = FailConfig
+
+    def _fails(self, query_id: int) -> bool:
+        every = self.config.every
+        return query_id == self.config.at_query or (
+            every is not None and query_id % every == every - 1
+        )
+
+    def run(self, query: Query) -> Route:
+        if not self._fails(query.query_id):
+            return None
+        mode = self.config.mode
+        if mode == "raise":
+            raise InjectedFailureError(f"injected failure at query {query.query_id}")
+        if mode == "exit":
+            os._exit(3)
+        if mode == "segfault":
+            ctypes.string_at(0)  # reads address 0: a real SIGSEGV, as a crashing extension would
+        self.context.stop_event.wait()  # hang: released only by shutdown
+        return None
+
+
+class RouteConfig(StageConfig):
+    mode: Literal["all", "round_robin", "loop"] = Field(
+        "all",
+        description="all: fork to every output; round_robin: one output by query id; "
+        "loop: back to `back_to` until the query has passed `times` times, then on.",
+    )
+    back_to: str | None = Field(
+        None, description="loop: the earlier stage to send queries back to."
+    )
+    times: int = Field(2, ge=1, description="loop: passes through this stage before going on.")
+
+    @model_validator(mode="after")
+    def _loop_needs_target(self) -> RouteConfig:
+        if self.mode == "loop" and not self.back_to:
+            raise ValueError("route mode 'loop' needs `back_to`")
+        return self
+
+
+@stage_type("route")
+class RouteStage(Stage):
+    """Routing decisions without work: forks, round-robin branches and bounded loops."""
+
+    config: RouteConfig
+    config_model = RouteConfig
+
+    @classmethod
+    def check_outputs(cls, config: StageConfig, outputs: Sequence[str]) -> list[str]:
+        assert isinstance(config, RouteConfig)
+        if config.mode == "loop" and config.back_to not in outputs:
+            return [f"route loop target '{config.back_to}' must be listed in outputs"]
+        if config.mode == "round_robin" and not outputs:
+            return ["route round_robin needs at least one output"]
+        return []
+
+    def prepare(self) -> None:
+        outputs = self.context.outputs
+        self._forward = [name for name in outputs if name != self.config.back_to]
+        self._back = [self.config.back_to] if self.config.back_to else []
+
+    def run(self, query: Query) -> Route:
+        mode = self.config.mode
+        if mode == "all":
+            return None
+        outputs = self.context.outputs
+        if mode == "round_robin":
+            return (outputs[query.query_id % len(outputs)],)
+        if query.visits[self.context.stage_index] < self.config.times:
+            return self._back
+        return self._forward

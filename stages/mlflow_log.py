@@ -1,0 +1,423 @@
+"""Record a finished run directory in MLflow, for people who browse experiments there.
+
+One parent MLflow run per benchmark run (spec as params, run files as artifacts) and one nested
+child per (pipeline, phase) with summary metrics, one value per trial (`step=trial`). The run
+directory stays the source of truth: any MLflow failure is logged as a warning and the function
+returns None, so tracking can never lose or fail a run. MLflow is imported lazily (about a second).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import pyarrow as pa
+
+from stages.rundir import MANIFEST, PARTS, read_table
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EXPERIMENT = "collobench"
+DB_NAME = "mlflow.db"
+ARTIFACTS_DIR_NAME = "mlartifacts"
+
+# MLflow's limits (mlflow.utils.validation); ours are applied before MLflow sees the values.
+MAX_PARAM_VALUE_CHARS = 6000
+MAX_KEY_CHARS = 250
+
+# Tags that identify our runs, so logging the same run directory twice reuses the first record.
+TAG_RUN_ID = "run_id"
+TAG_KIND = "collobench.kind"  # run | pipeline_phase
+TAG_COMPLETE = "collobench.complete"  # "true" once every child, metric and artifact is logged
+TAG_PARENT = "mlflow.parentRunId"  # what mlflow.start_run(nested=True) sets
+
+# Benchmark status -> MLflow run status.
+_RUN_STATUS = {"ok": "FINISHED", "failed": "FAILED", "timeout": "FAILED", "interrupted": "KILLED"}
+_STATUS_SEVERITY = ("ok", "timeout", "interrupted", "failed")
+_QUERY_STATUSES = ("ok", "error", "dropped", "timeout")
+_NOISY_LOGGERS = ("mlflow", "alembic", "sqlalchemy")
+
+
+def default_tracking_uri(home: Path) -> str:
+    """`sqlite:///<home>/mlflow.db`, path made absolute; artifacts then go to <home>/mlartifacts
+    (see `artifact_location_for`), never to the CWD's ./mlruns."""
+    return f"sqlite:///{Path(home).expanduser().resolve() / DB_NAME}"
+
+
+def _sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI, else None."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return None
+    return Path(tracking_uri[len(prefix) :].split("?", 1)[0])
+
+
+def artifact_location_for(tracking_uri: str) -> str | None:
+    """Artifacts beside a sqlite store (`<dir>/mlartifacts`), not in the CWD's ./mlruns;
+    None lets a tracking server choose."""
+    database = _sqlite_path(tracking_uri)
+    if database is None:
+        return None
+    return (database.expanduser().resolve().parent / ARTIFACTS_DIR_NAME).as_uri()
+
+
+@contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """Silence MLflow meanwhile: migration chatter, run-URL prints, and its own tracebacks of
+    errors that reach us anyway (we report them once, as one warning)."""
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    saved = {name: logging.getLogger(name).level for name in _NOISY_LOGGERS}
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"mlflow(\.|$)")
+            warnings.filterwarnings("ignore", module=r"alembic(\.|$)")
+            yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+
+
+# ---------------------------------------------------------------- params
+
+
+def _clean_key(key: str) -> str:
+    """A key MLflow accepts: its allowed characters only, no empty path parts, <= 250 chars."""
+    allowed = "".join(c if c.isalnum() or c in "_-. :" else "_" for c in key)
+    parts = [part.strip() or "_" for part in allowed.split(".")]
+    return ".".join(parts)[:MAX_KEY_CHARS]
+
+
+def _param_value(value: object) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text[:MAX_PARAM_VALUE_CHARS]
+
+
+def _segment(item: Mapping[str, Any], index: int, taken: set[str]) -> str:
+    """List items are named by their `name` or `id` when unique (pipelines.classify.stages.model),
+    else by position."""
+    for field in ("name", "id"):
+        label = item.get(field)
+        if isinstance(label, str) and label and label not in taken:
+            return label
+    return str(index)
+
+
+def flatten_params(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested spec -> {dotted.key: value}; lists of scalars stay one JSON value."""
+    flat: dict[str, str] = {}
+
+    def visit(node: Any, key: str) -> None:
+        if isinstance(node, Mapping):
+            if not node and key:
+                flat[_clean_key(key)] = "{}"
+            for name, child in node.items():
+                visit(child, f"{key}.{name}" if key else str(name))
+        elif isinstance(node, list) and node and all(isinstance(i, Mapping) for i in node):
+            taken: set[str] = set()
+            for index, item in enumerate(node):
+                label = _segment(item, index, taken)
+                taken.add(label)
+                visit(item, f"{key}.{label}" if key else label)
+        elif key:
+            flat[_clean_key(key)] = _param_value(node)
+
+    visit(tree, prefix)
+    return flat
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def _window_s(group: pd.DataFrame) -> float | None:
+    """Seconds from the first scheduled to the last completed query; None if nothing completed."""
+    completed = group["completed_ns"].dropna()
+    if completed.empty:
+        return None
+    window_ns = float(completed.max()) - float(group["scheduled_ns"].min())
+    return window_ns / 1e9 if window_ns > 0 else None
+
+
+def summary_metrics(queries: pd.DataFrame, energy_j: float | None) -> dict[str, float]:
+    """Metrics of one (trial, phase, pipeline) from its non-warm-up query rows.
+
+    Latency is completed_ns - scheduled_ns of ok queries (no coordinated omission). Metrics that
+    cannot be computed (no completions, no energy source) are left out, never invented.
+    """
+    counts = queries["status"].value_counts()
+    metrics: dict[str, float] = {
+        f"queries_{status}": float(counts.get(status, 0)) for status in _QUERY_STATUSES
+    }
+    ok = queries[queries["status"] == "ok"]
+    window_s = _window_s(queries)
+    if window_s is not None:
+        metrics["throughput_qps"] = len(ok) / window_s
+        metrics["throughput_samples_per_s"] = float(ok["samples"].sum()) / window_s
+    latency_ms = ((ok["completed_ns"] - ok["scheduled_ns"]) / 1e6).dropna()
+    if not latency_ms.empty:
+        metrics["latency_p50_ms"] = float(latency_ms.quantile(0.50))
+        metrics["latency_p99_ms"] = float(latency_ms.quantile(0.99))
+    if energy_j is not None and len(ok) > 0:
+        metrics["energy_per_query_j"] = float(energy_j) / len(ok)
+    return metrics
+
+
+def _load_queries(run_dir: Path) -> pd.DataFrame:
+    """Non-warm-up query rows, only the columns the metrics need."""
+    columns = ["trial", "phase", "pipeline", "scheduled_ns", "completed_ns", "status", "samples"]
+    table = read_table(run_dir, "queries").select([*columns, "warmup"])
+    # nullable integer dtypes: float64 would round nanosecond timestamps after ~104 days uptime
+    integers = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
+    frame = table.to_pandas(types_mapper=integers.get)
+    return frame.loc[~frame["warmup"].astype(bool), columns]
+
+
+# ---------------------------------------------------------------- manifest helpers
+
+
+def _millis(timestamp: object) -> int | None:
+    """ISO-8601 wall time -> Unix milliseconds (MLflow's start and end times)."""
+    if not isinstance(timestamp, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(timestamp).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def _worst_status(statuses: list[str]) -> str:
+    known = [s for s in statuses if s in _STATUS_SEVERITY]
+    if not known:
+        return statuses[0] if statuses else "unknown"
+    return max(known, key=_STATUS_SEVERITY.index)
+
+
+def _same_pair(result: Mapping[str, Any], pipeline: str, phase: str) -> bool:
+    return str(result.get("pipeline")) == pipeline and str(result.get("phase")) == phase
+
+
+def _pipeline_specs(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    pipelines = spec.get("pipelines") or []
+    return {
+        str(p["name"]): p
+        for p in pipelines
+        if isinstance(p, Mapping) and isinstance(p.get("name"), str)
+    }
+
+
+def _tags(values: Mapping[str, object]) -> dict[str, str]:
+    return {key: str(value) for key, value in values.items() if value is not None}
+
+
+# ---------------------------------------------------------------- MLflow
+
+
+def _experiment_id(client: MlflowClient, name: str, artifact_location: str | None) -> str:
+    """Get or create the experiment (restoring it if someone deleted it)."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return str(client.create_experiment(name, artifact_location=artifact_location))
+        except Exception:  # another process created it first
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage == "deleted":
+        client.restore_experiment(experiment.experiment_id)
+    return str(experiment.experiment_id)
+
+
+def _existing_parent(client: MlflowClient, experiment_id: str, run_id: str) -> str | None:
+    """A complete earlier record of this run (returned as is); incomplete ones are deleted."""
+    quoted = run_id.replace("'", "\\'")
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.{TAG_RUN_ID} = '{quoted}' and tags.`{TAG_KIND}` = 'run'",
+    )
+    for run in runs:
+        if run.data.tags.get(TAG_COMPLETE) == "true":
+            return str(run.info.run_id)
+    for run in runs:  # an interrupted earlier attempt: replace it rather than duplicate it
+        children = client.search_runs(
+            [experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{run.info.run_id}'"
+        )
+        for child in children:
+            client.delete_run(child.info.run_id)
+        client.delete_run(run.info.run_id)
+    return None
+
+
+def _log_params(client: MlflowClient, mlflow_run_id: str, params: Mapping[str, str]) -> None:
+    from mlflow.entities import Param
+
+    client.log_batch(mlflow_run_id, params=[Param(k, v) for k, v in params.items()])
+
+
+def _log_child(
+    client: MlflowClient,
+    experiment_id: str,
+    parent_id: str,
+    manifest: Mapping[str, Any],
+    pipeline: str,
+    phase: str,
+    queries: pd.DataFrame,
+    results: list[Mapping[str, Any]],
+) -> str:
+    """One nested run for a (pipeline, phase): its spec as params, metrics per trial."""
+    from mlflow.entities import Metric
+
+    statuses = [str(r.get("status")) for r in results if r.get("status") is not None]
+    errors = [str(r["error"]) for r in results if r.get("error")]
+    energy = manifest.get("energy") or {}
+    tags = _tags(
+        {
+            TAG_PARENT: parent_id,
+            TAG_KIND: "pipeline_phase",
+            TAG_RUN_ID: manifest.get("run_id"),
+            "pipeline": pipeline,
+            "phase": phase,
+            "status": _worst_status(statuses) if statuses else None,
+            "error": errors[0][:5000] if errors else None,
+            "energy.gpu_source": energy.get("gpu_source") if isinstance(energy, Mapping) else None,
+            "energy.host_source": energy.get("host_source")
+            if isinstance(energy, Mapping)
+            else None,
+        }
+    )
+    child = client.create_run(experiment_id, tags=tags, run_name=f"{pipeline}/{phase}")
+    child_id = str(child.info.run_id)
+    pipeline_spec = _pipeline_specs(manifest.get("spec") or {}).get(pipeline)
+    if pipeline_spec is not None:
+        _log_params(client, child_id, flatten_params(pipeline_spec))
+
+    energy_by_trial = {
+        int(r["trial"]): r.get("energy_j") for r in results if r.get("trial") is not None
+    }
+    trials = sorted(set(energy_by_trial) | {int(t) for t in queries["trial"].unique()})
+    now_ms = int(time.time() * 1000)
+    metrics = []
+    for trial in trials:
+        rows = queries[queries["trial"] == trial]
+        energy_j = energy_by_trial.get(trial)
+        values = summary_metrics(rows, float(energy_j) if energy_j is not None else None)
+        metrics += [Metric(key, value, now_ms, trial) for key, value in values.items()]
+    client.log_batch(child_id, metrics=metrics)
+    status = _RUN_STATUS.get(_worst_status(statuses), "FINISHED") if statuses else "FINISHED"
+    client.set_terminated(child_id, status=status)
+    return child_id
+
+
+def _log_artifacts(client: MlflowClient, parent_id: str, run_dir: Path) -> None:
+    """manifest.json and the merged tables; chunk files too when the run was never merged."""
+    for path in sorted(run_dir.iterdir()):
+        if path.is_file() and (path.name == MANIFEST or path.suffix == ".parquet"):
+            client.log_artifact(parent_id, str(path))
+    parts = run_dir / PARTS
+    if parts.is_dir() and any(parts.rglob("*.parquet")):
+        client.log_artifacts(parent_id, str(parts), artifact_path=PARTS)
+
+
+def _log(run_dir: Path, tracking_uri: str, experiment: str) -> str:
+    from mlflow import MlflowClient
+
+    manifest = json.loads((run_dir / MANIFEST).read_text())
+    run_id = str(manifest.get("run_id") or run_dir.name)
+    spec = manifest.get("spec") or {}
+    queries = _load_queries(run_dir)
+
+    database = _sqlite_path(tracking_uri)
+    if database is not None:
+        database.expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiment_id = _experiment_id(client, experiment, artifact_location_for(tracking_uri))
+    existing = _existing_parent(client, experiment_id, run_id)
+    if existing is not None:
+        logger.info("run %s is already in MLflow as %s", run_id, existing)
+        return existing
+
+    environment = manifest.get("environment") or {}
+    git = environment.get("git") if isinstance(environment, Mapping) else None
+    status = str(manifest.get("status") or "unknown")
+    parent = client.create_run(
+        experiment_id,
+        start_time=_millis(manifest.get("started_at")),
+        run_name=run_id,
+        tags=_tags(
+            {
+                TAG_KIND: "run",
+                TAG_RUN_ID: run_id,
+                "spec_name": manifest.get("name") or spec.get("name"),
+                "spec_hash": manifest.get("spec_hash"),
+                "spec_source": manifest.get("spec_source"),
+                "status": status,
+                "git_commit": git.get("commit") if isinstance(git, Mapping) else None,
+                "hostname": environment.get("hostname")
+                if isinstance(environment, Mapping)
+                else None,
+            }
+        ),
+    )
+    parent_id = str(parent.info.run_id)
+    try:
+        _log_params(client, parent_id, flatten_params(spec))
+
+        results = [r for r in manifest.get("results") or [] if isinstance(r, Mapping)]
+        pairs = {(str(r.get("pipeline")), str(r.get("phase"))) for r in results}
+        pairs |= set(
+            queries[["pipeline", "phase"]].dropna().astype(str).itertuples(index=False, name=None)
+        )
+        for pipeline, phase in sorted(pairs):
+            mine = [r for r in results if _same_pair(r, pipeline, phase)]
+            rows = queries[(queries["pipeline"] == pipeline) & (queries["phase"] == phase)]
+            _log_child(client, experiment_id, parent_id, manifest, pipeline, phase, rows, mine)
+        _log_artifacts(client, parent_id, run_dir)
+        client.set_tag(parent_id, TAG_COMPLETE, "true")
+        client.set_terminated(
+            parent_id,
+            status=_RUN_STATUS.get(status, "FINISHED"),
+            end_time=_millis(manifest.get("ended_at")),
+        )
+    except BaseException:
+        with suppress(Exception):  # mark the half-written record; a retry replaces it
+            client.set_terminated(parent_id, status="FAILED")
+        raise
+    return parent_id
+
+
+def log_run_to_mlflow(
+    run_dir: Path, tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT
+) -> str | None:
+    """Log one run directory to MLflow; returns the parent MLflow run id, or None (with a
+    warning) on any failure, since tracking must never lose or fail a benchmark run.
+
+    Idempotent: a run already logged completely is found by its `run_id` tag and its id
+    returned; a record left half-written by an earlier failure is deleted and logged afresh.
+    """
+    run_dir = Path(run_dir)
+    try:
+        with _quiet_mlflow():
+            return _log(run_dir, tracking_uri, experiment)
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        logger.warning(
+            "could not log run %s to MLflow at %s (the run directory is unaffected): %s: %s",
+            run_dir,
+            tracking_uri,
+            type(error).__name__,
+            lines[0][:500] if lines else "",
+        )
+        logger.debug("MLflow failure in full", exc_info=True)
+        return None

@@ -1,0 +1,1 @@
+"""The in-process stage runtime: stage base and registry, graph, channels, loadgen, recorder."""

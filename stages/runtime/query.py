@@ -1,0 +1,78 @@
+"""The record that flows between stages: one per query, plus one per branch after a fork."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Status codes on the hot path; strings only at flush time (see `STATUS_NAMES`).
+OK = 0
+ERROR = 1
+DROPPED = 2
+TIMEOUT = 3
+STATUS_NAMES = ("ok", "error", "dropped", "timeout")
+
+
+class Query:
+    """A query (or one branch of it). Payloads travel by reference; forks copy only this record.
+
+    The first record of a query is its own `root`; branches point at it. Fields marked root-only
+    are meaningful on the root: it counts the outstanding branches and holds the final status.
+    """
+
+    __slots__ = (
+        "completed_ns",
+        "enqueued_ns",
+        "first_token_ns",
+        "issued_ns",
+        "outstanding",
+        "payload",
+        "query_id",
+        "root",
+        "samples",
+        "scheduled_ns",
+        "source",
+        "status",
+        "tokens",
+        "visits",
+        "warmup",
+    )
+
+    def __init__(
+        self,
+        query_id: int,
+        scheduled_ns: int,
+        samples: int = 1,
+        payload: Any = None,
+        warmup: bool = False,
+        stage_count: int = 0,
+    ) -> None:
+        self.query_id = query_id
+        self.payload = payload
+        self.samples = samples
+        self.visits = [0] * stage_count
+        self.enqueued_ns = 0
+        self.source = -1  # index of the stage that sent this record; -1 = the load generator
+        self.first_token_ns: int | None = None  # generation stages set these two
+        self.tokens: int | None = None
+        self.root: Query = self
+        # root-only
+        self.scheduled_ns = scheduled_ns
+        self.issued_ns = 0
+        self.completed_ns = 0
+        self.warmup = warmup
+        self.status = OK
+        self.outstanding = 1
+
+    def branch(self) -> Query:
+        """A new record for one branch of a fork: same query, own visits, shared payload."""
+        twin = Query.__new__(Query)
+        twin.query_id = self.query_id
+        twin.payload = self.payload
+        twin.samples = self.samples
+        twin.visits = list(self.visits)
+        twin.enqueued_ns = self.enqueued_ns
+        twin.source = self.source
+        twin.first_token_ns = None
+        twin.tokens = None
+        twin.root = self.root
+        return twin

@@ -1,0 +1,84 @@
+"""Registry of stage types: specs may name only what is registered here (never import paths).
+
+Builtin and library stages register on import of `stages.library`; third-party packages add
+theirs through the `collobench.stages` entry point group (`name = "pkg.module:StageClass"`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+from collections.abc import Callable
+from typing import TypeVar
+
+from stages.runtime.stage import Stage
+
+ENTRY_POINT_GROUP = "collobench.stages"
+
+StageT = TypeVar("StageT", bound=type[Stage])
+
+
+class UnknownStageTypeError(KeyError):
+    """A spec named a stage type that is not registered."""
+
+
+class StageRegistry:
+    """Maps stage type names to `Stage` subclasses."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, type[Stage]] = {}
+
+    def register(self, name: str, stage_class: type[Stage]) -> None:
+        existing = self._types.get(name)
+        if existing is not None and existing is not stage_class:
+            raise ValueError(
+                f"stage type {name!r} is already registered to {existing.__qualname__}"
+            )
+        self._types[name] = stage_class
+
+    def get(self, name: str) -> type[Stage]:
+        try:
+            return self._types[name]
+        except KeyError:
+            raise UnknownStageTypeError(self.unknown_message(name)) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+    def unknown_message(self, name: str) -> str:
+        close = difflib.get_close_matches(name, self._types, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"unknown stage type '{name}'{hint}; registered: {', '.join(self.names())}"
+
+
+_REGISTRY = StageRegistry()
+_loaded = False
+
+
+def stage_type(name: str) -> Callable[[StageT], StageT]:
+    """Class decorator: register a `Stage` subclass under `name` in the default registry."""
+
+    def register(stage_class: StageT) -> StageT:
+        _REGISTRY.register(name, stage_class)
+        return stage_class
+
+    return register
+
+
+def default_registry() -> StageRegistry:
+    """The registry with the library and every installed entry-point stage loaded (once)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        importlib.import_module("stages.library")
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            stage_class = entry_point.load()
+            if not (isinstance(stage_class, type) and issubclass(stage_class, Stage)):
+                raise TypeError(
+                    f"entry point {entry_point.name!r} in {ENTRY_POINT_GROUP} is not a Stage class"
+                )
+            _REGISTRY.register(entry_point.name, stage_class)
+    return _REGISTRY

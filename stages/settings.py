@@ -1,0 +1,40 @@
+"""Embedded defaults: everything a run writes lives under one home folder (`.collobench/`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HOME_ENV = "COLLOBENCH_HOME"
+
+
+def home() -> Path:
+    """`$COLLOBENCH_HOME`, else `.collobench` in the current directory."""
+    return Path(os.environ.get(HOME_ENV, ".collobench")).absolute()
+
+
+def runs_dir() -> Path:
+    return home() / "runs"
+
+
+def cache_dir() -> Path:
+    """Generated datasets and models (seeded, so they can be rebuilt at will)."""
+    return home() / "cache"
+
+
+def duckdb_path() -> Path:
+    return home() / "results.duckdb"
+
+
+def mlflow_tracking_uri() -> str | None:
+    """`$MLFLOW_TRACKING_URI`, else the sqlite store under the home; `COLLOBENCH_MLFLOW=0`
+    turns tracking off."""
+    if os.environ.get("COLLOBENCH_MLFLOW", "1") in ("0", "false", "off"):
+        return None
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{home() / 'mlflow.db'}"
+
+
+def dagster_home() -> Path:
+    return home() / "dagster"

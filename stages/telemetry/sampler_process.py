@@ -1,0 +1,213 @@
+"""Process entry points for the samplers, spawned by the launcher (multiprocessing 'spawn').
+
+One host sampler per run phase and one GPU sampler per physical device (never one per
+pipeline: duplicated series double-count). Each waits on `stop_event.wait(timeout)` between
+samples (never busy-spins; these own their process, so Event.wait's timer slack is fine),
+takes one last sample when stopped so the energy covers the whole window, flushes and returns.
+
+Set env var `COLLOBENCH_FAKE_NVML=<script.json|yaml>` to make `open_gpu_backend` (and so
+`gpu_sampler_main` in a child process) use `stages.telemetry.fake_nvml` instead of NVML.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import psutil
+
+from stages.rundir import ChunkWriter
+from stages.telemetry.fake_nvml import FakeNvml
+from stages.telemetry.gpu_backend import GpuBackend, GpuError, GpuUnavailableError
+from stages.telemetry.gpu_sampler import GpuSampler, GpuSamplerResult
+from stages.telemetry.host_sampler import HostSampler, HostSamplerResult
+from stages.telemetry.nvml_backend import NvmlBackend
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SamplerSettings:
+    """Everything a sampler process needs; picklable, so it crosses the spawn boundary."""
+
+    run_dir: str
+    run_id: str
+    trial: int
+    phase: str  # solo | collocated
+    period_ms: float
+    pipeline_pids: dict[str, int] = field(default_factory=dict)
+    cpu_watts_per_core: float | None = None
+
+
+class StopEvent(Protocol):
+    """What the samplers need of `multiprocessing.Event` (or `threading.Event`)."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def is_set(self) -> bool: ...
+
+
+def run_periodic(
+    tick: Callable[[], bool],
+    stop_event: StopEvent,
+    period_ms: float,
+    clock_ns: Callable[[], int] = time.monotonic_ns,
+) -> int:
+    """Call `tick` on a fixed-rate schedule until `stop_event` is set (then once more) or
+    `tick` returns False; returns the number of ticks. Missed deadlines are skipped, not
+    caught up in a burst."""
+    period_ns = max(int(period_ms * 1e6), 1)
+    ticks = 0
+    deadline_ns = clock_ns()
+    while True:
+        if not tick():
+            return ticks
+        ticks += 1
+        deadline_ns += period_ns
+        now_ns = clock_ns()
+        if now_ns > deadline_ns:  # overran: realign to the grid after now
+            deadline_ns += -(-(now_ns - deadline_ns) // period_ns) * period_ns
+        if stop_event.wait((deadline_ns - now_ns) / 1e9):
+            tick()  # the end of the window: energy and utilisation up to the stop
+            return ticks + 1
+
+
+def _label(kind: str, settings: SamplerSettings) -> str:
+    """Unique chunk-file label: solo baselines reuse (trial, phase) in several processes."""
+    return f"{kind}-{settings.phase}-t{settings.trial}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _keys(settings: SamplerSettings) -> dict[str, Any]:
+    return {"run_id": settings.run_id, "trial": settings.trial, "phase": settings.phase}
+
+
+class PipelineOfPid:
+    """Maps a pid to the pipeline whose process (or descendant) it is; None if foreign."""
+
+    def __init__(self, pipeline_pids: dict[str, int]) -> None:
+        self._by_pid = {pid: name for name, pid in pipeline_pids.items()}
+        self._cache: dict[int, str | None] = {}
+
+    def __call__(self, pid: int) -> str | None:
+        if pid not in self._cache:
+            name = self._by_pid.get(pid)
+            if name is None:
+                try:
+                    for parent in psutil.Process(pid).parents():
+                        if parent.pid in self._by_pid:
+                            name = self._by_pid[parent.pid]
+                            break
+                except psutil.Error:
+                    pass  # not visible from here (another container) or gone
+            self._cache[pid] = name
+        return self._cache[pid]
+
+
+def open_gpu_backend() -> GpuBackend | None:
+    """The fake NVML when `COLLOBENCH_FAKE_NVML` is set, else real NVML; None when there is no
+    NVML library, driver or device (never raises for that). A broken fake script does raise."""
+    fake = FakeNvml.from_env()
+    try:
+        backend = NvmlBackend(fake)
+    except GpuUnavailableError as error:
+        log.info("no GPU telemetry: %s", error)
+        return None
+    try:
+        count = backend.device_count()
+    except GpuError as error:
+        log.warning("no GPU telemetry: cannot count devices: %s", error)
+        count = 0
+    if count == 0:
+        backend.shutdown()
+        return None
+    return backend
+
+
+def foreign_compute_processes(
+    backend: GpuBackend, gpu_indices: Iterable[int], own_pids: Iterable[int]
+) -> list[dict[str, Any]]:
+    """Compute processes on these GPUs that are neither ours nor our descendants, for a
+    manifest warning (another job on the GPU skews every figure of the run)."""
+    ours = PipelineOfPid({str(pid): pid for pid in own_pids})
+    foreign: list[dict[str, Any]] = []
+    for index in gpu_indices:
+        try:
+            processes = backend.compute_processes(index)
+        except GpuError as error:
+            log.warning("GPU %d: cannot list compute processes: %s", index, error)
+            continue
+        for process in processes:
+            if ours(process.pid) is not None:
+                continue
+            try:
+                name: str | None = psutil.Process(process.pid).name()
+            except psutil.Error:
+                name = None
+            foreign.append(
+                {
+                    "gpu": index,
+                    "pid": process.pid,
+                    "name": name,
+                    "used_memory_mib": process.used_memory_mib,
+                }
+            )
+    return foreign
+
+
+def host_sampler_main(settings: SamplerSettings, stop_event: StopEvent) -> HostSamplerResult:
+    """Sample host and pipeline processes every `period_ms` until stopped."""
+    writer = ChunkWriter(
+        Path(settings.run_dir), "host_samples", _label("host", settings), _keys(settings)
+    )
+    sampler = HostSampler(
+        writer, settings.pipeline_pids, cpu_watts_per_core=settings.cpu_watts_per_core
+    )
+    try:
+        run_periodic(sampler.sample, stop_event, settings.period_ms)
+    finally:
+        result = sampler.close()
+    return result
+
+
+def gpu_sampler_main(
+    settings: SamplerSettings, gpu_index: int, stop_event: StopEvent
+) -> GpuSamplerResult | None:
+    """Sample one GPU every `period_ms` until stopped or the GPU is lost; None without NVML.
+    A lost GPU is logged and returned in the result; rows already taken are kept."""
+    backend = open_gpu_backend()
+    if backend is None:
+        log.warning("GPU %d not sampled: no NVML device", gpu_index)
+        return None
+    try:
+        try:
+            count = backend.device_count()
+        except GpuError as error:
+            log.warning("GPU %d not sampled: %s", gpu_index, error)
+            return None
+        if not 0 <= gpu_index < count:
+            log.warning("GPU %d not sampled: NVML sees %d devices", gpu_index, count)
+            return None
+        label = _label(f"gpu{gpu_index}", settings)
+        root = Path(settings.run_dir)
+        sampler = GpuSampler(
+            backend,
+            gpu_index,
+            ChunkWriter(root, "gpu_samples", label, _keys(settings)),
+            ChunkWriter(root, "gpu_process_samples", label, _keys(settings)),
+            pid_to_pipeline=PipelineOfPid(settings.pipeline_pids),
+        )
+        try:
+            run_periodic(sampler.sample, stop_event, settings.period_ms)
+        finally:
+            result = sampler.close()
+    finally:
+        backend.shutdown()
+    if result.error:
+        log.error("GPU sampler stopped early: %s", result.error)
+    return result

@@ -1,0 +1,248 @@
+"""GPU sampler against the fake NVML: energy sources and repairs, a lost GPU, process rows."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from stages.rundir import ChunkWriter, read_table
+from stages.telemetry.fake_nvml import ENV_VAR, FakeNvml
+from stages.telemetry.gpu_sampler import GpuSampler, GpuSamplerResult
+from stages.telemetry.nvml_backend import NvmlBackend
+from stages.telemetry.sampler_process import (
+    SamplerSettings,
+    foreign_compute_processes,
+    gpu_sampler_main,
+    run_periodic,
+)
+
+KEYS = {"run_id": "r1", "trial": 0, "phase": "collocated"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ns = 0
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+class SteppingEvent:
+    """A stop event for a fake clock: wait(timeout) advances time instead of sleeping."""
+
+    def __init__(self, clock: Clock, stop_at_s: float) -> None:
+        self.clock = clock
+        self.stop_at_ns = round(stop_at_s * 1e9)
+        self.timeouts_s: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        self.timeouts_s.append(timeout)
+        self.clock.now_ns = min(self.clock.now_ns + round(timeout * 1e9), self.stop_at_ns)
+        return self.is_set()
+
+    def is_set(self) -> bool:
+        return self.clock.now_ns >= self.stop_at_ns
+
+
+def run_sampler(
+    tmp_path: Path,
+    device: dict[str, Any],
+    *,
+    period_ms: float = 50.0,
+    stop_at_s: float = 3.0,
+    **sampler_options: Any,
+) -> tuple[GpuSamplerResult, FakeNvml, SteppingEvent]:
+    clock = Clock()
+    fake = FakeNvml({"start_ns": 0, "devices": [device]}, clock_ns=clock)
+    backend = NvmlBackend(fake)
+    sampler = GpuSampler(
+        backend,
+        0,
+        ChunkWriter(tmp_path, "gpu_samples", "gpu0", KEYS),
+        ChunkWriter(tmp_path, "gpu_process_samples", "gpu0", KEYS),
+        clock_ns=clock,
+        **sampler_options,
+    )
+    event = SteppingEvent(clock, stop_at_s)
+    run_periodic(sampler.sample, event, period_ms, clock_ns=clock)
+    return sampler.close(), fake, event
+
+
+def gpu_rows(tmp_path: Path) -> dict[str, list[Any]]:
+    return read_table(tmp_path, "gpu_samples").sort_by("ts_ns").to_pydict()
+
+
+def expected_energy_j(fake: FakeNvml, ts_ns: list[int]) -> list[float]:
+    return [fake.scripted_energy_j(0, ts_ns[0] / 1e9, ts / 1e9) for ts in ts_ns]
+
+
+def test_counter_reset_keeps_energy_monotonic_and_right(tmp_path: Path) -> None:
+    device = {"power_w": [[0, 150.0], [1.0, 250.0]], "energy_resets_at_s": [1.72]}
+    result, fake, event = run_sampler(tmp_path, device)
+    rows = gpu_rows(tmp_path)
+    assert result.error is None
+    assert result.counter_resets == 1
+    assert set(rows["energy_source"]) == {"nvml_counter"}
+    energy = rows["energy_j"]
+    assert energy[0] == 0.0
+    assert all(b >= a for a, b in itertools.pairwise(energy))
+    # Every row equals the scripted integral within the counter's 100 ms granularity.
+    for got, want in zip(energy, expected_energy_j(fake, rows["ts_ns"]), strict=True):
+        assert got == pytest.approx(want, abs=0.1 * 250 + 1)
+    total = fake.scripted_energy_j(0, 0.0, 3.0)  # 150 J + 2 s x 250 W = 650 J
+    assert total == pytest.approx(650.0)
+    assert result.energy_j == pytest.approx(total, rel=0.02)
+    assert rows["ts_ns"][-1] == 3_000_000_000  # one last sample when stopped
+    assert all(t > 0 for t in event.timeouts_s)  # waited every time, never spun
+
+
+def test_power_integration_when_counter_unsupported(tmp_path: Path) -> None:
+    device = {
+        "power_w": [[0, 100.0], [1.0, 200.0], [2.0, 50.0]],
+        "not_supported": ["nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetTemperature"],
+    }
+    result, fake, _ = run_sampler(tmp_path, device)
+    rows = gpu_rows(tmp_path)
+    assert set(rows["energy_source"]) == {"nvml_power"}
+    assert result.energy_source == "nvml_power"
+    # Trapezoids over steps err by at most half a period x the step, per step.
+    for got, want in zip(rows["energy_j"], expected_energy_j(fake, rows["ts_ns"]), strict=True):
+        assert got == pytest.approx(want, abs=0.5 * 0.05 * 150 * 2 + 1e-6)
+    assert result.energy_j == pytest.approx(350.0, abs=5.0)
+    assert set(rows["temp_c"]) == {None}  # unsupported metric: NULL, not a failure
+    assert rows["power_w"][0] == pytest.approx(100.0)
+    assert set(rows["sm_clock_mhz"]) == {1410.0}
+
+
+def test_counter_polled_at_half_its_update_period(tmp_path: Path) -> None:
+    calls = {"counter": 0}
+    original = NvmlBackend.total_energy_mj
+
+    def counting(self: NvmlBackend, index: int) -> int | None:
+        calls["counter"] += 1
+        return original(self, index)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(NvmlBackend, "total_energy_mj", counting)
+        result, _, _ = run_sampler(tmp_path, {"power_w": 200.0}, period_ms=10, stop_at_s=1.0)
+    assert result.samples == 101
+    assert 19 <= calls["counter"] <= 23  # every 50 ms, not every 10 ms sample
+    assert result.energy_j == pytest.approx(200.0, abs=200 * 0.1 + 1)
+
+
+def test_lost_gpu_keeps_rows_and_reports(tmp_path: Path) -> None:
+    result, _, event = run_sampler(tmp_path, {"power_w": 120.0, "lost_at_s": 1.0})
+    assert result.error is not None and "lost" in result.error
+    rows = gpu_rows(tmp_path)  # rows before the loss were flushed and are readable
+    assert len(rows["ts_ns"]) == result.samples == 20
+    assert max(rows["ts_ns"]) < 1_000_000_000
+    assert rows["energy_j"][-1] == pytest.approx(0.95 * 120, abs=120 * 0.1)
+    assert event.clock.now_ns < 3_000_000_000  # stopped sampling at the loss
+
+
+def test_per_process_rows(tmp_path: Path) -> None:
+    device = {
+        "processes": [
+            {"pid": 4242, "used_memory_mib": 300, "sm_util_pct": [[0, 30], [0.5, 70]]},
+            {"pid": 5151, "used_memory_mib": 100, "start_s": 0.3},
+        ]
+    }
+    result, _, _ = run_sampler(
+        tmp_path,
+        device,
+        stop_at_s=1.0,
+        pid_to_pipeline={4242: "classify"}.get,
+        process_period_ms=100,
+    )
+    table = read_table(tmp_path, "gpu_process_samples").sort_by("ts_ns")
+    assert table.num_rows == result.process_rows > 0
+    rows = table.to_pylist()
+    busy = [r for r in rows if r["pid"] == 4242]
+    idle = [r for r in rows if r["pid"] == 5151]
+    assert {r["pipeline"] for r in busy} == {"classify"}
+    assert {r["pipeline"] for r in idle} == {None}  # not one of ours
+    assert {r["mem_used_mib"] for r in busy} == {300.0}
+    assert [r["sm_util"] for r in busy if r["ts_ns"] < 500_000_000] == [30.0] * 5
+    assert {r["sm_util"] for r in busy if r["ts_ns"] >= 500_000_000} == {70.0}
+    assert idle and min(r["ts_ns"] for r in idle) >= 300_000_000
+    assert {r["sm_util"] for r in idle} == {None}  # no utilisation sample: NULL, not 0
+    assert {r["run_id"] for r in rows} == {"r1"}
+
+
+def test_foreign_compute_processes(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        script = {
+            "devices": [
+                {
+                    "processes": [
+                        {"pid": os.getpid(), "used_memory_mib": 500},
+                        {"pid": child.pid, "used_memory_mib": 10},  # a child of ours
+                        {"pid": 1, "used_memory_mib": 2000},
+                        {"pid": 3_999_999, "used_memory_mib": 700},  # not visible here
+                    ]
+                },
+                {"lost_at_s": 0.0},
+            ]
+        }
+        backend = NvmlBackend(FakeNvml(script))
+        foreign = foreign_compute_processes(backend, [0, 1], [os.getpid()])
+    finally:
+        child.kill()
+        child.wait()
+    assert [(p["gpu"], p["pid"], p["used_memory_mib"]) for p in foreign] == [
+        (0, 1, 2000.0),
+        (0, 3_999_999, 700.0),
+    ]
+    assert foreign[0]["name"]  # a visible process is named
+    assert foreign[1]["name"] is None
+
+
+def test_spawned_gpu_sampler_main_with_fake_via_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = {
+        "start_ns": time.monotonic_ns(),  # one clock for this process and the sampler
+        "devices": [
+            {"uuid": "GPU-fake-0", "power_w": 80.0, "processes": [{"pid": 7, "sm_util_pct": 5}]},
+            {"uuid": "GPU-fake-1", "power_w": 300.0},
+        ],
+    }
+    script_path = tmp_path / "fake_nvml.json"
+    script_path.write_text(json.dumps(script))
+    monkeypatch.setenv(ENV_VAR, str(script_path))
+    run_dir = tmp_path / "run"
+    settings = SamplerSettings(str(run_dir), "r9", 1, "solo", 50.0, {"p": os.getpid()})
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    process = context.Process(target=gpu_sampler_main, args=(settings, 1, stop))
+    process.start()
+    deadline = time.monotonic() + 20
+    parts = run_dir / "parts" / "gpu_samples"
+    while time.monotonic() < deadline and not any(parts.glob("*.parquet")):
+        time.sleep(0.05)  # the first chunk lands one second into sampling
+    stop.set()
+    process.join(10)
+    assert process.exitcode == 0
+    table = read_table(run_dir, "gpu_samples").sort_by("ts_ns")
+    assert table.num_rows >= 15
+    rows = table.to_pydict()
+    assert set(rows["uuid"]) == {"GPU-fake-1"}
+    assert set(rows["gpu"]) == {1}
+    assert set(rows["phase"]) == {"solo"} and set(rows["trial"]) == {1}
+    assert set(rows["pipeline"]) == {None}
+    assert set(rows["energy_source"]) == {"nvml_counter"}
+    span_s = (rows["ts_ns"][-1] - rows["ts_ns"][0]) / 1e9
+    assert rows["energy_j"][-1] == pytest.approx(300.0 * span_s, abs=300 * 0.1 + 1)
+    assert table.schema.field("energy_j").type == pa.float64()

@@ -1,0 +1,189 @@
+"""Host sampler: real processes (and their children), RAPL, the power model, no invented energy."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from stages.rundir import ChunkWriter, read_table
+from stages.telemetry.host_sampler import HostSampler, HostSamplerResult
+from stages.telemetry.sampler_process import SamplerSettings, host_sampler_main, run_periodic
+
+KEYS = {"run_id": "r1", "trial": 0, "phase": "collocated"}
+BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass"
+NO_RAPL = Path("/nonexistent/powercap")
+
+
+def python(code: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def sample_for(sampler: HostSampler, seconds: float, period_ms: float = 50.0) -> HostSamplerResult:
+    stop = threading.Event()
+    timer = threading.Timer(seconds, stop.set)
+    timer.start()
+    try:
+        run_periodic(sampler.sample, stop, period_ms)
+    finally:
+        timer.cancel()
+    return sampler.close()
+
+
+def rows_of(run_dir: Path) -> list[dict[str, Any]]:
+    return read_table(run_dir, "host_samples").sort_by("ts_ns").to_pylist()
+
+
+def writer(run_dir: Path) -> ChunkWriter:
+    return ChunkWriter(run_dir, "host_samples", "host", KEYS)
+
+
+def test_busy_child_process_then_it_exits(tmp_path: Path) -> None:
+    busy = python(BUSY.format(s=0.8))
+    try:
+        sampler = HostSampler(writer(tmp_path), {"burner": busy.pid}, powercap_root=NO_RAPL)
+        result = sample_for(sampler, 1.4)  # the process stays an unreaped zombie after 0.8 s
+    finally:
+        busy.kill()
+        busy.wait()
+    rows = rows_of(tmp_path)
+    process = [r for r in rows if r["scope"] == "process"]
+    host = [r for r in rows if r["scope"] == "host"]
+    assert {(r["pipeline"], r["pid"]) for r in process} == {("burner", busy.pid)}
+    assert max(r["cpu_util"] or 0 for r in process) > 50
+    assert min(r["rss_mib"] for r in process) > 0
+    assert result.dropped_pipelines == ["burner"]
+    # The process left, sampling went on: host rows continue well past its last row.
+    assert host[-1]["ts_ns"] - process[-1]["ts_ns"] > 0.3e9
+    assert {r["pipeline"] for r in host} == {None}
+    utils = [r["cpu_util"] for r in host]
+    # NULL only where /proc/stat could not have ticked: the first row, maybe the stop row.
+    assert utils[0] is None and utils[1:-1].count(None) == 0
+    assert all(0 <= u <= 100 for u in utils if u is not None)
+    assert all(r["rss_mib"] > 0 for r in host)
+    assert {r["energy_j"] for r in host} == {None}  # no RAPL, no model: NULL, never invented
+    assert {r["energy_source"] for r in host} == {None}
+    assert result.energy_source is None
+
+
+def test_children_count_towards_their_pipeline(tmp_path: Path) -> None:
+    parent = python(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {BUSY.format(s=1.2)!r}])"
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sampler = HostSampler(
+            writer(tmp_path), {"tree": parent.pid}, children_refresh_s=0.1, powercap_root=NO_RAPL
+        )
+        sample_for(sampler, 0.7)
+    finally:
+        for child in psutil.Process(parent.pid).children(recursive=True):
+            child.kill()
+        parent.kill()
+        parent.wait()
+    process = [r for r in rows_of(tmp_path) if r["scope"] == "process"]
+    assert {r["pid"] for r in process} == {parent.pid}
+    # The parent only waits; the CPU is its child's, and the RSS is of both interpreters.
+    assert max(r["cpu_util"] or 0 for r in process) > 50
+    assert min(r["rss_mib"] for r in process[1:]) > 2 * 5
+
+
+def busy_core_s() -> float:
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - times.iowait - times.guest - times.guest_nice
+
+
+def test_power_model_estimate(tmp_path: Path) -> None:
+    burner = python(BUSY.format(s=0.6))
+    try:
+        before_s = busy_core_s()
+        sampler = HostSampler(writer(tmp_path), {}, cpu_watts_per_core=12.0, powercap_root=NO_RAPL)
+        result = sample_for(sampler, 0.5, period_ms=25)
+        after_s = busy_core_s()
+    finally:
+        burner.kill()
+        burner.wait()
+    host = rows_of(tmp_path)
+    assert {r["energy_source"] for r in host} == {"model_estimate"}
+    assert host[0]["energy_j"] == 0.0
+    energy = [r["energy_j"] for r in host]
+    assert all(b >= a for a, b in itertools.pairwise(energy))
+    # Watts per core x busy core-seconds over the window (the busy child: ~0.5 s of a core).
+    assert result.energy_j == pytest.approx(energy[-1])
+    assert 12.0 * 0.3 < energy[-1] <= 12.0 * (after_s - before_s) + 1e-9
+    assert energy[-1] == pytest.approx(12.0 * (after_s - before_s), abs=12.0 * 0.05)
+    assert result.energy_source == "model_estimate"
+
+
+def make_zone(root: Path, name: str, label: str, energy_uj: int, max_uj: int) -> Path:
+    zone = root / name
+    zone.mkdir(parents=True)
+    (zone / "name").write_text(label + "\n")
+    (zone / "energy_uj").write_text(f"{energy_uj}\n")
+    (zone / "max_energy_range_uj").write_text(f"{max_uj}\n")
+    return zone / "energy_uj"
+
+
+def test_rapl_packages_summed_with_wrap(tmp_path: Path) -> None:
+    root = tmp_path / "powercap"
+    max_uj = 262_143_328_850
+    package0 = make_zone(root, "intel-rapl:0", "package-0", max_uj - 1_000_000, max_uj)
+    package1 = make_zone(root, "intel-rapl:1", "package-1", 5_000_000, max_uj)
+    core = make_zone(root, "intel-rapl:0:0", "core", 0, max_uj)  # a subzone: inside package-0
+    psys = make_zone(root, "intel-rapl:2", "psys", 0, max_uj)  # the whole platform
+    now = [0]
+    sampler = HostSampler(writer(tmp_path / "run"), {}, powercap_root=root, clock_ns=lambda: now[0])
+    assert sampler.energy_source == "rapl"
+    sampler.sample()
+    now[0] = 100_000_000
+    package0.write_text("2000000\n")  # wrapped: 1 J before the wrap + 2 J after
+    package1.write_text("9000000\n")  # 4 J
+    core.write_text("999000000\n")
+    psys.write_text("999000000\n")
+    sampler.sample()
+    result = sampler.close()
+    host = rows_of(tmp_path / "run")
+    assert [r["energy_j"] for r in host] == pytest.approx([0.0, 7.0])
+    assert {r["energy_source"] for r in host} == {"rapl"}
+    assert result.energy_j == pytest.approx(7.0)
+
+
+def test_unreadable_rapl_is_not_a_source(tmp_path: Path) -> None:
+    root = tmp_path / "powercap"
+    (root / "intel-rapl:0").mkdir(parents=True)  # zone without a readable energy_uj
+    sampler = HostSampler(writer(tmp_path / "run"), {}, powercap_root=root)
+    assert sampler.energy_source is None
+    sampler.sample()
+    sampler.close()
+    assert rows_of(tmp_path / "run")[0]["energy_j"] is None
+
+
+def test_missing_pipeline_is_dropped_without_error(tmp_path: Path) -> None:
+    gone = python("pass")
+    gone.wait()
+    sampler = HostSampler(writer(tmp_path), {"gone": gone.pid}, powercap_root=NO_RAPL)
+    sampler.sample()
+    result = sampler.close()
+    assert result.dropped_pipelines == ["gone"]
+    assert {r["scope"] for r in rows_of(tmp_path)} == {"host"}
+
+
+def test_host_sampler_main_stops_on_event(tmp_path: Path) -> None:
+    settings = SamplerSettings(str(tmp_path), "r2", 3, "solo", 20.0, {"me": 1})
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    result = host_sampler_main(settings, stop)
+    assert time.monotonic() - started < 1.0
+    rows = rows_of(tmp_path)
+    assert len(rows) == result.rows and 10 <= result.samples <= 18
+    assert {(r["run_id"], r["trial"], r["phase"]) for r in rows} == {("r2", 3, "solo")}
