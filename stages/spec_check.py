@@ -159,8 +159,7 @@ def _check_pipeline(
         problems.append(
             SpecProblem(
                 format_location((*where, "stages")),
-                "no entry stage: every stage has an input, so the load generator has nowhere "
-                "to send queries",
+                "no entry stage: the load generator has nowhere to send queries",
             )
         )
     for component in graph.cycles():

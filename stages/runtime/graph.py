@@ -44,8 +44,17 @@ class StageGraph:
 
     @property
     def entries(self) -> list[int]:
-        """Stages the load generator feeds: those with no inputs."""
-        return [node.index for node in self.nodes if not node.inputs]
+        """Stages the load generator feeds: those with no inputs, and for a loop that nothing
+        outside feeds (generate <-> critique), its first stage in spec order."""
+        entries = {node.index for node in self.nodes if not node.inputs}
+        for component in self.cycles():
+            members = set(component)
+            fed_from_outside = any(
+                source not in members for index in component for source in self.nodes[index].inputs
+            )
+            if not fed_from_outside:
+                entries.add(min(component))
+        return sorted(entries)
 
     @property
     def exits(self) -> list[int]:

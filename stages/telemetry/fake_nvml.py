@@ -267,7 +267,6 @@ class FakeNvml:
             time.time_ns() - time.monotonic_ns() if wall_offset_ns is None else wall_offset_ns
         )
         self._init_count = 0
-        self.calls = 0  # number of NVML calls made, for cost measurements
 
     @classmethod
     def from_file(
@@ -314,7 +313,6 @@ class FakeNvml:
 
     def _device(self, handle: FakeHandle, function: str) -> tuple[FakeDevice, float]:
         """The scripted device behind a handle and the current script time; raises like NVML."""
-        self.calls += 1
         self._check_init()
         if not isinstance(handle, FakeHandle) or handle.index >= len(self.script.devices):
             raise NVMLError_InvalidArgument()

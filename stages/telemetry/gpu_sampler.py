@@ -68,6 +68,7 @@ class _Energy:
         self.counter_resets = 0
         self._last_counter_mj: int | None = None
         self._last_power: tuple[int, float] | None = None  # (ts_ns, power_w)
+        self._power_since_counter_j = 0.0  # power-integrated energy since the last counter read
         self._decided = False
 
     def update(
@@ -76,10 +77,12 @@ class _Energy:
         """Fold in one sample; returns cumulative joules for this row (None if unknown).
         `counter_read=False`: the counter was not polled this time (it had not moved yet)."""
         power_estimate_j = self._power_increment_j(ts_ns, power_w)
+        self._power_since_counter_j += power_estimate_j or 0.0
         if not self._decided:
             self._decided = True
             if counter_mj is not None:
                 self.source, self._last_counter_mj = "nvml_counter", counter_mj
+                self._power_since_counter_j = 0.0
             elif power_w is not None:
                 self.source = "nvml_power"
             self.energy_j = 0.0 if self.source else None
@@ -94,12 +97,14 @@ class _Energy:
             if delta_mj >= 0:
                 self.energy_j += delta_mj / 1000.0
             else:
-                # The counter restarted (driver reload, reset): it now holds the energy since
-                # the reset; the interval before it is bridged with the power estimate.
+                # The counter restarted (driver reload, reset) and holds the energy since then;
+                # the part before the reset is unknown, so the interval since the last read
+                # takes the larger of that and the power integral over it. Never negative.
                 self.counter_resets += 1
-                self.energy_j += max(counter_mj / 1000.0, power_estimate_j or 0.0)
+                self.energy_j += max(counter_mj / 1000.0, self._power_since_counter_j)
                 log.info("GPU energy counter reset repaired (%d -> %d mJ)", delta_mj, counter_mj)
             self._last_counter_mj = counter_mj
+            self._power_since_counter_j = 0.0
             return self.energy_j
         if self.source == "nvml_power":
             if power_estimate_j is None:

@@ -47,7 +47,8 @@ class _RaplZone:
 
 
 class RaplReader:
-    """Sums package-level RAPL energy counters, handling wrap-around; None when unreadable."""
+    """Sums package-level RAPL energy counters, handling wrap-around; `available` is False
+    when none is readable (absent, or root-only as on most distributions since 2020)."""
 
     def __init__(self, powercap_root: Path = POWERCAP_ROOT) -> None:
         self.zones: list[_RaplZone] = []
@@ -73,10 +74,10 @@ class RaplReader:
         for zone in self.zones:
             value = zone.read_uj()
             delta = value - zone.last_uj
-            if delta < 0:  # the counter wrapped at max_energy_range_uj
-                delta += zone.max_range_uj
+            if delta < 0:  # wrapped at max_energy_range_uj (or, with no range, restarted)
+                delta = delta + zone.max_range_uj if zone.max_range_uj > 0 else value
             zone.last_uj = value
-            self.total_j += delta / 1e6
+            self.total_j += max(delta, 0) / 1e6
         return self.total_j
 
     def close(self) -> None:
@@ -113,6 +114,7 @@ def _open_zone(directory: Path) -> _RaplZone | None:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _HAVE_PROC = Path("/proc/self/stat").exists()
+_HOST_PROC_FILES = ("/proc/stat", "/proc/meminfo") if _HAVE_PROC else ()
 
 
 class _ProcessReader:
@@ -161,11 +163,14 @@ class _HostReader:
     """Host CPU (busy, total) seconds and memory in use, from /proc or psutil."""
 
     def __init__(self) -> None:
-        try:
-            self._stat_fd: int | None = os.open("/proc/stat", os.O_RDONLY)
-            self._meminfo_fd: int | None = os.open("/proc/meminfo", os.O_RDONLY)
-        except OSError:
-            self._stat_fd = self._meminfo_fd = None
+        self._stat_fd: int | None = None
+        self._meminfo_fd: int | None = None
+        if _HOST_PROC_FILES:
+            try:
+                self._stat_fd = os.open(_HOST_PROC_FILES[0], os.O_RDONLY)
+                self._meminfo_fd = os.open(_HOST_PROC_FILES[1], os.O_RDONLY)
+            except OSError:
+                self.close()
 
     def cpu_s(self) -> tuple[float, float]:
         """Cumulative (busy, total) CPU seconds over all cores."""

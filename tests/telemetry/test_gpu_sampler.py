@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from stages.rundir import ChunkWriter, read_table
+from stages.rundir import ChunkWriter, part_files, read_table
 from stages.telemetry.fake_nvml import ENV_VAR, FakeNvml
 from stages.telemetry.gpu_sampler import GpuSampler, GpuSamplerResult
 from stages.telemetry.nvml_backend import NvmlBackend
@@ -104,6 +104,7 @@ def test_counter_reset_keeps_energy_monotonic_and_right(tmp_path: Path) -> None:
     assert total == pytest.approx(650.0)
     assert result.energy_j == pytest.approx(total, rel=0.02)
     assert rows["ts_ns"][-1] == 3_000_000_000  # one last sample when stopped
+    assert len(part_files(tmp_path, "gpu_samples")) >= 3  # flushed at least once a second
     assert all(t > 0 for t in event.timeouts_s)  # waited every time, never spun
 
 

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from stages.rundir import ChunkWriter, read_table
+from stages.telemetry import host_sampler
 from stages.telemetry.host_sampler import HostSampler, HostSamplerResult
 from stages.telemetry.sampler_process import SamplerSettings, host_sampler_main, run_periodic
 
@@ -71,6 +72,25 @@ def test_busy_child_process_then_it_exits(tmp_path: Path) -> None:
     assert {r["energy_j"] for r in host} == {None}  # no RAPL, no model: NULL, never invented
     assert {r["energy_source"] for r in host} == {None}
     assert result.energy_source is None
+
+
+def test_psutil_fallback_without_procfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_sampler, "_HAVE_PROC", False)
+    monkeypatch.setattr(host_sampler, "_HOST_PROC_FILES", ())
+    busy = python(BUSY.format(s=2))
+    try:
+        sampler = HostSampler(writer(tmp_path), {"burner": busy.pid}, powercap_root=NO_RAPL)
+        sample_for(sampler, 0.4)
+    finally:
+        busy.kill()
+        busy.wait()
+    rows = rows_of(tmp_path)
+    process = [r for r in rows if r["scope"] == "process"]
+    host = [r for r in rows if r["scope"] == "host"]
+    assert max(r["cpu_util"] or 0 for r in process) > 50
+    assert min(r["rss_mib"] for r in process) > 0
+    assert max(r["cpu_util"] or 0 for r in host) > 100 / (psutil.cpu_count() or 1) / 2
+    assert min(r["rss_mib"] for r in host) > 0
 
 
 def test_children_count_towards_their_pipeline(tmp_path: Path) -> None:
@@ -187,3 +207,30 @@ def test_host_sampler_main_stops_on_event(tmp_path: Path) -> None:
     rows = rows_of(tmp_path)
     assert len(rows) == result.rows and 10 <= result.samples <= 18
     assert {(r["run_id"], r["trial"], r["phase"]) for r in rows} == {("r2", 3, "solo")}
+
+
+def test_run_periodic_skips_missed_deadlines_instead_of_bursting() -> None:
+    now = [0]
+    ticks: list[int] = []
+    timeouts: list[float] = []
+
+    def tick() -> bool:
+        ticks.append(now[0])
+        now[0] += 120_000_000 if len(ticks) == 3 else 1_000_000  # the third tick overruns
+        return True
+
+    class Stop:
+        def wait(self, timeout: float | None = None) -> bool:
+            assert timeout is not None
+            timeouts.append(timeout)
+            now[0] += round(timeout * 1e9)
+            return now[0] >= 500_000_000
+
+        def is_set(self) -> bool:
+            return now[0] >= 500_000_000
+
+    run_periodic(tick, Stop(), 50.0, clock_ns=lambda: now[0])
+    assert all(t > 0 for t in timeouts)  # always waits, never spins
+    # On the 50 ms grid; after the overrun (0.1 s .. 0.221 s) it resumes at 0.25 s.
+    assert ticks[:5] == [0, 50_000_000, 100_000_000, 250_000_000, 300_000_000]
+    assert ticks[-1] == 500_000_000  # the final sample at stop

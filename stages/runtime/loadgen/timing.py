@@ -16,6 +16,7 @@ import sys
 import time
 
 PR_SET_TIMERSLACK = 29
+PR_GET_TIMERSLACK = 30
 _WINDOW = 256
 _RECALIBRATE_EVERY = 64
 _MAX_MARGIN_NS = 200_000
@@ -34,10 +35,12 @@ def set_timer_slack_ns(slack_ns: int = 1) -> bool:
 
 def timer_slack_ns() -> int | None:
     """The calling thread's timer slack as the kernel reports it (Linux), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        with open("/proc/thread-self/timerslack_ns") as handle:
-            return int(handle.read())
-    except (OSError, ValueError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        return int(libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0))
+    except (OSError, AttributeError):
         return None
 
 

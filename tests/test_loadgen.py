@@ -1,0 +1,220 @@
+"""The load generator: arrival processes, scenarios, end conditions, honest latency."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scipy import stats
+
+from stages.runtime.driver import arrival_seed, run_pipeline
+from stages.runtime.loadgen.arrivals import PoissonArrivals, TraceError, read_trace
+from stages.runtime.loadgen.timing import set_timer_slack_ns, timer_slack_ns
+from stages.spec import LoadgenSpec, PipelineSpec
+from tests.test_runtime import rows
+
+
+def spec(stages: list[dict[str, Any]] | None = None, **loadgen: Any) -> PipelineSpec:
+    loadgen.setdefault("timeout_s", 20)
+    return PipelineSpec.model_validate(
+        {"name": "p", "loadgen": loadgen, "stages": stages or [{"id": "s", "type": "noop"}]}
+    )
+
+
+def queries(recorder: Any) -> list[dict[str, Any]]:
+    return sorted(rows(recorder, "queries"), key=lambda q: q["query_id"])
+
+
+def gaps_s(loadgen: LoadgenSpec, count: int, seed: int = 1) -> list[float]:
+    schedule = PoissonArrivals(loadgen).schedule(random.Random(seed))
+    offsets = [offset for offset, _ in itertools.islice(schedule, count)]
+    return [(b - a) / 1e9 for a, b in itertools.pairwise([0, *offsets])]
+
+
+def test_poisson_gaps_are_exponential_at_the_rate() -> None:
+    gaps = gaps_s(LoadgenSpec(type="server", rate=200), 5000)
+    result = stats.kstest(gaps, "expon", args=(0, 1 / 200))
+    assert result.pvalue > 0.01
+    assert statistics.mean(gaps) == pytest.approx(1 / 200, rel=0.05)
+    # ...and the test can tell a wrong rate apart.
+    assert stats.kstest(gaps, "expon", args=(0, 1 / 150)).pvalue < 0.01
+
+
+def test_burstiness_sets_the_coefficient_of_variation() -> None:
+    for shape, expected_cv in ((4, 0.5), (1, 1.0), (0.25, 2.0)):
+        gaps = gaps_s(LoadgenSpec(type="server", rate=100, burstiness=shape), 20000)
+        cv = statistics.pstdev(gaps) / statistics.mean(gaps)
+        assert cv == pytest.approx(expected_cv, rel=0.08), shape
+        assert statistics.mean(gaps) == pytest.approx(1 / 100, rel=0.05)
+
+
+def test_poisson_run_issues_the_schedule_and_reruns_are_identical() -> None:
+    pipeline = spec(type="server", rate=500, duration_s=1)
+    offsets = []
+    for _ in range(2):
+        result, recorder = run_pipeline(pipeline, seed=3)
+        assert result.status == "ok"
+        rows_ = queries(recorder)
+        start = result.outcome.start_ns
+        offsets.append([q["scheduled_ns"] - start for q in rows_])
+    assert offsets[0] == offsets[1]
+    assert 400 < len(offsets[0]) < 600
+    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise([0, *offsets[0]])]
+    assert stats.kstest(gaps, "expon", args=(0, 1 / 500)).pvalue > 0.001
+    other, recorder = run_pipeline(pipeline, seed=4)
+    other_offsets = [q["scheduled_ns"] - other.outcome.start_ns for q in queries(recorder)]
+    assert other_offsets[:50] != offsets[0][:50]  # another seed draws another schedule
+    assert arrival_seed(3, "p", 0) != arrival_seed(3, "p", 1)  # and so does another trial
+
+
+def test_issue_delay_is_recorded_and_small() -> None:
+    result, recorder = run_pipeline(spec(type="constant", rate=1000, duration_s=1))
+    delays_us = sorted((q["issued_ns"] - q["scheduled_ns"]) / 1e3 for q in queries(recorder))
+    assert len(delays_us) == 1000
+    # Generous bound for a shared CI machine; perf/loadgen_accuracy.py measures the real figure.
+    assert delays_us[len(delays_us) // 2] < 1000
+
+
+def test_timer_slack_is_set_per_thread() -> None:
+    seen: dict[str, int | None] = {}
+
+    def issuer() -> None:
+        assert set_timer_slack_ns(1000)
+        seen["before"] = timer_slack_ns()
+        assert set_timer_slack_ns(1)
+        seen["after"] = timer_slack_ns()
+
+    thread = threading.Thread(target=issuer)
+    thread.start()
+    thread.join()
+    assert seen == {"before": 1000, "after": 1}
+
+
+def test_trace_replay_reproduces_offsets_and_sizes(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    offsets_ms = [0, 5, 5, 12.5, 40, 41, 90]
+    trace.write_text("offset_ms,samples\n" + "\n".join(f"{o},{i + 1}" for i, o in
+                                                       enumerate(offsets_ms)))
+    result, recorder = run_pipeline(spec(type="trace", trace=str(trace), duration_s=10))
+    assert result.outcome.stopped_by == "schedule_end"
+    rows_ = queries(recorder)
+    start = result.outcome.start_ns
+    assert [q["scheduled_ns"] - start for q in rows_] == [round(o * 1e6) for o in offsets_ms]
+    assert [q["samples"] for q in rows_] == list(range(1, 8))
+    assert result.counters.samples_ok == sum(range(1, 8))
+
+
+def test_trace_parquet_and_bad_traces(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"offset_ms": [0.0, 1.5, 3.0]}), path)
+    assert read_trace(path) == [(0, 1), (1_500_000, 1), (3_000_000, 1)]
+    backwards = tmp_path / "back.csv"
+    backwards.write_text("offset_ms\n5\n3\n")
+    with pytest.raises(TraceError, match="row 2: offsets must be non-decreasing"):
+        read_trace(backwards)
+    with pytest.raises(TraceError, match="trace file not found"):
+        read_trace(tmp_path / "missing.csv")
+
+
+def test_overload_is_recorded_as_drops_not_hidden() -> None:
+    slow = [{"id": "slow", "type": "sleep", "config": {"ms": 1}}]
+    result, recorder = run_pipeline(spec(slow, type="server", rate=3000, duration_s=1,
+                                         queue_depth=8))
+    rows_ = queries(recorder)
+    statuses = {q["status"] for q in rows_}
+    assert statuses == {"ok", "dropped"}
+    dropped = [q for q in rows_ if q["status"] == "dropped"]
+    assert len(dropped) > len(rows_) / 2  # capacity ~1000/s, offered 3000/s
+    assert all(q["completed_ns"] is None for q in dropped)
+    assert len(rows_) == result.outcome.issued  # every scheduled query has a row
+
+
+def test_backlog_latency_grows_with_time() -> None:
+    slow = [{"id": "slow", "type": "sleep", "config": {"ms": 1}}]
+    result, recorder = run_pipeline(spec(slow, type="constant", rate=1500, duration_s=1,
+                                         queue_depth=4, on_full="backlog"))
+    rows_ = [q for q in queries(recorder) if q["status"] == "ok"]
+    assert len(rows_) == result.outcome.issued
+    latency_ms = [(q["completed_ns"] - q["scheduled_ns"]) / 1e6 for q in rows_]
+    quarter = len(latency_ms) // 4
+    early, late = statistics.median(latency_ms[:quarter]), statistics.median(latency_ms[-quarter:])
+    assert late > 3 * early and late > 50  # measured from the schedule, the backlog shows
+    delays_ms = [(q["issued_ns"] - q["scheduled_ns"]) / 1e6 for q in rows_]
+    assert max(delays_ms) > 50  # late issues are visible as issue delay
+
+
+def test_closed_loop_never_exceeds_concurrency() -> None:
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 2}}]
+    result, recorder = run_pipeline(spec(stages, type="closed_loop", concurrency=3,
+                                         duration_s=0.5, think_time_ms=1))
+    events = []
+    for q in queries(recorder):
+        events += [(q["issued_ns"], 1), (q["completed_ns"], -1)]
+    outstanding = peak = 0
+    for _, change in sorted(events, key=lambda e: (e[0], e[1])):
+        outstanding += change
+        peak = max(peak, outstanding)
+    assert peak == 3
+    rate = result.counters.ok / 0.5
+    assert 200 < rate < 1000  # 3 clients, >= 3 ms per cycle: 1000/s is the ceiling
+
+
+def test_single_stream_and_multi_stream() -> None:
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 1}}]
+    single, recorder = run_pipeline(spec(stages, type="single_stream", duration_s=0.3))
+    rows_ = queries(recorder)
+    for previous, current in itertools.pairwise(rows_):
+        assert current["scheduled_ns"] >= previous["completed_ns"]
+    multi, recorder = run_pipeline(spec(stages, type="multi_stream", samples_per_query=8,
+                                        max_queries=20, min_queries=20, duration_s=10))
+    assert {q["samples"] for q in queries(recorder)} == {8}
+    assert multi.counters.samples_ok == 160
+
+
+def test_offline_issues_everything_at_once() -> None:
+    result, recorder = run_pipeline(spec(type="offline", samples_per_query=5000))
+    rows_ = queries(recorder)
+    assert len(rows_) == 5000 and {q["status"] for q in rows_} == {"ok"}
+    assert len({q["scheduled_ns"] for q in rows_}) == 1
+    assert result.outcome.stopped_by == "all_issued"
+
+
+@pytest.mark.parametrize(
+    ("loadgen", "reason", "check"),
+    [
+        ({"type": "constant", "rate": 1000, "duration_s": 10, "max_queries": 50}, "max_queries",
+         lambda n: n == 50),
+        ({"type": "constant", "rate": 1000, "duration_s": 0.2}, "duration",
+         lambda n: n == 200),
+        ({"type": "constant", "rate": 100, "duration_s": 0.1, "min_queries": 30}, "duration",
+         lambda n: n == 30),
+        ({"type": "constant", "rate": 1000, "duration_s": 10, "timeout_s": 0.3}, "timeout",
+         lambda n: 250 <= n <= 300),
+        ({"type": "closed_loop", "duration_s": 10, "max_queries": 40}, "max_queries",
+         lambda n: n == 40),
+        ({"type": "closed_loop", "duration_s": 10, "timeout_s": 0.3}, "timeout",
+         lambda n: n > 0),
+    ],
+    ids=["max_queries", "duration", "min_queries", "timeout", "closed_max", "closed_timeout"],
+)
+def test_end_conditions(loadgen: dict[str, Any], reason: str, check: Any) -> None:
+    result, _ = run_pipeline(spec(**loadgen))
+    assert result.outcome.stopped_by == reason
+    assert check(result.outcome.issued), result.outcome.issued
+
+
+def test_warmup_is_flagged() -> None:
+    _, recorder = run_pipeline(spec(type="constant", rate=1000, duration_s=0.1,
+                                    warmup_queries=10, warmup_s=0.02))
+    rows_ = queries(recorder)
+    flagged = [q["query_id"] for q in rows_ if q["warmup"]]
+    assert flagged == list(range(20))  # the first 10 by count, up to 20 ms by time
+    assert len(rows_) == 120  # duration counts after the warm-up window

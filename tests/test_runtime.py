@@ -1,0 +1,291 @@
+"""The threaded stage runtime: routing, joins, loops, errors, timeouts, recording, shutdown."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stages.rundir import merge_parts, read_table
+from stages.runtime.channels import Channel, PriorityInbox
+from stages.runtime.driver import run_pipeline
+from stages.runtime.graph import StageGraph
+from stages.spec import PipelineSpec
+
+
+def pipeline(stages: list[dict[str, Any]], **loadgen: Any) -> PipelineSpec:
+    loadgen.setdefault("type", "closed_loop")
+    loadgen.setdefault("duration_s", 0)
+    loadgen.setdefault("timeout_s", 20)
+    return PipelineSpec.model_validate({"name": "p", "loadgen": loadgen, "stages": stages})
+
+
+def rows(recorder: Any, table: str) -> list[dict[str, Any]]:
+    columns = recorder.table(table)
+    if not columns:
+        return []
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def stage_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(("stage:", "recorder"))]
+
+
+DIAMOND = [
+    {"id": "split", "type": "route", "config": {"mode": "all"}, "outputs": ["left", "right"]},
+    {"id": "left", "type": "test.tag", "outputs": ["merge"]},
+    {"id": "right", "type": "sleep", "config": {"ms": 0.2}, "outputs": ["merge"]},
+    {"id": "merge", "type": "test.tag", "input_policy": "join"},
+]
+
+
+def test_diamond_completes_every_query_exactly_once() -> None:
+    spec = pipeline(DIAMOND, concurrency=8, max_queries=400, min_queries=400, duration_s=60)
+    result, recorder = run_pipeline(spec)
+    assert result.status == "ok"
+    queries = rows(recorder, "queries")
+    assert sorted(q["query_id"] for q in queries) == list(range(400))
+    assert {q["status"] for q in queries} == {"ok"}
+    per_stage = Counter(event["stage"] for event in rows(recorder, "stage_events"))
+    assert per_stage == {"split": 400, "left": 400, "right": 400, "merge": 400}
+
+
+def test_join_never_mixes_query_ids() -> None:
+    merged: list[tuple[int, Any]] = []
+
+    from stages.runtime.registry import default_registry
+
+    tag = default_registry().get("test.tag")
+    original_run = tag.run
+
+    def spy(self: Any, query: Any) -> Any:
+        if self.context.stage_id == "merge":
+            merged.append((query.query_id, query.payload))
+        return original_run(self, query)
+
+    tag.run = spy  # type: ignore[method-assign]
+    try:
+        spec = pipeline(DIAMOND, concurrency=16, max_queries=300, min_queries=300, duration_s=60)
+        result, _ = run_pipeline(spec)
+    finally:
+        tag.run = original_run  # type: ignore[method-assign]
+    assert result.status == "ok"
+    assert len(merged) == 300
+    for query_id, payload in merged:
+        assert set(payload) == {"left", "right"}
+        assert payload["left"][1] == query_id  # the tag stage stamped its query id
+
+
+def test_loop_records_visits_one_to_three() -> None:
+    stages = [
+        {"id": "generate", "type": "noop", "outputs": ["critique"], "max_visits": 3},
+        {"id": "critique", "type": "route", "config": {"mode": "loop", "back_to": "generate",
+         "times": 3}, "outputs": ["generate", "done"], "max_visits": 3},
+        {"id": "done", "type": "noop"},
+    ]
+    spec = pipeline(stages, concurrency=4, max_queries=50, min_queries=50, duration_s=60)
+    result, recorder = run_pipeline(spec)
+    assert result.status == "ok"
+    events = rows(recorder, "stage_events")
+    visits: dict[str, set[int]] = {}
+    for event in events:
+        visits.setdefault(event["stage"], set()).add(event["visit"])
+    assert visits == {"generate": {1, 2, 3}, "critique": {1, 2, 3}, "done": {1}}
+    per_query = Counter((e["query_id"], e["stage"]) for e in events)
+    assert all(per_query[(q, "generate")] == 3 for q in range(50))
+
+
+def test_max_visits_bounds_a_runaway_loop() -> None:
+    stages = [
+        {"id": "a", "type": "noop", "outputs": ["b"]},
+        {"id": "b", "type": "route", "config": {"mode": "loop", "back_to": "a", "times": 10},
+         "outputs": ["a", "c"], "max_visits": 4},
+        {"id": "c", "type": "noop"},
+    ]
+    spec = pipeline(stages, max_queries=5, min_queries=5, duration_s=60)
+    result, recorder = run_pipeline(spec)
+    queries = rows(recorder, "queries")
+    assert {q["status"] for q in queries} == {"error"}
+    assert result.counters.error == 5
+    assert "visited 5 times, max_visits 4" in {e["error"] for e in result_errors(spec)}
+
+
+def result_errors(spec: PipelineSpec) -> list[dict[str, Any]]:
+    from stages.runtime.pipeline import PipelineRuntime
+    from stages.runtime.recorder import Recorder
+
+    recorder = Recorder(None, {}, [s.id for s in spec.stages], "x")
+    runtime = PipelineRuntime(spec, recorder)
+    runtime.prepare()
+    runtime.start()
+    from stages.runtime.driver import prepare_load, run_load
+
+    run_load(runtime, prepare_load(runtime, 0), time.monotonic_ns())
+    recorder.close()
+    return runtime.error_rows()
+
+
+def test_failures_become_error_rows_and_the_run_goes_on(tmp_path: Path) -> None:
+    stages = [
+        {"id": "work", "type": "noop", "outputs": ["flaky"]},
+        {"id": "flaky", "type": "fail", "config": {"every": 4}, "outputs": ["after"]},
+        {"id": "after", "type": "noop"},
+    ]
+    spec = pipeline(stages, max_queries=200, min_queries=200, duration_s=60)
+    keys = {"run_id": "r", "trial": 0, "phase": "solo", "pipeline": "p"}
+    result, _ = run_pipeline(spec, run_dir=tmp_path, keys=keys)
+    assert result.status == "ok"  # 50 failures stay within the default budget of 100
+    merge_parts(tmp_path)
+    queries = read_table(tmp_path, "queries").to_pylist()
+    by_status = Counter(q["status"] for q in queries)
+    assert by_status == {"ok": 150, "error": 50}
+    failed_ids = {q["query_id"] for q in queries if q["status"] == "error"}
+    assert failed_ids == {i for i in range(200) if i % 4 == 3}
+    events = read_table(tmp_path, "stage_events").to_pylist()
+    assert not any(e["stage"] == "after" and e["query_id"] in failed_ids for e in events)
+    errors = read_table(tmp_path, "errors").to_pylist()
+    assert [(e["stage"], e["first_query_id"], e["count"]) for e in errors] == [("flaky", 3, 50)]
+    assert errors[0]["error"] == "InjectedFailureError: injected failure"
+
+
+def test_error_budget_stops_the_pipeline() -> None:
+    stages = [{"id": "bad", "type": "fail", "config": {"every": 1}}]
+    spec = PipelineSpec.model_validate(
+        {"name": "p", "error_budget": 10,
+         "loadgen": {"type": "closed_loop", "duration_s": 30}, "stages": stages}
+    )
+    started = time.monotonic()
+    result, _ = run_pipeline(spec)
+    assert time.monotonic() - started < 10
+    assert result.status == "failed"
+    assert result.error is not None and "error budget exhausted" in result.error
+    assert result.outcome.stopped_by == "pipeline"
+
+
+def test_hang_is_cut_off_by_the_timeout_and_nothing_is_left_running() -> None:
+    before = stage_threads()
+    stages = [
+        {"id": "first", "type": "noop", "outputs": ["stuck"]},
+        {"id": "stuck", "type": "fail", "config": {"at_query": 3, "mode": "hang"}},
+    ]
+    spec = pipeline(stages, duration_s=30, timeout_s=1.0)
+    started = time.monotonic()
+    result, recorder = run_pipeline(spec)
+    assert time.monotonic() - started < 5
+    assert result.status == "timeout"
+    statuses = {q["query_id"]: q["status"] for q in rows(recorder, "queries")}
+    assert statuses[3] == "timeout"
+    assert all(statuses[q] == "ok" for q in range(3))
+    assert result.leaked_threads == []
+    assert stage_threads() == before
+
+
+def test_stage_times_fit_inside_end_to_end_latency() -> None:
+    stages = [
+        {"id": "a", "type": "sleep", "config": {"ms": 0.5}, "outputs": ["b"]},
+        {"id": "b", "type": "busy", "config": {"ms": 0.3}, "outputs": ["c"]},
+        {"id": "c", "type": "noop"},
+    ]
+    spec = pipeline(stages, type="server", rate=300, duration_s=1)
+    result, recorder = run_pipeline(spec)
+    assert result.status == "ok"
+    queries = {q["query_id"]: q for q in rows(recorder, "queries")}
+    spent: Counter[int] = Counter()
+    for event in rows(recorder, "stage_events"):
+        assert event["enqueued_ns"] <= event["started_ns"] <= event["finished_ns"]
+        spent[event["query_id"]] += event["finished_ns"] - event["enqueued_ns"]
+        query = queries[event["query_id"]]
+        assert query["issued_ns"] <= event["enqueued_ns"]
+        assert event["finished_ns"] <= query["completed_ns"]
+    for query_id, total_ns in spent.items():
+        query = queries[query_id]
+        assert total_ns <= query["completed_ns"] - query["scheduled_ns"] + 50_000
+
+
+def test_priority_inbox_serves_the_urgent_input_first() -> None:
+    inbox = PriorityInbox(capacity=10, inputs_by_urgency=[7, 3])
+    for item in ("low1", "low2"):
+        assert inbox.channel_for(3).put_nowait(item)
+    assert inbox.channel_for(7).put_nowait("high1")
+    inbox.stop()
+    taken = [inbox.get(timeout=1) for _ in range(4)]
+    assert taken[:3] == ["high1", "low1", "low2"]
+    assert taken[3] is not None and taken[3] not in ("high1", "low1", "low2")
+
+
+def test_channel_applies_back_pressure_without_losing_items() -> None:
+    channel = Channel(capacity=2)
+    assert channel.put_nowait(1) and channel.put_nowait(2)
+    assert not channel.put_nowait(3)
+    assert not channel.put(3, timeout=0.05)
+    received: list[int] = []
+
+    def consume() -> None:
+        time.sleep(0.1)
+        for _ in range(4):
+            received.append(channel.get(timeout=2))
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    started = time.monotonic()
+    assert channel.put(3, timeout=2) and channel.put(4, timeout=2)
+    assert time.monotonic() - started >= 0.09  # it had to wait for room
+    consumer.join()
+    assert received == [1, 2, 3, 4]
+
+
+def test_priority_pipeline_runs_end_to_end() -> None:
+    stages = [
+        {"id": "src", "type": "route", "config": {"mode": "round_robin"}, "outputs": ["fast", "slow"]},
+        {"id": "fast", "type": "noop", "outputs": ["sink"]},
+        {"id": "slow", "type": "noop", "outputs": ["sink"]},
+        {"id": "sink", "type": "sleep", "config": {"ms": 0.1}, "input_policy": "priority",
+         "priorities": ["fast", "slow"]},
+    ]
+    spec = pipeline(stages, concurrency=4, max_queries=100, min_queries=100, duration_s=60)
+    result, recorder = run_pipeline(spec)
+    assert result.status == "ok"
+    assert len(rows(recorder, "queries")) == 100
+
+
+def test_graph_mermaid_and_cycles() -> None:
+    spec = pipeline(DIAMOND)
+    graph = StageGraph.from_pipeline(spec)
+    assert graph.entries == [0] and graph.exits == [3]
+    assert graph.cycles() == []
+    text = graph.mermaid()
+    assert text.startswith("flowchart LR")
+    assert "split --> left" in text and "merge --> done([done])" in text
+    looped = pipeline([
+        {"id": "a", "type": "noop", "outputs": ["b"]},
+        {"id": "b", "type": "noop", "outputs": ["a", "c"], "max_visits": 2},
+        {"id": "c", "type": "noop"},
+    ])
+    assert StageGraph.from_pipeline(looped).cycles() == [[0, 1]]
+
+
+@pytest.mark.parametrize("flush_rows", [1000])
+def test_rows_reach_parquet_in_chunks_while_running(tmp_path: Path, flush_rows: int) -> None:
+    """A crash loses at most the last chunk: chunks appear during the run, not only at the end."""
+    spec = pipeline([{"id": "s", "type": "sleep", "config": {"ms": 1}}], duration_s=2.5)
+    keys = {"run_id": "r", "trial": 0, "phase": "solo", "pipeline": "p"}
+    seen_chunks: list[int] = []
+
+    def watch() -> None:
+        for _ in range(20):
+            time.sleep(0.1)
+        seen_chunks.append(len(list((tmp_path / "parts" / "stage_events").glob("*.parquet"))))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    result, _ = run_pipeline(spec, run_dir=tmp_path, keys=keys)
+    watcher.join()
+    assert result.status == "ok"
+    assert seen_chunks[0] >= 1  # written ~2 s into a 2.5 s run
+    table = read_table(tmp_path, "stage_events")
+    assert table.num_rows == result.counters.ok
+    assert set(table.column("run_id").to_pylist()) == {"r"}
