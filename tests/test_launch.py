@@ -1,0 +1,260 @@
+"""Collocated runs end to end: run directory, phases, telemetry, fault containment, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from stages.launch import LaunchError, ProgressEvent, RunOptions, run_benchmark
+from stages.rundir import read_table
+from stages.spec_loading import load_spec, validate_document
+from tests.helpers import REPO
+
+KEYS = ("run_id", "trial", "phase", "pipeline")
+
+
+def collobench(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "stages.cli", *args],
+        capture_output=True, text=True, cwd=REPO, timeout=timeout, check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None:
+    completed = collobench(
+        "run", "specs/noop_collocated.yaml", "--out", str(tmp_path),
+        "--set", "pipelines.front.loadgen.duration_s=1",
+        "--set", "pipelines.back.loadgen.duration_s=1",
+        env={"COLLOBENCH_MLFLOW": "1"},
+    )
+    assert completed.returncode == 0, completed.stderr
+    (run_dir,) = tmp_path.iterdir()
+    assert not (run_dir / "parts").exists()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "ok"
+    assert manifest["run_id"] == run_dir.name
+    assert len(manifest["spec_hash"]) == 64
+    assert manifest["spec"]["pipelines"][0]["loadgen"]["duration_s"] == 1
+    assert manifest["environment"]["python"]
+    assert {(r["phase"], r["pipeline"], r["status"]) for r in manifest["results"]} == {
+        ("solo", "front", "ok"), ("solo", "back", "ok"),
+        ("collocated", "front", "ok"), ("collocated", "back", "ok"),
+    }
+    queries = read_table(run_dir, "queries").to_pandas()
+    assert set(zip(queries.phase, queries.pipeline, strict=True)) == {
+        ("solo", "front"), ("solo", "back"), ("collocated", "front"), ("collocated", "back"),
+    }
+    assert queries[list(KEYS)].notna().all().all()
+    assert (queries.run_id == run_dir.name).all()
+    ok = queries[queries.status == "ok"]
+    assert (ok.completed_ns >= ok.scheduled_ns).all()
+    events = read_table(run_dir, "stage_events").to_pandas()
+    assert set(events.stage) == {"parse", "answer", "work"}
+    host = read_table(run_dir, "host_samples").to_pandas()
+    assert {"host", "process"} <= set(host.scope)
+    per_process = host[host.scope == "process"]
+    assert set(zip(per_process.phase, per_process.pipeline, strict=True)) >= {
+        ("collocated", "front"), ("collocated", "back"),
+    }
+    # Collocated pipelines started at one instant: the barrier.
+    collocated = queries[queries.phase == "collocated"]
+    first = collocated.groupby("pipeline").scheduled_ns.min()
+    assert abs(int(first["front"]) - int(first["back"])) < 5_000_000
+    assert "mlflow run:" in completed.stdout
+
+
+def spec_doc(victim_stage: dict[str, Any], **victim_loadgen: Any) -> dict[str, Any]:
+    loadgen = {"type": "closed_loop", "duration_s": 1.5, "timeout_s": 20, **victim_loadgen}
+    return {
+        "name": "faults",
+        "collocation": {"solo_baselines": False},
+        "telemetry": {"host": {"period_ms": 50}},
+        "pipelines": [
+            {"name": "victim", "loadgen": loadgen,
+             "stages": [{"id": "pre", "type": "noop", "outputs": ["bad"]},
+                        {"id": "bad", **victim_stage}]},
+            {"name": "survivor", "loadgen": {"type": "server", "rate": 200, "duration_s": 1.5},
+             "stages": [{"id": "ok", "type": "noop"}]},
+        ],
+    }
+
+
+def run(doc: dict[str, Any], tmp_path: Path, **options: Any) -> Any:
+    loaded = validate_document(doc, "test")
+    return run_benchmark(loaded, RunOptions(out_dir=tmp_path, cache_dir=tmp_path / "cache",
+                                            **options))
+
+
+def outcome(result: Any, name: str) -> Any:
+    (found,) = [o for o in result.results if o.pipeline == name]
+    return found
+
+
+def assert_survivor_kept(result: Any) -> None:
+    survivor = outcome(result, "survivor")
+    assert survivor.status == "ok"
+    queries = read_table(result.run_dir, "queries").to_pandas()
+    assert (queries[queries.pipeline == "survivor"].status == "ok").sum() >= 250
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "reason"),
+    [
+        ("exit", "failed", "worker exited with code 3 before reporting"),
+        ("segfault", "failed", "worker killed by SIGSEGV"),
+    ],
+)
+def test_a_crashing_worker_is_contained(tmp_path: Path, mode: str, status: str,
+                                        reason: str) -> None:
+    doc = spec_doc({"type": "fail", "config": {"at_query": 200, "mode": mode}})
+    result = run(doc, tmp_path)
+    victim = outcome(result, "victim")
+    assert (victim.status, victim.error) == (status, reason)
+    assert result.status == "failed"
+    assert_survivor_kept(result)
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert any(r["pipeline"] == "victim" and r["error"] == reason for r in manifest["results"])
+
+
+def test_raising_stage_marks_errors_and_the_budget_fails_the_pipeline(tmp_path: Path) -> None:
+    doc = spec_doc({"type": "fail", "config": {"every": 2}})
+    doc["pipelines"][0]["error_budget"] = 20
+    result = run(doc, tmp_path)
+    victim = outcome(result, "victim")
+    assert victim.status == "failed"
+    assert victim.error == "error budget exhausted: 20 failed queries"
+    assert victim.errors == 20 and victim.ok >= 19
+    errors = read_table(result.run_dir, "errors").to_pylist()
+    assert [(e["pipeline"], e["stage"], e["count"]) for e in errors] == [("victim", "bad", 20)]
+    assert_survivor_kept(result)
+
+
+def test_a_hung_stage_ends_in_timeout(tmp_path: Path) -> None:
+    doc = spec_doc({"type": "fail", "config": {"at_query": 5, "mode": "hang"}}, timeout_s=2)
+    result = run(doc, tmp_path)
+    victim = outcome(result, "victim")
+    assert victim.status == "timeout"
+    assert victim.timeouts == 1
+    queries = read_table(result.run_dir, "queries").to_pandas()
+    mine = queries[queries.pipeline == "victim"].set_index("query_id")
+    assert mine.loc[5, "status"] == "timeout"
+    assert_survivor_kept(result)
+
+
+def test_a_killed_worker_is_contained(tmp_path: Path) -> None:
+    doc = spec_doc({"type": "sleep", "config": {"ms": 1}}, duration_s=5)
+    killed: list[int] = []
+
+    def kill_victim(event: ProgressEvent) -> None:
+        pid = event.data.get("pid")
+        if event.kind == "progress" and event.pipeline == "victim" and pid and not killed:
+            first_issue_ns = event.data.get("first_issue_ns") or time.monotonic_ns()
+            if time.monotonic_ns() - first_issue_ns > 1.6e9:  # after the first 1 s flush
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    result = run(doc, tmp_path, progress=kill_victim)
+    assert killed
+    victim = outcome(result, "victim")
+    assert victim.status == "failed"
+    assert victim.error == "worker killed by SIGKILL (possibly the OOM killer)"
+    queries = read_table(result.run_dir, "queries").to_pandas()
+    assert (queries[queries.pipeline == "victim"].status == "ok").sum() > 0  # flushed rows kept
+    assert_survivor_kept(result)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -> None:
+    spec = tmp_path / "long.yaml"
+    doc = spec_doc({"type": "sleep", "config": {"ms": 1}}, duration_s=60)
+    doc["pipelines"][1]["loadgen"]["duration_s"] = 60
+    spec.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stages.cli", "run", str(spec), "--out", str(out), "--no-mlflow"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            chunks = list(out.glob("*/parts/queries/*.parquet"))
+            if len({path.name.split("-")[2] for path in chunks}) >= 2:
+                break  # both pipelines have flushed rows
+            time.sleep(0.2)
+        children = psutil.Process(process.pid).children(recursive=True)
+        assert len(children) >= 3  # two workers and the host sampler
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "interrupted; kept what was measured" in stderr
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, [p.pid for p in alive]
+    (run_dir,) = out.iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    queries = read_table(run_dir, "queries").to_pandas()
+    assert set(queries.pipeline) == {"victim", "survivor"}
+    assert {r["status"] for r in manifest["results"]} <= {"interrupted", "failed"}
+
+
+def test_gpu_spec_without_a_gpu_is_refused_with_exit_2(tmp_path: Path) -> None:
+    doc = spec_doc({"type": "noop"})
+    doc["pipelines"][0]["device"] = "cuda"
+    spec = tmp_path / "gpu.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    completed = collobench("run", str(spec), "--out", str(tmp_path / "out"))
+    assert completed.returncode == 2
+    assert "no NVIDIA GPU is visible" in completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_fake_gpu_is_sampled_once_per_device_with_its_energy_counter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "gpu.json"
+    script.write_text(json.dumps({"devices": [
+        {"uuid": "GPU-fake-0", "power_w": 100, "processes": [{"pid": 999999, "used_memory_mib": 64}]},
+    ]}))
+    monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
+    doc = spec_doc({"type": "noop"})
+    doc["telemetry"]["gpu"] = {"period_ms": 20}
+    result = run(doc, tmp_path)
+    assert result.status == "ok"
+    gpu = read_table(result.run_dir, "gpu_samples").to_pandas()
+    assert set(gpu.gpu) == {0}
+    assert set(gpu.energy_source) == {"nvml_counter"}
+    assert gpu.ts_ns.is_monotonic_increasing  # one sampler for the device, not one per pipeline
+    energy = gpu.energy_j.max()
+    window_s = (gpu.ts_ns.max() - gpu.ts_ns.min()) / 1e9
+    assert energy == pytest.approx(100 * window_s, rel=0.2, abs=15)
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["energy"]["gpu_source"] == "nvml_counter"
+    assert any("foreign compute process" in w and "999999" in w for w in manifest["warnings"])
+
+
+def test_launch_error_for_impossible_pinning(tmp_path: Path) -> None:
+    doc = spec_doc({"type": "noop"})
+    doc["collocation"]["mode"] = "cpu_pinned"
+    doc["pipelines"][0]["placement"] = {"cpus": [0]}
+    doc["pipelines"][1]["placement"] = {"cpus": [0]}
+    with pytest.raises(LaunchError, match="cpu 0 is given to both 'victim' and 'survivor'"):
+        run(doc, tmp_path)
+
+
+def test_shipped_spec_loads() -> None:
+    assert load_spec(REPO / "specs" / "noop_collocated.yaml").spec.collocation.solo_baselines
