@@ -75,6 +75,45 @@ def rounded(value: float, digits: int = 2) -> float:
     return round(value, digits)
 
 
+class BackgroundLoad:
+    """CPU used by other processes (not this one nor its waited-for children) over a window, in
+    percent of the whole machine. The machine is shared: a noisy neighbour shows here."""
+
+    def __init__(self) -> None:
+        self.pct = 0.0
+        self._process = psutil.Process()
+
+    def _snapshot(self) -> tuple[float, float, float]:
+        machine = psutil.cpu_times()
+        busy = sum(machine) - machine.idle - machine.iowait
+        ours = self._process.cpu_times()
+        own = ours.user + ours.system + ours.children_user + ours.children_system
+        return time.monotonic(), busy, own
+
+    def __enter__(self) -> BackgroundLoad:
+        self._start = self._snapshot()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall1, busy1, own1 = self._snapshot()
+        wall0, busy0, own0 = self._start
+        capacity = max(1e-9, (wall1 - wall0) * (psutil.cpu_count() or 1))
+        self.pct = round(max(0.0, (busy1 - busy0) - (own1 - own0)) / capacity * 100, 1)
+
+
+def wait_for_quiet(max_wait_s: float, threshold_pct: float = 10.0) -> float:
+    """Wait (at most `max_wait_s`) for a 1 s window in which other processes use less than
+    `threshold_pct` of the machine; returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < max_wait_s:
+        with BackgroundLoad() as load:
+            time.sleep(1.0)
+        if load.pct < threshold_pct:
+            break
+        log(f"machine busy ({load.pct}% used by other processes); waiting")
+    return round(time.monotonic() - started, 1)
+
+
 # --------------------------------------------------------------------------- pipelines
 
 
@@ -381,10 +420,13 @@ def measure_flatness(queries: int, work: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- main
 
 
-def timed(label: str, function: Callable[[], Any]) -> Any:
+def timed(label: str, function: Callable[[], Any], background: dict[str, float]) -> Any:
+    """Run `function`, logging its duration and noting the other processes' CPU meanwhile."""
     started = time.monotonic()
-    value = function()
-    log(f"{label} took {time.monotonic() - started:.1f} s")
+    with BackgroundLoad() as load:
+        value = function()
+    background[label] = load.pct
+    log(f"{label} took {time.monotonic() - started:.1f} s (others used {load.pct}% of the CPUs)")
     return value
 
 
@@ -398,21 +440,27 @@ def main() -> None:
     warmup = 200
     offline_repeats = 1 if args.quick else 3
     flat_queries = SOAK_QUERIES if args.soak else (50_000 if args.quick else FLAT_QUERIES)
-    load_1m = os.getloadavg()[0]
+    waited_s = wait_for_quiet(5.0 if args.quick else 30.0)
+    background: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="collobench-perf-") as directory:
         work = Path(directory)
         depths = [
-            timed(f"depth {d}", lambda d=d: measure_depth(d, chain_s, rounds, warmup, work))
+            timed(
+                f"depth_{d}",
+                lambda d=d: measure_depth(d, chain_s, rounds, warmup, work),
+                background,
+            )
             for d in DEPTHS
         ]
-        offline = timed("offline", lambda: measure_offline(offline_repeats, work))
-        flat = timed("flatness", lambda: measure_flatness(flat_queries, work))
+        offline = timed("offline", lambda: measure_offline(offline_repeats, work), background)
+        flat = timed("flatness", lambda: measure_flatness(flat_queries, work), background)
     at_target = next(d for d in depths if d["depth"] == TARGET_DEPTH)
     report = {
         "benchmark": "stage_overhead",
         "mode": "soak" if args.soak else ("quick" if args.quick else "full"),
         "cpus": os.cpu_count(),
-        "loadavg_1m_at_start": round(load_1m, 2),
+        "waited_for_quiet_s": waited_s,
+        "background_cpu_pct": background,
         "chain_window_s": chain_s,
         "chain_rounds": rounds,
         "chain_warmup_queries": warmup,

@@ -24,7 +24,5 @@ class TagStage(Stage):
         return None
 
 
-
-
 def pipeline_doc(stages: list[dict[str, Any]], **loadgen: Any) -> dict[str, Any]:
     return {"name": "p", "loadgen": loadgen, "stages": stages}

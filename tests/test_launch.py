@@ -26,16 +26,25 @@ KEYS = ("run_id", "trial", "phase", "pipeline")
 def collobench(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
     return subprocess.run(
         [sys.executable, "-m", "stages.cli", *args],
-        capture_output=True, text=True, cwd=REPO, timeout=timeout, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        check=False,
         env={**os.environ, **(env or {})},
     )
 
 
 def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None:
     completed = collobench(
-        "run", "specs/noop_collocated.yaml", "--out", str(tmp_path),
-        "--set", "pipelines.front.loadgen.duration_s=1",
-        "--set", "pipelines.back.loadgen.duration_s=1",
+        "run",
+        "specs/noop_collocated.yaml",
+        "--out",
+        str(tmp_path),
+        "--set",
+        "pipelines.front.loadgen.duration_s=1",
+        "--set",
+        "pipelines.back.loadgen.duration_s=1",
         env={"COLLOBENCH_MLFLOW": "1"},
     )
     assert completed.returncode == 0, completed.stderr
@@ -48,12 +57,17 @@ def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None
     assert manifest["spec"]["pipelines"][0]["loadgen"]["duration_s"] == 1
     assert manifest["environment"]["python"]
     assert {(r["phase"], r["pipeline"], r["status"]) for r in manifest["results"]} == {
-        ("solo", "front", "ok"), ("solo", "back", "ok"),
-        ("collocated", "front", "ok"), ("collocated", "back", "ok"),
+        ("solo", "front", "ok"),
+        ("solo", "back", "ok"),
+        ("collocated", "front", "ok"),
+        ("collocated", "back", "ok"),
     }
     queries = read_table(run_dir, "queries").to_pandas()
     assert set(zip(queries.phase, queries.pipeline, strict=True)) == {
-        ("solo", "front"), ("solo", "back"), ("collocated", "front"), ("collocated", "back"),
+        ("solo", "front"),
+        ("solo", "back"),
+        ("collocated", "front"),
+        ("collocated", "back"),
     }
     assert queries[list(KEYS)].notna().all().all()
     assert (queries.run_id == run_dir.name).all()
@@ -65,7 +79,8 @@ def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None
     assert {"host", "process"} <= set(host.scope)
     per_process = host[host.scope == "process"]
     assert set(zip(per_process.phase, per_process.pipeline, strict=True)) >= {
-        ("collocated", "front"), ("collocated", "back"),
+        ("collocated", "front"),
+        ("collocated", "back"),
     }
     # Collocated pipelines started at one instant: the barrier.
     collocated = queries[queries.phase == "collocated"]
@@ -81,19 +96,28 @@ def spec_doc(victim_stage: dict[str, Any], **victim_loadgen: Any) -> dict[str, A
         "collocation": {"solo_baselines": False},
         "telemetry": {"host": {"period_ms": 50}},
         "pipelines": [
-            {"name": "victim", "loadgen": loadgen,
-             "stages": [{"id": "pre", "type": "noop", "outputs": ["bad"]},
-                        {"id": "bad", **victim_stage}]},
-            {"name": "survivor", "loadgen": {"type": "server", "rate": 200, "duration_s": 1.5},
-             "stages": [{"id": "ok", "type": "noop"}]},
+            {
+                "name": "victim",
+                "loadgen": loadgen,
+                "stages": [
+                    {"id": "pre", "type": "noop", "outputs": ["bad"]},
+                    {"id": "bad", **victim_stage},
+                ],
+            },
+            {
+                "name": "survivor",
+                "loadgen": {"type": "server", "rate": 200, "duration_s": 1.5},
+                "stages": [{"id": "ok", "type": "noop"}],
+            },
         ],
     }
 
 
 def run(doc: dict[str, Any], tmp_path: Path, **options: Any) -> Any:
     loaded = validate_document(doc, "test")
-    return run_benchmark(loaded, RunOptions(out_dir=tmp_path, cache_dir=tmp_path / "cache",
-                                            **options))
+    return run_benchmark(
+        loaded, RunOptions(out_dir=tmp_path, cache_dir=tmp_path / "cache", **options)
+    )
 
 
 def outcome(result: Any, name: str) -> Any:
@@ -115,8 +139,9 @@ def assert_survivor_kept(result: Any) -> None:
         ("segfault", "failed", "worker killed by SIGSEGV"),
     ],
 )
-def test_a_crashing_worker_is_contained(tmp_path: Path, mode: str, status: str,
-                                        reason: str) -> None:
+def test_a_crashing_worker_is_contained(
+    tmp_path: Path, mode: str, status: str, reason: str
+) -> None:
     doc = spec_doc({"type": "fail", "config": {"at_query": 200, "mode": mode}})
     result = run(doc, tmp_path)
     victim = outcome(result, "victim")
@@ -183,7 +208,10 @@ def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -
     out = tmp_path / "out"
     process = subprocess.Popen(
         [sys.executable, "-m", "stages.cli", "run", str(spec), "--out", str(out), "--no-mlflow"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -201,7 +229,7 @@ def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -
             process.kill()
     assert process.returncode == 130, stderr
     assert "interrupted; kept what was measured" in stderr
-    gone, alive = psutil.wait_procs(children, timeout=5)
+    _gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, [p.pid for p in alive]
     (run_dir,) = out.iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -227,9 +255,19 @@ def test_fake_gpu_is_sampled_once_per_device_with_its_energy_counter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script = tmp_path / "gpu.json"
-    script.write_text(json.dumps({"devices": [
-        {"uuid": "GPU-fake-0", "power_w": 100, "processes": [{"pid": 999999, "used_memory_mib": 64}]},
-    ]}))
+    script.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "uuid": "GPU-fake-0",
+                        "power_w": 100,
+                        "processes": [{"pid": 999999, "used_memory_mib": 64}],
+                    },
+                ]
+            }
+        )
+    )
     monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
     doc = spec_doc({"type": "noop"})
     doc["telemetry"]["gpu"] = {"period_ms": 20}

@@ -73,7 +73,7 @@ def test_poisson_run_issues_the_schedule_and_reruns_are_identical() -> None:
 
 
 def test_issue_delay_is_recorded_and_small() -> None:
-    result, recorder = run_pipeline(spec(type="constant", rate=1000, duration_s=1))
+    _, recorder = run_pipeline(spec(type="constant", rate=1000, duration_s=1))
     delays_us = sorted((q["issued_ns"] - q["scheduled_ns"]) / 1e3 for q in queries(recorder))
     assert len(delays_us) == 1000
     # Generous bound for a shared CI machine; perf/loadgen_accuracy.py measures the real figure.
@@ -98,8 +98,9 @@ def test_timer_slack_is_set_per_thread() -> None:
 def test_trace_replay_reproduces_offsets_and_sizes(tmp_path: Path) -> None:
     trace = tmp_path / "trace.csv"
     offsets_ms = [0, 5, 5, 12.5, 40, 41, 90]
-    trace.write_text("offset_ms,samples\n" + "\n".join(f"{o},{i + 1}" for i, o in
-                                                       enumerate(offsets_ms)))
+    trace.write_text(
+        "offset_ms,samples\n" + "\n".join(f"{o},{i + 1}" for i, o in enumerate(offsets_ms))
+    )
     result, recorder = run_pipeline(spec(type="trace", trace=str(trace), duration_s=10))
     assert result.outcome.stopped_by == "schedule_end"
     rows_ = queries(recorder)
@@ -126,8 +127,9 @@ def test_trace_parquet_and_bad_traces(tmp_path: Path) -> None:
 
 def test_overload_is_recorded_as_drops_not_hidden() -> None:
     slow = [{"id": "slow", "type": "sleep", "config": {"ms": 1}}]
-    result, recorder = run_pipeline(spec(slow, type="server", rate=3000, duration_s=1,
-                                         queue_depth=8))
+    result, recorder = run_pipeline(
+        spec(slow, type="server", rate=3000, duration_s=1, queue_depth=8)
+    )
     rows_ = queries(recorder)
     statuses = {q["status"] for q in rows_}
     assert statuses == {"ok", "dropped"}
@@ -139,8 +141,9 @@ def test_overload_is_recorded_as_drops_not_hidden() -> None:
 
 def test_backlog_latency_grows_with_time() -> None:
     slow = [{"id": "slow", "type": "sleep", "config": {"ms": 1}}]
-    result, recorder = run_pipeline(spec(slow, type="constant", rate=1500, duration_s=1,
-                                         queue_depth=4, on_full="backlog"))
+    result, recorder = run_pipeline(
+        spec(slow, type="constant", rate=1500, duration_s=1, queue_depth=4, on_full="backlog")
+    )
     rows_ = [q for q in queries(recorder) if q["status"] == "ok"]
     assert len(rows_) == result.outcome.issued
     latency_ms = [(q["completed_ns"] - q["scheduled_ns"]) / 1e6 for q in rows_]
@@ -153,8 +156,9 @@ def test_backlog_latency_grows_with_time() -> None:
 
 def test_closed_loop_never_exceeds_concurrency() -> None:
     stages = [{"id": "s", "type": "sleep", "config": {"ms": 2}}]
-    result, recorder = run_pipeline(spec(stages, type="closed_loop", concurrency=3,
-                                         duration_s=0.5, think_time_ms=1))
+    result, recorder = run_pipeline(
+        spec(stages, type="closed_loop", concurrency=3, duration_s=0.5, think_time_ms=1)
+    )
     events = []
     for q in queries(recorder):
         events += [(q["issued_ns"], 1), (q["completed_ns"], -1)]
@@ -169,12 +173,20 @@ def test_closed_loop_never_exceeds_concurrency() -> None:
 
 def test_single_stream_and_multi_stream() -> None:
     stages = [{"id": "s", "type": "sleep", "config": {"ms": 1}}]
-    single, recorder = run_pipeline(spec(stages, type="single_stream", duration_s=0.3))
+    _, recorder = run_pipeline(spec(stages, type="single_stream", duration_s=0.3))
     rows_ = queries(recorder)
     for previous, current in itertools.pairwise(rows_):
         assert current["scheduled_ns"] >= previous["completed_ns"]
-    multi, recorder = run_pipeline(spec(stages, type="multi_stream", samples_per_query=8,
-                                        max_queries=20, min_queries=20, duration_s=10))
+    multi, recorder = run_pipeline(
+        spec(
+            stages,
+            type="multi_stream",
+            samples_per_query=8,
+            max_queries=20,
+            min_queries=20,
+            duration_s=10,
+        )
+    )
     assert {q["samples"] for q in queries(recorder)} == {8}
     assert multi.counters.samples_ok == 160
 
@@ -190,18 +202,28 @@ def test_offline_issues_everything_at_once() -> None:
 @pytest.mark.parametrize(
     ("loadgen", "reason", "check"),
     [
-        ({"type": "constant", "rate": 1000, "duration_s": 10, "max_queries": 50}, "max_queries",
-         lambda n: n == 50),
-        ({"type": "constant", "rate": 1000, "duration_s": 0.2}, "duration",
-         lambda n: n == 200),
-        ({"type": "constant", "rate": 100, "duration_s": 0.1, "min_queries": 30}, "duration",
-         lambda n: n == 30),
-        ({"type": "constant", "rate": 1000, "duration_s": 10, "timeout_s": 0.3}, "timeout",
-         lambda n: 250 <= n <= 300),
-        ({"type": "closed_loop", "duration_s": 10, "max_queries": 40}, "max_queries",
-         lambda n: n == 40),
-        ({"type": "closed_loop", "duration_s": 10, "timeout_s": 0.3}, "timeout",
-         lambda n: n > 0),
+        (
+            {"type": "constant", "rate": 1000, "duration_s": 10, "max_queries": 50},
+            "max_queries",
+            lambda n: n == 50,
+        ),
+        ({"type": "constant", "rate": 1000, "duration_s": 0.2}, "duration", lambda n: n == 200),
+        (
+            {"type": "constant", "rate": 100, "duration_s": 0.1, "min_queries": 30},
+            "duration",
+            lambda n: n == 30,
+        ),
+        (
+            {"type": "constant", "rate": 1000, "duration_s": 10, "timeout_s": 0.3},
+            "timeout",
+            lambda n: 250 <= n <= 300,
+        ),
+        (
+            {"type": "closed_loop", "duration_s": 10, "max_queries": 40},
+            "max_queries",
+            lambda n: n == 40,
+        ),
+        ({"type": "closed_loop", "duration_s": 10, "timeout_s": 0.3}, "timeout", lambda n: n > 0),
     ],
     ids=["max_queries", "duration", "min_queries", "timeout", "closed_max", "closed_timeout"],
 )
@@ -212,8 +234,9 @@ def test_end_conditions(loadgen: dict[str, Any], reason: str, check: Any) -> Non
 
 
 def test_warmup_is_flagged() -> None:
-    _, recorder = run_pipeline(spec(type="constant", rate=1000, duration_s=0.1,
-                                    warmup_queries=10, warmup_s=0.02))
+    _, recorder = run_pipeline(
+        spec(type="constant", rate=1000, duration_s=0.1, warmup_queries=10, warmup_s=0.02)
+    )
     rows_ = queries(recorder)
     flagged = [q["query_id"] for q in rows_ if q["warmup"]]
     assert flagged == list(range(20))  # the first 10 by count, up to 20 ms by time

@@ -18,30 +18,43 @@ from stages.spec import BenchmarkSpec, PipelineSpec
 
 
 def pipeline(**fields: object) -> PipelineSpec:
-    return PipelineSpec.model_validate({"name": "p", "stages": [{"id": "s", "type": "noop"}],
-                                        **fields})
+    return PipelineSpec.model_validate(
+        {"name": "p", "stages": [{"id": "s", "type": "noop"}], **fields}
+    )
 
 
 def bench(mode: str, *pipelines: PipelineSpec) -> BenchmarkSpec:
-    return BenchmarkSpec(name="b", collocation={"mode": mode},  # type: ignore[arg-type]
-                         pipelines=list(pipelines))
+    return BenchmarkSpec(
+        name="b",
+        collocation={"mode": mode},  # type: ignore[arg-type]
+        pipelines=list(pipelines),
+    )
 
 
 def test_cuda_index_uuid_mps_and_mig_environments() -> None:
     assert worker_environment(pipeline(device="cuda:1"), "time_slice") == {
-        "CUDA_VISIBLE_DEVICES": "1"}
+        "CUDA_VISIBLE_DEVICES": "1"
+    }
     uuid = "GPU-5c1a0f2e-aaaa-bbbb-cccc-000000000000"
-    assert worker_environment(pipeline(device="cuda", placement={"gpu": uuid}),
-                              "time_slice")["CUDA_VISIBLE_DEVICES"] == uuid
+    assert (
+        worker_environment(pipeline(device="cuda", placement={"gpu": uuid}), "time_slice")[
+            "CUDA_VISIBLE_DEVICES"
+        ]
+        == uuid
+    )
     mps = worker_environment(
-        pipeline(device="cuda", placement={"gpu": 0, "mps_thread_percentage": 30}), "mps")
+        pipeline(device="cuda", placement={"gpu": 0, "mps_thread_percentage": 30}), "mps"
+    )
     assert mps == {"CUDA_VISIBLE_DEVICES": "0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"}
     mig = "MIG-2f1e3c4d-1111-2222-3333-444444444444"
     assert worker_environment(pipeline(device="cuda", placement={"mig": mig}), "mig") == {
-        "CUDA_VISIBLE_DEVICES": mig}
+        "CUDA_VISIBLE_DEVICES": mig
+    }
     assert torch_device(pipeline(device="cuda:1"), "time_slice") == "cuda:0"
     assert worker_environment(pipeline(placement={"threads": 2}), "time_slice") == {
-        "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+    }
     assert worker_environment(pipeline(), "cpu_pinned") == {}
 
 

@@ -28,7 +28,9 @@ def rows(recorder: Any, table: str) -> list[dict[str, Any]]:
     columns = recorder.table(table)
     if not columns:
         return []
-    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    return [
+        dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)
+    ]
 
 
 def stage_threads() -> list[str]:
@@ -83,8 +85,13 @@ def test_join_never_mixes_query_ids() -> None:
 def test_loop_records_visits_one_to_three() -> None:
     stages = [
         {"id": "generate", "type": "noop", "outputs": ["critique"], "max_visits": 3},
-        {"id": "critique", "type": "route", "config": {"mode": "loop", "back_to": "generate",
-         "times": 3}, "outputs": ["generate", "done"], "max_visits": 3},
+        {
+            "id": "critique",
+            "type": "route",
+            "config": {"mode": "loop", "back_to": "generate", "times": 3},
+            "outputs": ["generate", "done"],
+            "max_visits": 3,
+        },
         {"id": "done", "type": "noop"},
     ]
     spec = pipeline(stages, concurrency=4, max_queries=50, min_queries=50, duration_s=60)
@@ -102,8 +109,13 @@ def test_loop_records_visits_one_to_three() -> None:
 def test_max_visits_bounds_a_runaway_loop() -> None:
     stages = [
         {"id": "a", "type": "noop", "outputs": ["b"]},
-        {"id": "b", "type": "route", "config": {"mode": "loop", "back_to": "a", "times": 10},
-         "outputs": ["a", "c"], "max_visits": 4},
+        {
+            "id": "b",
+            "type": "route",
+            "config": {"mode": "loop", "back_to": "a", "times": 10},
+            "outputs": ["a", "c"],
+            "max_visits": 4,
+        },
         {"id": "c", "type": "noop"},
     ]
     spec = pipeline(stages, max_queries=5, min_queries=5, duration_s=60)
@@ -155,8 +167,12 @@ def test_failures_become_error_rows_and_the_run_goes_on(tmp_path: Path) -> None:
 def test_error_budget_stops_the_pipeline() -> None:
     stages = [{"id": "bad", "type": "fail", "config": {"every": 1}}]
     spec = PipelineSpec.model_validate(
-        {"name": "p", "error_budget": 10,
-         "loadgen": {"type": "closed_loop", "duration_s": 30}, "stages": stages}
+        {
+            "name": "p",
+            "error_budget": 10,
+            "loadgen": {"type": "closed_loop", "duration_s": 30},
+            "stages": stages,
+        }
     )
     started = time.monotonic()
     result, _ = run_pipeline(spec)
@@ -240,11 +256,21 @@ def test_channel_applies_back_pressure_without_losing_items() -> None:
 
 def test_priority_pipeline_runs_end_to_end() -> None:
     stages = [
-        {"id": "src", "type": "route", "config": {"mode": "round_robin"}, "outputs": ["fast", "slow"]},
+        {
+            "id": "src",
+            "type": "route",
+            "config": {"mode": "round_robin"},
+            "outputs": ["fast", "slow"],
+        },
         {"id": "fast", "type": "noop", "outputs": ["sink"]},
         {"id": "slow", "type": "noop", "outputs": ["sink"]},
-        {"id": "sink", "type": "sleep", "config": {"ms": 0.1}, "input_policy": "priority",
-         "priorities": ["fast", "slow"]},
+        {
+            "id": "sink",
+            "type": "sleep",
+            "config": {"ms": 0.1},
+            "input_policy": "priority",
+            "priorities": ["fast", "slow"],
+        },
     ]
     spec = pipeline(stages, concurrency=4, max_queries=100, min_queries=100, duration_s=60)
     result, recorder = run_pipeline(spec)
@@ -260,11 +286,13 @@ def test_graph_mermaid_and_cycles() -> None:
     text = graph.mermaid()
     assert text.startswith("flowchart LR")
     assert "split --> left" in text and "merge --> done([done])" in text
-    looped = pipeline([
-        {"id": "a", "type": "noop", "outputs": ["b"]},
-        {"id": "b", "type": "noop", "outputs": ["a", "c"], "max_visits": 2},
-        {"id": "c", "type": "noop"},
-    ])
+    looped = pipeline(
+        [
+            {"id": "a", "type": "noop", "outputs": ["b"]},
+            {"id": "b", "type": "noop", "outputs": ["a", "c"], "max_visits": 2},
+            {"id": "c", "type": "noop"},
+        ]
+    )
     assert StageGraph.from_pipeline(looped).cycles() == [[0, 1]]
 
 

@@ -51,22 +51,46 @@ def test_shipped_specs_are_valid() -> None:
 BAD_INPUTS = [
     ("invalid yaml", "name: [unclosed\n", "line 2, column 1: invalid YAML"),
     ("not a mapping", "- 1\n- 2\n", ": a spec is a YAML mapping, got list"),
-    ("wrong type", VALID.replace("rate: 50", "rate: fast"),
-     "pipelines[0].loadgen.rate: Input should be a valid number"),
-    ("unknown key", VALID.replace("rate: 50", "rat: 50, rate: 50"),
-     "pipelines[0].loadgen.rat: unknown key 'rat' (did you mean 'rate'?)"),
-    ("unknown stage type", VALID.replace("type: noop", "type: nop"),
-     "pipelines[0].stages[0].type: unknown stage type 'nop' (did you mean 'noop'?); registered:"),
-    ("duplicate stage id", VALID.replace("id: model", "id: data").replace("[model]", "[data]"),
-     "pipelines[0].stages[1].id: duplicate stage id 'data' (also stages[0])"),
-    ("edge to nowhere", VALID.replace("outputs: [model]", "outputs: [modle]"),
-     "pipelines[0].stages[0].outputs[0]: no stage with id 'modle' (did you mean 'model'?)"),
-    ("empty pipelines", "name: demo\npipelines: []\n",
-     "pipelines: List should have at least 1 item after validation, not 0"),
-    ("negative rate", VALID.replace("rate: 50", "rate: -5"),
-     "pipelines[0].loadgen.rate: Input should be greater than 0"),
-    ("bad stage config", VALID.replace("ms: 1", "ms: -1"),
-     "pipelines[0].stages[1].config.ms: Input should be greater than or equal to 0"),
+    (
+        "wrong type",
+        VALID.replace("rate: 50", "rate: fast"),
+        "pipelines[0].loadgen.rate: Input should be a valid number",
+    ),
+    (
+        "unknown key",
+        VALID.replace("rate: 50", "rat: 50, rate: 50"),
+        "pipelines[0].loadgen.rat: unknown key 'rat' (did you mean 'rate'?)",
+    ),
+    (
+        "unknown stage type",
+        VALID.replace("type: noop", "type: nop"),
+        "pipelines[0].stages[0].type: unknown stage type 'nop' (did you mean 'noop'?); registered:",
+    ),
+    (
+        "duplicate stage id",
+        VALID.replace("id: model", "id: data").replace("[model]", "[data]"),
+        "pipelines[0].stages[1].id: duplicate stage id 'data' (also stages[0])",
+    ),
+    (
+        "edge to nowhere",
+        VALID.replace("outputs: [model]", "outputs: [modle]"),
+        "pipelines[0].stages[0].outputs[0]: no stage with id 'modle' (did you mean 'model'?)",
+    ),
+    (
+        "empty pipelines",
+        "name: demo\npipelines: []\n",
+        "pipelines: List should have at least 1 item after validation, not 0",
+    ),
+    (
+        "negative rate",
+        VALID.replace("rate: 50", "rate: -5"),
+        "pipelines[0].loadgen.rate: Input should be greater than 0",
+    ),
+    (
+        "bad stage config",
+        VALID.replace("ms: 1", "ms: -1"),
+        "pipelines[0].stages[1].config.ms: Input should be greater than or equal to 0",
+    ),
 ]
 
 
@@ -104,12 +128,16 @@ pipelines:
     assert code == 2
     assert "pipelines[0].stages[1]: cycle through b, c has no stage with `max_visits`" in output
     fixed = text.replace("outputs: [b]}\n", "outputs: [b], max_visits: 2}\n", 1)
-    fixed = fixed.replace("{id: b, type: noop, outputs: [c]}", "{id: b, type: noop, outputs: [c], max_visits: 2}")
+    fixed = fixed.replace(
+        "{id: b, type: noop, outputs: [c]}", "{id: b, type: noop, outputs: [c], max_visits: 2}"
+    )
     assert validate(str(write(tmp_path, fixed, "fixed.yaml")))[0] == 0
 
 
 def test_several_problems_one_line_each(tmp_path: Path) -> None:
-    text = VALID.replace("outputs: [model]", "outputs: [modle]").replace("type: sleep", "type: slep")
+    text = VALID.replace("outputs: [model]", "outputs: [modle]").replace(
+        "type: sleep", "type: slep"
+    )
     code, output = validate(str(write(tmp_path, text)))
     assert code == 2
     assert len(output.strip().splitlines()) == 2
@@ -140,9 +168,10 @@ def test_hash_ignores_spelling_of_defaults(tmp_path: Path) -> None:
     explicit = VALID.replace("{id: data, type: noop,", "{id: data, type: noop, config: {},")
     explicit = explicit.replace("name: demo", "name: demo\nseed: 0\nrepeats: 1")
     explicit = explicit.replace("type: server", "type: poisson")
-    assert load_spec(write(tmp_path, VALID)).spec_hash == load_spec(
-        write(tmp_path, explicit, "explicit.yaml")
-    ).spec_hash
+    assert (
+        load_spec(write(tmp_path, VALID)).spec_hash
+        == load_spec(write(tmp_path, explicit, "explicit.yaml")).spec_hash
+    )
 
 
 def test_schema_is_valid_json_schema_and_accepts_shipped_specs() -> None:
@@ -163,10 +192,16 @@ def test_console_script_exit_code_and_no_traceback(tmp_path: Path) -> None:
     path = write(tmp_path, VALID.replace("rate: 50", "rate: -5"))
     completed = subprocess.run(
         [sys.executable, "-m", "stages.cli", "validate", str(path)],
-        capture_output=True, text=True, cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
     )
     assert completed.returncode == 2
-    assert completed.stderr.strip() == f"{path}: pipelines[0].loadgen.rate: Input should be greater than 0"
+    assert (
+        completed.stderr.strip()
+        == f"{path}: pipelines[0].loadgen.rate: Input should be greater than 0"
+    )
     assert "Traceback" not in completed.stderr
 
 

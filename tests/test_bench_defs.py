@@ -1,0 +1,43 @@
+"""The Dagster code location loads, and never drags torch into the code server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO
+
+
+def test_workspace_validates(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            "definitions",
+            "validate",
+            "-w",
+            "workspace.yaml",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path)},
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "All code locations passed validation" in completed.stderr + completed.stdout
+
+
+def test_definitions_do_not_import_torch() -> None:
+    code = "import sys, bench_defs.definitions; print('torch' in sys.modules)"
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert completed.stdout.strip() == "False"
