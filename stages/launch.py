@@ -22,7 +22,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
@@ -184,7 +184,7 @@ class Launcher:
         self.results: list[PipelineOutcome] = []
         self.warnings: list[str] = []
         self._live: list[_Worker] = []
-        self._samplers: list[tuple[SpawnProcess, Any]] = []
+        self._samplers: list[tuple[SpawnProcess, Any, Any]] = []
         self._gpu_count: int | None = None
         self._energy_sources: dict[str, str | None] = {"gpu_source": None, "host_source": None}
 
@@ -426,20 +426,33 @@ class Launcher:
         self, target: Callable[..., object], args: tuple[Any, ...], name: str
     ) -> None:
         stop_event = self.context.Event()
-        process = self.context.Process(target=target, args=(*args, stop_event), name=name)
+        results = self.context.SimpleQueue()
+        process = self.context.Process(
+            target=_sampler_entry, args=(target, (*args, stop_event), results), name=name
+        )
         process.start()
-        self._samplers.append((process, stop_event))
+        self._samplers.append((process, stop_event, results))
 
     def _stop_samplers(self) -> None:
-        for _process, stop_event in self._samplers:
+        for _process, stop_event, _results in self._samplers:
             stop_event.set()
-        for process, _stop_event in self._samplers:
+        for process, _stop_event, results in self._samplers:
             process.join(timeout=TERMINATE_GRACE_S)
             if process.is_alive():
                 process.kill()
                 process.join(timeout=TERMINATE_GRACE_S)
             if process.exitcode not in (0, None):
                 self.warnings.append(f"{process.name} exited with code {process.exitcode}")
+            summary = results.get() if not results.empty() else {}
+            if summary.get("error"):
+                self.warnings.append(
+                    f"{process.name}: {summary['error']} (samples taken before it are kept)"
+                )
+            if summary.get("counter_resets"):
+                self.warnings.append(
+                    f"{process.name}: energy counter reset {summary['counter_resets']} time(s); "
+                    "repaired by continuing from the last reading"
+                )
         self._samplers = []
 
     def _check_environment(self) -> None:
@@ -528,6 +541,17 @@ class Launcher:
     def _emit(self, event: ProgressEvent) -> None:
         if self.options.progress is not None:
             self.options.progress(event)
+
+
+def _sampler_entry(target: Callable[..., object], args: tuple[Any, ...], results: Any) -> None:
+    """Sampler process entry: run the sampler, hand its summary (errors, counter resets) back,
+    so a GPU lost mid-run reaches the manifest."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops samplers itself
+    summary = target(*args)
+    record: dict[str, Any] = {}
+    if is_dataclass(summary) and not isinstance(summary, type):
+        record = asdict(summary)
+    results.put(record)
 
 
 class LauncherInterruptedWithResult(Exception):

@@ -296,3 +296,35 @@ def test_launch_error_for_impossible_pinning(tmp_path: Path) -> None:
 
 def test_shipped_spec_loads() -> None:
     assert load_spec(REPO / "specs" / "noop_collocated.yaml").spec.collocation.solo_baselines
+
+
+def test_lost_gpu_and_counter_reset_reach_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "gpu.json"
+    script.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "uuid": "GPU-fake-0",
+                        "power_w": 120,
+                        "energy_resets_at_s": [0.6],
+                        "lost_at_s": 1.2,
+                    },
+                ]
+            }
+        )
+    )
+    monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
+    doc = spec_doc({"type": "noop"}, duration_s=2)
+    doc["pipelines"][1]["loadgen"]["duration_s"] = 2
+    doc["telemetry"]["gpu"] = {"period_ms": 20}
+    result = run(doc, tmp_path)
+    assert result.status == "ok"  # losing telemetry does not fail the pipelines
+    gpu = read_table(result.run_dir, "gpu_samples").to_pandas()
+    assert len(gpu) > 10  # rows before the loss are kept
+    assert gpu.energy_j.is_monotonic_increasing  # the reset was repaired
+    warnings = " | ".join(result.warnings)
+    assert "gpu0-sampler" in warnings and "reset 1 time(s)" in warnings
+    assert "samples taken before it are kept" in warnings
