@@ -200,8 +200,19 @@ def startup_once(index: int, work: Path) -> dict[str, Any]:
     return figures
 
 
+def environment_capture_ms() -> float:
+    """What the launcher's manifest probe (versions, git, CPU, torch in a subprocess) costs:
+    part of `launcher_to_common_start_ms`, measured here once in this process."""
+    from stages.environment import capture_environment
+
+    started = time.monotonic()
+    capture_environment(Path(__file__).resolve().parent.parent)
+    return round((time.monotonic() - started) * 1e3, 1)
+
+
 def measure_startup(repeats: int, work: Path) -> dict[str, Any]:
     runs = [startup_once(index, work) for index in range(repeats)]
+    environment_ms = environment_capture_ms()
     median = {
         key: round(float(np.median([run[key] for run in runs])), 3)
         for key in runs[0]
@@ -213,6 +224,7 @@ def measure_startup(repeats: int, work: Path) -> dict[str, Any]:
         "rate_qps_each": SERVER_RATE_QPS,
         "duration_s": SERVER_DURATION_S,
         "median": median,
+        "environment_capture_ms": environment_ms,
         "barrier_skew_us_max": max(run["barrier_skew_us"] for run in runs),
         "exit_codes": [run["exit_code"] for run in runs],
     }

@@ -29,6 +29,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console()
+if not out.is_terminal:
+    out = Console(width=160)  # logs and pipes: do not squeeze tables into 80 columns
 err = Console(stderr=True)
 
 EXIT_FAILED_PIPELINES = 1
@@ -135,7 +137,7 @@ def run(
     except LauncherInterruptedWithResult as interrupted:
         err.print(f"interrupted; kept what was measured in {interrupted.result.run_dir}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    out.print(_summary_table(result.results))
+    out.print(_summary_table(result))
     for warning in result.warnings:
         err.print(f"warning: {warning}", markup=False)
     out.print(f"run directory: {result.run_dir}", highlight=False)
@@ -263,34 +265,43 @@ class _ProgressDisplay:
         return table
 
 
-def _summary_table(outcomes: list[Any]) -> Table:
-    table = Table(title="summary", title_justify="left")
+def _summary_table(result: Any) -> Table:
+    """Headline figures per pipeline and phase, computed from the run directory (warm-up
+    excluded): the scenario's percentile with its early-stopping bound, and the SLO verdict."""
+    from analysis.run_summary import summarize_run  # the CLI is the one place stages meets analysis
+
+    statuses = {(o.trial, o.phase, o.pipeline): o.status for o in result.results}
+    table = Table(title="summary (warm-up excluded; latency in ms)", title_justify="left")
     for column in (
         "trial",
         "phase",
         "pipeline",
         "status",
         "ok",
-        "dropped",
-        "errors",
-        "timeouts",
+        "drop",
+        "err",
         "q/s",
-        "p99 ms",
+        "p50",
+        "target",
+        "bound",
+        "SLO",
     ):
-        table.add_column(column)
-    for outcome in outcomes:
-        data = outcome.__dict__
+        table.add_column(column, no_wrap=True)
+    for row in summarize_run(result.run_dir):
+        slo = "-" if row.slo_met is None else ("met" if row.slo_met else "missed")
         table.add_row(
-            str(outcome.trial),
-            outcome.phase,
-            outcome.pipeline,
-            outcome.status,
-            str(outcome.ok),
-            str(outcome.dropped),
-            str(outcome.errors),
-            str(outcome.timeouts),
-            _fmt(_rate(data)),
-            _fmt(outcome.p99_ms, "{:.2f}"),
+            str(row.trial),
+            row.phase,
+            row.pipeline,
+            statuses.get((row.trial, row.phase, row.pipeline), "?"),
+            str(row.ok),
+            str(row.dropped),
+            str(row.errors + row.timeouts),
+            _fmt(row.throughput_qps),
+            _fmt(row.latency_p50_ms, "{:.2f}"),
+            f"p{row.target_percentile * 100:g}={_fmt(row.latency_target_ms, '{:.2f}')}",
+            _fmt(row.latency_bound_ms, "{:.2f}"),
+            slo,
         )
     return table
 

@@ -163,6 +163,16 @@ def _check_pipeline(
             )
         )
     for component in graph.cycles():
+        for index in component:
+            if graph.nodes[index].spec.input_policy == "join":
+                problems.append(
+                    SpecProblem(
+                        format_location((*where, "stages", index, "input_policy")),
+                        f"join stage '{graph.nodes[index].id}' is on a loop: a query coming "
+                        "round again would wait for inputs that deliver only once; join before "
+                        "or after the loop",
+                    )
+                )
         if not any(graph.nodes[index].spec.max_visits for index in component):
             names = ", ".join(graph.nodes[index].id for index in component)
             problems.append(

@@ -209,3 +209,21 @@ def test_unbuilt_commands_say_so() -> None:
     result = runner.invoke(app, ["sql", "SELECT 1"])
     assert result.exit_code == 2
     assert "not built yet" in result.output
+
+
+def test_join_inside_a_loop_is_refused(tmp_path: Path) -> None:
+    text = """
+name: bad-join
+pipelines:
+  - name: p
+    stages:
+      - {id: a, type: route, outputs: [b, c]}
+      - {id: b, type: noop, outputs: [j]}
+      - {id: c, type: noop, outputs: [j]}
+      - {id: j, type: noop, input_policy: join, outputs: [r], max_visits: 3}
+      - {id: r, type: route, config: {mode: loop, back_to: j, times: 2}, outputs: [j, z]}
+      - {id: z, type: noop}
+"""
+    code, output = validate(str(write(tmp_path, text)))
+    assert code == 2
+    assert "pipelines[0].stages[3].input_policy: join stage 'j' is on a loop" in output
