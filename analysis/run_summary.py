@@ -103,4 +103,5 @@ def summarize_run(run_dir: Path) -> list[PhaseSummary]:
                 issue_delay_p99_us=_quantile(delay_us, 0.99),
             )
         )
-    return summaries
+    phase_order = {"solo": 0, "collocated": 1}
+    return sorted(summaries, key=lambda s: (s.trial, phase_order.get(s.phase, 2), s.pipeline))

@@ -78,6 +78,9 @@ def _quiet_mlflow() -> Iterator[None]:
     """Silence MLflow meanwhile: migration chatter, run-URL prints, and its own tracebacks of
     errors that reach us anyway (we report them once, as one warning)."""
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    # Importing mlflow configures its loggers (level INFO); import first, then quieten.
+    import mlflow  # noqa: F401
+
     saved = {name: logging.getLogger(name).level for name in _NOISY_LOGGERS}
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL)
