@@ -31,6 +31,7 @@ from typing import Any
 
 from stages.placement import check_collocation
 from stages.rundir import MANIFEST, merge_parts, read_table
+from stages.runtime.driver import arrival_seed
 from stages.spec import BenchmarkSpec, PipelineSpec
 from stages.spec_loading import LoadedSpec
 from stages.worker import WorkerTask, worker_main
@@ -52,6 +53,7 @@ class PipelineOutcome:
     pipeline: str
     status: str = "failed"  # ok | failed | timeout | interrupted
     error: str | None = None
+    traceback: str | None = None  # the worker's, when it raised
     exit_code: int | None = None
     pid: int | None = None
     issued: int = 0
@@ -306,6 +308,7 @@ class Launcher:
             worker.done = True
             outcome.status = "failed"
             outcome.error = message.get("error")
+            outcome.traceback = message.get("traceback")
 
     def _poll(self, workers: list[_Worker], timeout_s: float) -> None:
         """Wait for messages or deaths of `workers`, handling whatever arrives."""
@@ -518,6 +521,15 @@ class Launcher:
             "spec_hash": self.loaded.spec_hash,
             "spec_source": self.loaded.source,
             "seed": self.spec.seed,
+            "seeds": {
+                pipeline.name: {
+                    "arrivals_by_trial": [
+                        arrival_seed(self.spec.seed, pipeline.name, trial)
+                        for trial in range(self.spec.repeats)
+                    ],
+                }
+                for pipeline in self.spec.pipelines
+            },
             "clock": clock,
             "started_at": started_at,
             "ended_at": ended_at,

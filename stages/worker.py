@@ -8,7 +8,6 @@ worker -> launcher: {"kind": "ready"}, {"kind": "progress", ...}, {"kind": "done
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -39,7 +38,6 @@ class WorkerTask:
     spec_seed: int
     collocation_mode: str
     cache_dir: str
-    process_group: int | None = None
 
 
 class Interrupted(Exception):
@@ -66,10 +64,9 @@ def worker_main(task: WorkerTask, connection: Connection) -> None:
     # children stop, so workers ignore SIGINT and stop on SIGTERM.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # Workers stay in the launcher's process group (the launcher leads it when started from a
+    # shell, or by Dagster Pipes in a new session); PDEATHSIG covers a launcher that dies.
     _die_with_parent()
-    if task.process_group is not None:
-        with contextlib.suppress(OSError):
-            os.setpgid(0, task.process_group)
     exit_code = 0
     try:
         exit_code = _run(task, connection)

@@ -328,3 +328,15 @@ def test_lost_gpu_and_counter_reset_reach_the_manifest(
     warnings = " | ".join(result.warnings)
     assert "gpu0-sampler" in warnings and "reset 1 time(s)" in warnings
     assert "samples taken before it are kept" in warnings
+
+
+def test_a_worker_failing_in_prepare_is_reported_with_its_traceback(tmp_path: Path) -> None:
+    doc = spec_doc({"type": "copy", "config": {"bytes": 10**15}})  # no machine has 1 PB free
+    result = run(doc, tmp_path)
+    victim = outcome(result, "victim")
+    assert victim.status == "failed"
+    assert victim.error is not None and victim.error.startswith("MemoryError")
+    assert victim.traceback is not None and "prepare" in victim.traceback
+    assert_survivor_kept(result)
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["seeds"]["victim"]["arrivals_by_trial"][0] > 0
