@@ -20,6 +20,7 @@ import multiprocessing.connection
 import os
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -189,11 +190,18 @@ class Launcher:
         self._samplers: list[tuple[SpawnProcess, Any, Any]] = []
         self._gpu_count: int | None = None
         self._energy_sources: dict[str, str | None] = {"gpu_source": None, "host_source": None}
+        self._environment: dict[str, object] | None = None  # filled in by the probe thread
+        self._environment_probe = threading.Thread(
+            target=self._capture_environment, name="environment-probe", daemon=True
+        )
 
     # ----------------------------------------------------------------- public
 
     def run(self) -> RunResult:
         self._check_environment()
+        # Capturing the environment takes ~1.3 s (a torch import in a subprocess): do it while
+        # the workers spawn and prepare, not before them.
+        self._environment_probe.start()
         self.run_dir.mkdir(parents=True, exist_ok=False)
         clock = {"monotonic_ns": time.monotonic_ns(), "wall_time_ns": time.time_ns()}
         started_at = dt.datetime.now(dt.UTC).isoformat()
@@ -476,6 +484,11 @@ class Launcher:
         if problems:
             raise LaunchError("; ".join(problems))
 
+    def _capture_environment(self) -> None:
+        from stages.environment import capture_environment
+
+        self._environment = capture_environment(self.options.project_dir)
+
     def _note_energy_sources(self) -> None:
         for table, key in (("host_samples", "host_source"), ("gpu_samples", "gpu_source")):
             try:
@@ -509,10 +522,8 @@ class Launcher:
     def _write_manifest(
         self, status: str, started_at: str, ended_at: str | None, clock: dict[str, int]
     ) -> None:
-        from stages.environment import capture_environment
-
-        if not hasattr(self, "_environment"):
-            self._environment = capture_environment(self.options.project_dir)
+        if ended_at is not None:
+            self._environment_probe.join(timeout=60)
         manifest = {
             "format_version": 1,
             "run_id": self.run_id,

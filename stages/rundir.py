@@ -138,16 +138,22 @@ class ChunkWriter:
 
     def write_columns(self, columns: dict[str, list[Any]]) -> Path | None:
         """Write one chunk from column lists (key columns are added); returns its path."""
+        types = {field.name: field.type for field in self.schema}
+        arrays = {name: pa.array(values, type=types[name]) for name, values in columns.items()}
+        return self.write_arrays(arrays)
+
+    def write_arrays(self, columns: dict[str, pa.Array | pa.ChunkedArray]) -> Path | None:
+        """Write one chunk from Arrow columns (key columns are added); returns its path."""
         length = len(next(iter(columns.values()))) if columns else 0
         if length == 0:
             return None
         arrays = []
         for field in self.schema:
-            values = self.keys.get(field.name, None)
             if field.name in columns:
-                arrays.append(pa.array(columns[field.name], type=field.type))
-            else:
-                arrays.append(pa.array([values] * length, type=field.type))
+                arrays.append(columns[field.name])
+            else:  # a key column: one value repeated, built in C
+                scalar = pa.scalar(self.keys.get(field.name), type=field.type)
+                arrays.append(pa.repeat(scalar, length))
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         path = self.directory / f"{self.label}-{next(self._sequence):06d}.parquet"
         temporary = path.with_suffix(".tmp")
