@@ -43,10 +43,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+# perf/common.py: run as `python perf/launch.py`, this folder is first on sys.path.
+import common
 import numpy as np
-import psutil
 import pyarrow as pa
 import yaml
+from common import REPO_ROOT, BackgroundLoad, report_header, wait_for_quiet
 
 from stages.rundir import read_table
 from stages.runtime.driver import arrival_seed
@@ -58,49 +60,11 @@ SERVER_RATE_QPS = 1000
 SERVER_DURATION_S = 2.0
 BUSY_MS = 2.0
 COLLOBENCH = Path(sys.executable).with_name("collobench")
+SCRIPT = "launch"
 
 
 def log(message: str) -> None:
-    print(f"[launch] {message}", file=sys.stderr, flush=True)
-
-
-class BackgroundLoad:
-    """CPU used by other processes (not this one nor its waited-for children) over a window, in
-    percent of the whole machine. The machine is shared: a noisy neighbour shows here."""
-
-    def __init__(self) -> None:
-        self.pct = 0.0
-        self._process = psutil.Process()
-
-    def _snapshot(self) -> tuple[float, float, float]:
-        machine = psutil.cpu_times()
-        busy = sum(machine) - machine.idle - machine.iowait
-        ours = self._process.cpu_times()
-        own = ours.user + ours.system + ours.children_user + ours.children_system
-        return time.monotonic(), busy, own
-
-    def __enter__(self) -> BackgroundLoad:
-        self._start = self._snapshot()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall1, busy1, own1 = self._snapshot()
-        wall0, busy0, own0 = self._start
-        capacity = max(1e-9, (wall1 - wall0) * (psutil.cpu_count() or 1))
-        self.pct = round(max(0.0, (busy1 - busy0) - (own1 - own0)) / capacity * 100, 1)
-
-
-def wait_for_quiet(max_wait_s: float, threshold_pct: float = 10.0) -> float:
-    """Wait (at most `max_wait_s`) for a 1 s window in which other processes use less than
-    `threshold_pct` of the machine; returns the seconds waited."""
-    started = time.monotonic()
-    while time.monotonic() - started < max_wait_s:
-        with BackgroundLoad() as load:
-            time.sleep(1.0)
-        if load.pct < threshold_pct:
-            break
-        log(f"machine busy ({load.pct}% used by other processes); waiting")
-    return round(time.monotonic() - started, 1)
+    common.log(SCRIPT, message)
 
 
 def run_cli(spec: dict[str, Any], work: Path) -> tuple[Path, int, int, int]:
@@ -206,7 +170,7 @@ def environment_capture_ms() -> float:
     from stages.environment import capture_environment
 
     started = time.monotonic()
-    capture_environment(Path(__file__).resolve().parent.parent)
+    capture_environment(REPO_ROOT)
     return round((time.monotonic() - started) * 1e3, 1)
 
 
@@ -247,7 +211,9 @@ def busy_pipeline(name: str, cpus: list[int], duration_s: float) -> dict[str, An
     }
 
 
-def isolation_mode(mode: str, cpus: tuple[list[int], list[int]], duration_s: float, work: Path):
+def isolation_mode(
+    mode: str, cpus: tuple[list[int], list[int]], duration_s: float, work: Path
+) -> dict[str, Any]:
     spec = {
         "name": f"isolation-{mode.replace('_', '-')}",
         "seed": 0,
@@ -262,7 +228,7 @@ def isolation_mode(mode: str, cpus: tuple[list[int], list[int]], duration_s: flo
     samples = rows_of(read_table(run_dir, "host_samples"))
     figures: dict[str, Any] = {"exit_code": code, "cpus": {"left": cpus[0], "right": cpus[1]}}
     for name in ("left", "right"):
-        per_phase: dict[str, dict[str, float]] = {}
+        per_phase: dict[str, dict[str, float | None]] = {}
         for phase in ("solo", "collocated"):
             mine = [
                 row
@@ -290,7 +256,9 @@ def isolation_mode(mode: str, cpus: tuple[list[int], list[int]], duration_s: flo
         figures[name] = {
             "solo_qps": per_phase["solo"]["qps"],
             "collocated_qps": per_phase["collocated"]["qps"],
-            "throughput_ratio": round(per_phase["collocated"]["qps"] / per_phase["solo"]["qps"], 3),
+            "throughput_ratio": round(
+                float(per_phase["collocated"]["qps"] or 0) / float(per_phase["solo"]["qps"] or 1), 3
+            ),
             "solo_cpu_pct_of_core": per_phase["solo"]["cpu_pct_of_core"],
             "collocated_cpu_pct_of_core": per_phase["collocated"]["cpu_pct_of_core"],
         }
@@ -307,7 +275,7 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 1 if args.quick else 3
     busy_s = 1.5 if args.quick else 4.0
-    waited_s = wait_for_quiet(5.0 if args.quick else 30.0)
+    waited_s = wait_for_quiet(SCRIPT, 5.0 if args.quick else 30.0)
     background: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="collobench-launch-") as directory:
         work = Path(directory)
@@ -322,11 +290,7 @@ def main() -> None:
             isolation["time_slice"] = isolation_mode("time_slice", ([0], [0]), busy_s, work)
         background["time_slice"] = load.pct
     report = {
-        "benchmark": "launch",
-        "mode": "quick" if args.quick else "full",
-        "cpus": os.cpu_count(),
-        "waited_for_quiet_s": waited_s,
-        "background_cpu_pct": background,
+        **report_header(SCRIPT, "quick" if args.quick else "full", waited_s, background),
         "startup": startup,
         "isolation": isolation,
         "targets": {"barrier_skew_ms_max": TARGET_SKEW_MS},

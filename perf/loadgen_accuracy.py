@@ -32,7 +32,6 @@ Measured:
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import subprocess
@@ -43,11 +42,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+# perf/common.py: run as `python perf/loadgen_accuracy.py`, this folder is first on sys.path.
+import common
 import numpy as np
-import psutil
+from common import (
+    BackgroundLoad,
+    PeriodicSampler,
+    pct_or_none,
+    report_header,
+    run_recorded_table,
+    wait_for_quiet,
+)
 
-from stages.rundir import read_table
-from stages.runtime.driver import PhaseResult, run_pipeline
+from stages.runtime.driver import PhaseResult
 from stages.runtime.loadgen.timing import set_timer_slack_ns, timer_slack_ns
 from stages.spec import LoadgenSpec, PipelineSpec, StageSpec
 
@@ -57,57 +64,35 @@ TARGET_P99_US = 200.0
 OFFLINE_SAMPLES = 100_000
 DEFAULT_SLACK_NS = 50_000
 QSL_SAMPLES = 1024
+SCRIPT = "loadgen_accuracy"
 
 
 def log(message: str) -> None:
-    print(f"[loadgen_accuracy] {message}", file=sys.stderr, flush=True)
+    common.log(SCRIPT, message)
 
 
-def pct(values: np.ndarray, q: float) -> float | None:
-    return float(np.percentile(values, q)) if values.size else None
+def process_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def us(value_ns: float | None, digits: int = 1) -> float | None:
     return None if value_ns is None else round(value_ns / 1e3, digits)
 
 
-class BackgroundLoad:
-    """CPU used by other processes (not this one nor its waited-for children) over a window, in
-    percent of the whole machine. The machine is shared: a noisy neighbour shows here."""
+class CpuSampler(PeriodicSampler):
+    """Samples this process's CPU seconds (`os.times`) every 100 ms in a background thread, so
+    the CPU used inside the load window can be told apart from set-up and read-back."""
 
     def __init__(self) -> None:
-        self.pct = 0.0
-        self._process = psutil.Process()
+        super().__init__(process_cpu_s, period_s=0.1, name="cpu")
 
-    def _snapshot(self) -> tuple[float, float, float]:
-        machine = psutil.cpu_times()
-        busy = sum(machine) - machine.idle - machine.iowait
-        ours = self._process.cpu_times()
-        own = ours.user + ours.system + ours.children_user + ours.children_system
-        return time.monotonic(), busy, own
-
-    def __enter__(self) -> BackgroundLoad:
-        self._start = self._snapshot()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall1, busy1, own1 = self._snapshot()
-        wall0, busy0, own0 = self._start
-        capacity = max(1e-9, (wall1 - wall0) * (psutil.cpu_count() or 1))
-        self.pct = round(max(0.0, (busy1 - busy0) - (own1 - own0)) / capacity * 100, 1)
-
-
-def wait_for_quiet(max_wait_s: float, threshold_pct: float = 10.0) -> float:
-    """Wait (at most `max_wait_s`) for a 1 s window in which other processes use less than
-    `threshold_pct` of the machine; returns the seconds waited."""
-    started = time.monotonic()
-    while time.monotonic() - started < max_wait_s:
-        with BackgroundLoad() as load:
-            time.sleep(1.0)
-        if load.pct < threshold_pct:
-            break
-        log(f"machine busy ({load.pct}% used by other processes); waiting")
-    return round(time.monotonic() - started, 1)
+    def pct_of_core(self, start_ns: int, end_ns: int) -> float | None:
+        inside = [(ts, cpu) for ts, cpu in self.samples if start_ns <= ts <= end_ns]
+        if len(inside) < 2:
+            return None
+        (ts0, cpu0), (ts1, cpu1) = inside[0], inside[-1]
+        return round((cpu1 - cpu0) / ((ts1 - ts0) / 1e9) * 100, 1)
 
 
 # --------------------------------------------------------------------------- ours
@@ -119,13 +104,8 @@ def noop_pipeline(name: str, loadgen: LoadgenSpec) -> PipelineSpec:
 
 def run_recorded(spec: PipelineSpec, run_dir: Path) -> tuple[PhaseResult, dict[str, np.ndarray]]:
     """Run in this process with Parquet recording; return the result and the query rows."""
-    set_timer_slack_ns(DEFAULT_SLACK_NS)  # stage threads start as in a fresh worker process
-    gc.collect()
-    keys = {"run_id": "perf", "trial": 0, "phase": "solo", "pipeline": spec.name}
-    result, _recorder = run_pipeline(spec, run_dir=run_dir, keys=keys)
-    if result.status != "ok":
-        log(f"{spec.name}: status {result.status}: {result.error}")
-    table = read_table(run_dir, "queries")
+    # Stage threads start as in a fresh worker process.
+    result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=DEFAULT_SLACK_NS)
     rows: dict[str, np.ndarray] = {
         name: table.column(name).to_numpy(zero_copy_only=False)
         for name in ("scheduled_ns", "issued_ns", "completed_ns")
@@ -138,7 +118,8 @@ def ours_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
     loadgen = LoadgenSpec(
         type="server", rate=rate, duration_s=duration_s, timeout_s=duration_s + 60
     )
-    result, rows = run_recorded(noop_pipeline(f"server{int(rate)}", loadgen), work)
+    with CpuSampler() as cpu:
+        result, rows = run_recorded(noop_pipeline(f"server{int(rate)}", loadgen), work)
     start_ns = result.outcome.start_ns
     issued = rows["status"] != "dropped"
     ok = rows["status"] == "ok"
@@ -152,19 +133,21 @@ def ours_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
         "status": result.status,
         "queries": int(rows["status"].size),
         "dropped": int((rows["status"] == "dropped").sum()),
-        "issue_delay_p50_us": us(pct(delay, 50), 2),
-        "issue_delay_p99_us": us(pct(delay, 99), 2),
+        "issue_delay_p50_us": us(pct_or_none(delay, 50), 2),
+        "issue_delay_p99_us": us(pct_or_none(delay, 99), 2),
         "issue_delay_max_us": us(float(delay.max()) if delay.size else None, 2),
         "issued_early_fraction": round(float(early.size / max(1, delay.size)), 4),
         "issue_delay_min_us": us(float(delay.min()) if delay.size else None, 2),
-        "latency_p50_us": us(pct(latency, 50)),
-        "latency_p99_us": us(pct(latency, 99)),
+        "latency_p50_us": us(pct_or_none(latency, 50)),
+        "latency_p99_us": us(pct_or_none(latency, 99)),
         "latency_max_us": us(float(latency.max()) if latency.size else None),
         "scheduled_qps": round(scheduled.size / ((scheduled[-1] - start_ns) / 1e9), 1),
         "issued_qps": round(issued_ns.size / ((issued_ns[-1] - start_ns) / 1e9), 1),
         "completed_qps": round(
             int(ok.sum()) / ((int(rows["completed_ns"][ok].max()) - start_ns) / 1e9), 1
         ),
+        # The whole process inside the load window: issuer, stage and recorder threads.
+        "process_cpu_pct_of_core": cpu.pct_of_core(start_ns, start_ns + int(duration_s * 1e9)),
     }
     log(
         f"ours server {rate:.0f}/s: issue delay p50 {figures['issue_delay_p50_us']} us, "
@@ -270,8 +253,10 @@ def loadgen_child(config: dict[str, Any]) -> dict[str, Any]:
     log_settings.enable_trace = config["scenario"] == "server"
     sut = lg.ConstructSUT(issue_query, lambda: None)
     qsl = lg.ConstructQSL(QSL_SAMPLES, QSL_SAMPLES, lambda indices: None, lambda indices: None)
+    cpu_before = time.process_time()
     try:
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        cpu_s = time.process_time() - cpu_before
     finally:
         samples.put(None)
         thread.join(5)
@@ -290,8 +275,11 @@ def loadgen_child(config: dict[str, Any]) -> dict[str, Any]:
         delays = _trace_issue_delays_ns(out_dir / "mlperf_log_trace.json")
         figures.update(
             {
-                "issue_delay_p50_us": us(pct(delays, 50), 2),
-                "issue_delay_p99_us": us(pct(delays, 99), 2),
+                # LoadGen's issuing thread, its logger and the Python SUT's worker thread
+                # (process CPU time over the whole test, including LoadGen's set-up).
+                "process_cpu_pct_of_core": round(cpu_s / config["duration_s"] * 100, 1),
+                "issue_delay_p50_us": us(pct_or_none(delays, 50), 2),
+                "issue_delay_p99_us": us(pct_or_none(delays, 99), 2),
                 "issue_delay_max_us": us(float(delays.max()) if delays.size else None, 2),
                 "issued_early_fraction": round(float((delays < 0).mean()), 4)
                 if delays.size
@@ -346,7 +334,7 @@ def main() -> None:
         return
     duration_s = 1.5 if args.quick else 5.0
     repeats = 1 if args.quick else 3
-    waited_s = wait_for_quiet(5.0 if args.quick else 30.0)
+    waited_s = wait_for_quiet(SCRIPT, 5.0 if args.quick else 30.0)
     version, reason = loadgen_available()
     background: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="collobench-loadgen-") as directory:
@@ -385,7 +373,7 @@ def main() -> None:
                     )
                     for repeat in range(repeats)
                 ]
-                rates = [run.get("samples_per_s") for run in runs if run.get("samples_per_s")]
+                rates = [float(run["samples_per_s"]) for run in runs if run.get("samples_per_s")]
                 offline["loadgen"] = {
                     "sut": "python queue + worker thread, one QuerySamplesComplete per sample",
                     "samples": runs[0].get("samples"),
@@ -408,11 +396,7 @@ def main() -> None:
         for s in server
     }
     report = {
-        "benchmark": "loadgen_accuracy",
-        "mode": "quick" if args.quick else "full",
-        "cpus": os.cpu_count(),
-        "waited_for_quiet_s": waited_s,
-        "background_cpu_pct": background,
+        **report_header(SCRIPT, "quick" if args.quick else "full", waited_s, background),
         "window_s": duration_s,
         "server": server,
         "offline": offline,

@@ -13,7 +13,12 @@ on (Parquet chunk files in a temporary run directory, as in a real run):
    main thread stamps the time and puts an item at the head, each thread passes it on, the last
    thread stamps the time (as our last stage stamps `completed_ns`) and hands it to the main
    thread, which then issues the next. Both sides cross exactly `depth` thread hand-offs between
-   their two stamps. Target: our per-stage median at depth 10 within 2x of the bare chain's.
+   their two stamps. Both sides run twice: with every thread pinned to one core (`one_core`:
+   each hand-off is a same-CPU thread switch, so the figure is the software cost and is stable)
+   and free on both cores (`two_cores`: a hand-off to the other CPU, which on these VMs costs
+   ~4 us when that vCPU is awake but ~25 us when it has to be woken from idle, so this figure
+   depends on what else the machine is doing). Target: our per-stage median at depth 10 within
+   2x of the bare chain's, checked for each placement.
    Why: DESIGN.md's "figures to beat" (the paper's framework ~35 us/stage here, a bare hop ~3-5
    us): the runtime must not be what a benchmark of small stages measures.
 2. Offline throughput of a one-stage `noop` pipeline (200,000 one-sample queries issued at
@@ -36,7 +41,6 @@ import json
 import os
 import queue
 import resource
-import sys
 import tempfile
 import threading
 import time
@@ -44,15 +48,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# perf/common.py: run as `python perf/stage_overhead.py`, this folder is first on sys.path.
+import common
 import numpy as np
 import psutil
+import pyarrow.compute as pc
+from common import (
+    BackgroundLoad,
+    PeriodicSampler,
+    pct,
+    report_header,
+    run_recorded_table,
+    wait_for_quiet,
+)
 
-from stages.rundir import read_table
-from stages.runtime.driver import PhaseResult, run_pipeline
-from stages.runtime.loadgen.timing import set_timer_slack_ns
+from stages.runtime.driver import PhaseResult
 from stages.spec import LoadgenSpec, PipelineSpec, StageSpec
 
 DEPTHS = (1, 10, 50)
+PLACEMENTS = ("one_core", "two_cores")
 TARGET_DEPTH = 10
 TARGET_RATIO_AT_DEPTH_10 = 2.0
 TARGET_OFFLINE_QPS = 500_000
@@ -61,57 +75,34 @@ FLAT_QUERIES = 200_000
 SOAK_QUERIES = 1_000_000
 FLAT_CLIENTS = 8
 TENTHS = 10
+SCRIPT = "stage_overhead"
 
 
 def log(message: str) -> None:
-    print(f"[stage_overhead] {message}", file=sys.stderr, flush=True)
-
-
-def pct(values: np.ndarray, q: float) -> float:
-    return float(np.percentile(values, q)) if values.size else float("nan")
+    common.log(SCRIPT, message)
 
 
 def rounded(value: float, digits: int = 2) -> float:
     return round(value, digits)
 
 
-class BackgroundLoad:
-    """CPU used by other processes (not this one nor its waited-for children) over a window, in
-    percent of the whole machine. The machine is shared: a noisy neighbour shows here."""
+class Affinity:
+    """Restricts the calling thread, and every thread it starts meanwhile, to `cpus` (None:
+    leave as is). Stage, recorder and bare-chain threads are all started inside the block."""
 
-    def __init__(self) -> None:
-        self.pct = 0.0
-        self._process = psutil.Process()
+    def __init__(self, cpus: set[int] | None) -> None:
+        self.cpus = cpus
+        self._previous: set[int] = set()
 
-    def _snapshot(self) -> tuple[float, float, float]:
-        machine = psutil.cpu_times()
-        busy = sum(machine) - machine.idle - machine.iowait
-        ours = self._process.cpu_times()
-        own = ours.user + ours.system + ours.children_user + ours.children_system
-        return time.monotonic(), busy, own
-
-    def __enter__(self) -> BackgroundLoad:
-        self._start = self._snapshot()
+    def __enter__(self) -> Affinity:
+        if self.cpus is not None:
+            self._previous = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, self.cpus)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        wall1, busy1, own1 = self._snapshot()
-        wall0, busy0, own0 = self._start
-        capacity = max(1e-9, (wall1 - wall0) * (psutil.cpu_count() or 1))
-        self.pct = round(max(0.0, (busy1 - busy0) - (own1 - own0)) / capacity * 100, 1)
-
-
-def wait_for_quiet(max_wait_s: float, threshold_pct: float = 10.0) -> float:
-    """Wait (at most `max_wait_s`) for a 1 s window in which other processes use less than
-    `threshold_pct` of the machine; returns the seconds waited."""
-    started = time.monotonic()
-    while time.monotonic() - started < max_wait_s:
-        with BackgroundLoad() as load:
-            time.sleep(1.0)
-        if load.pct < threshold_pct:
-            break
-        log(f"machine busy ({load.pct}% used by other processes); waiting")
-    return round(time.monotonic() - started, 1)
+        if self.cpus is not None:
+            os.sched_setaffinity(0, self._previous)
 
 
 # --------------------------------------------------------------------------- pipelines
@@ -131,17 +122,12 @@ def noop_chain(name: str, depth: int, loadgen: LoadgenSpec) -> PipelineSpec:
 
 def run_recorded(spec: PipelineSpec, run_dir: Path) -> tuple[PhaseResult, dict[str, np.ndarray]]:
     """Run in this process with Parquet recording; return the result and the query rows."""
-    set_timer_slack_ns(0)  # every run starts as a fresh worker would: default slack
-    gc.collect()
-    keys = {"run_id": "perf", "trial": 0, "phase": "solo", "pipeline": spec.name}
-    result, _recorder = run_pipeline(spec, run_dir=run_dir, keys=keys)
-    if result.status != "ok":
-        log(f"{spec.name}: status {result.status}: {result.error}")
-    table = read_table(run_dir, "queries")
+    # Every run starts as a fresh worker would: default slack.
+    result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=0)
     columns: dict[str, np.ndarray] = {}
     for name in ("query_id", "scheduled_ns", "issued_ns", "completed_ns"):
         columns[name] = table.column(name).to_numpy(zero_copy_only=False)
-    columns["ok"] = np.array([s == "ok" for s in table.column("status").to_pylist()])
+    columns["ok"] = pc.equal(table.column("status"), "ok").to_numpy(zero_copy_only=False)
     columns["warmup"] = table.column("warmup").to_numpy(zero_copy_only=False)
     return result, columns
 
@@ -217,10 +203,11 @@ def per_stage_figures(latency_ns: np.ndarray, depth: int) -> dict[str, float]:
 
 
 def measure_depth(
-    depth: int, duration_s: float, rounds: int, warmup: int, work: Path
+    depth: int, placement: str, duration_s: float, rounds: int, warmup: int, work: Path
 ) -> dict[str, Any]:
     """Alternate `rounds` windows of ours and of the bare chain (so drift in the machine's
-    background load hits both alike) and pool each side's latencies."""
+    background load hits both alike) and pool each side's latencies. `placement` one_core pins
+    every thread of both sides to CPU 0; two_cores leaves them free."""
     loadgen = LoadgenSpec(
         type="closed_loop",
         concurrency=1,
@@ -234,13 +221,18 @@ def measure_depth(
     bare_issued_parts: list[np.ndarray] = []
     bare_scheduled_parts: list[np.ndarray] = []
     statuses: set[str] = set()
+    cpus = {0} if placement == "one_core" else None
     for round_index in range(rounds):
-        result, rows = run_recorded(spec, work / f"d{depth}-r{round_index}")
+        with Affinity(cpus):
+            result, rows = run_recorded(spec, work / f"d{depth}-{placement}-r{round_index}")
         statuses.add(result.status)
         measured = rows["ok"] & ~rows["warmup"]
         ours_issued_parts.append((rows["completed_ns"] - rows["issued_ns"])[measured])
         ours_scheduled_parts.append((rows["completed_ns"] - rows["scheduled_ns"])[measured])
-        bare_issued, bare_scheduled = bare_chain_latencies_ns(depth, duration_s / rounds, warmup)
+        with Affinity(cpus):
+            bare_issued, bare_scheduled = bare_chain_latencies_ns(
+                depth, duration_s / rounds, warmup
+            )
         bare_issued_parts.append(bare_issued)
         bare_scheduled_parts.append(bare_scheduled)
     ours_issued = np.concatenate(ours_issued_parts)
@@ -253,6 +245,7 @@ def measure_depth(
     bare_sched = per_stage_figures(bare_scheduled, depth)
     figures = {
         "depth": depth,
+        "placement": placement,
         "queries_ours": int(ours_issued.size),
         "queries_bare": int(bare_issued.size),
         "status_ours": ",".join(sorted(statuses)),
@@ -277,7 +270,7 @@ def measure_depth(
         ),
     }
     log(
-        f"depth {depth}: ours {figures['ours_per_stage_median_us']} us/stage "
+        f"depth {depth} {placement}: ours {figures['ours_per_stage_median_us']} us/stage "
         f"(p99 {figures['ours_per_stage_p99_us']}), bare {figures['bare_per_stage_median_us']} "
         f"(p99 {figures['bare_per_stage_p99_us']}), ratio {figures['ratio_median']}"
     )
@@ -344,28 +337,13 @@ def measure_offline(repeats: int, work: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 3. flatness
 
 
-class RssSampler:
+class RssSampler(PeriodicSampler):
     """Samples this process's RSS every `period_s` in a background thread."""
 
     def __init__(self, period_s: float = 0.02) -> None:
-        self.period_s = period_s
-        self.samples: list[tuple[int, float]] = []  # (monotonic_ns, rss MiB)
-        self._stop = threading.Event()
-        self._process = psutil.Process()
-        self._thread = threading.Thread(target=self._loop, name="rss", daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append((time.monotonic_ns(), self._process.memory_info().rss / 2**20))
-            self._stop.wait(self.period_s)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        process = psutil.Process()
+        # (monotonic_ns, rss MiB)
+        super().__init__(lambda: process.memory_info().rss / 2**20, period_s, name="rss")
 
 
 def measure_flatness(queries: int, work: Path) -> dict[str, Any]:
@@ -408,6 +386,7 @@ def measure_flatness(queries: int, work: Path) -> dict[str, Any]:
         "rss_peak_during_run_mib": round(max(in_window), 1) if in_window else None,
         "rss_by_tenth_max_mib": tenth_rss,
         "rss_second_half_growth_mib": round(half[-1] - half[0], 1) if len(half) > 1 else None,
+        # Whole process, whole life (includes reading the rows back for this analysis).
         "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     log(
@@ -435,32 +414,29 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short windows (~20 s in all)")
     parser.add_argument("--soak", action="store_true", help=f"{SOAK_QUERIES:,}-query flatness")
     args = parser.parse_args()
-    chain_s = 1.6 if args.quick else 12.0
+    chain_s = 1.0 if args.quick else 8.0
     rounds = 2 if args.quick else 4
     warmup = 200
     offline_repeats = 1 if args.quick else 3
-    flat_queries = SOAK_QUERIES if args.soak else (50_000 if args.quick else FLAT_QUERIES)
-    waited_s = wait_for_quiet(5.0 if args.quick else 30.0)
+    flat_queries = SOAK_QUERIES if args.soak else FLAT_QUERIES
+    waited_s = wait_for_quiet(SCRIPT, 5.0 if args.quick else 30.0)
     background: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="collobench-perf-") as directory:
         work = Path(directory)
-        depths = [
-            timed(
-                f"depth_{d}",
-                lambda d=d: measure_depth(d, chain_s, rounds, warmup, work),
-                background,
-            )
-            for d in DEPTHS
-        ]
+        depths: list[dict[str, Any]] = []
+        for placement in PLACEMENTS:
+            for depth in DEPTHS:
+
+                def measure(depth: int = depth, placement: str = placement) -> dict[str, Any]:
+                    return measure_depth(depth, placement, chain_s, rounds, warmup, work)
+
+                depths.append(timed(f"depth_{depth}_{placement}", measure, background))
         offline = timed("offline", lambda: measure_offline(offline_repeats, work), background)
         flat = timed("flatness", lambda: measure_flatness(flat_queries, work), background)
-    at_target = next(d for d in depths if d["depth"] == TARGET_DEPTH)
+    at_target = {d["placement"]: d for d in depths if d["depth"] == TARGET_DEPTH}
+    mode = "soak" if args.soak else ("quick" if args.quick else "full")
     report = {
-        "benchmark": "stage_overhead",
-        "mode": "soak" if args.soak else ("quick" if args.quick else "full"),
-        "cpus": os.cpu_count(),
-        "waited_for_quiet_s": waited_s,
-        "background_cpu_pct": background,
+        **report_header(SCRIPT, mode, waited_s, background),
         "chain_window_s": chain_s,
         "chain_rounds": rounds,
         "chain_warmup_queries": warmup,
@@ -473,8 +449,13 @@ def main() -> None:
             "offline_qps_min": TARGET_OFFLINE_QPS,
         },
         "met": {
-            "per_stage_median_ratio_at_depth_10": at_target["ratio_median"]
-            <= TARGET_RATIO_AT_DEPTH_10,
+            **{
+                f"per_stage_median_ratio_at_depth_10_{placement}": at_target[placement][
+                    "ratio_median"
+                ]
+                <= TARGET_RATIO_AT_DEPTH_10
+                for placement in PLACEMENTS
+            },
             "offline_qps": offline["offline_qps"] >= TARGET_OFFLINE_QPS,
         },
     }
