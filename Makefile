@@ -35,6 +35,7 @@ unit: install
 test: lint typecheck unit
 
 perf: install
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[perf]'
 	$(BIN)/python perf/stage_overhead.py
 	$(BIN)/python perf/loadgen_accuracy.py
 	$(BIN)/python perf/sampler_cost.py
