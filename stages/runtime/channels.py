@@ -99,10 +99,6 @@ class Inbox(ABC):
     def stop(self) -> None:
         """Deliver STOP behind everything already queued."""
 
-    @abstractmethod
-    def qsize(self) -> int:
-        """Items waiting."""
-
 
 class AnyInbox(Inbox):
     """`any`: one shared FIFO, first come first served across inputs."""
@@ -119,9 +115,6 @@ class AnyInbox(Inbox):
 
     def stop(self) -> None:
         self.channel.put_unbounded(STOP)
-
-    def qsize(self) -> int:
-        return self.channel.qsize()
 
 
 class _DoorbellChannel(Channel):
@@ -184,9 +177,6 @@ class PriorityInbox(Inbox):
     def stop(self) -> None:
         self._control.put_unbounded(STOP)
 
-    def qsize(self) -> int:
-        return sum(channel.qsize() for channel in self._order)
-
 
 class JoinInbox(AnyInbox):
     """`join`: inputs share a FIFO; the stage thread merges branches by query id (see
@@ -219,6 +209,3 @@ class JoinBuffer:
         branch_visits = [b.visits for b in arrived.values()]
         merged.visits = [max(counts) for counts in zip(*branch_visits, strict=True)]
         return merged
-
-    def waiting(self) -> int:
-        return len(self.pending)

@@ -60,10 +60,6 @@ class PipelineCounters:
     last_completed_ns: int = 0
     recent_latency_ns: list[int] = field(default_factory=list)
 
-    @property
-    def ended(self) -> int:
-        return self.ok + self.error + self.dropped + self.timeout
-
     def p99_ms(self) -> float | None:
         latencies = sorted(self.recent_latency_ns)
         if not latencies:
@@ -280,9 +276,6 @@ class PipelineRuntime:
             )
         )
         self.issuer_tally.dropped += 1
-
-    def inflight(self) -> int:
-        return len(self._inflight)
 
     def new_tally(self) -> Tally:
         tally = Tally()

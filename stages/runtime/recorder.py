@@ -140,7 +140,6 @@ class Recorder:
             for table in ("queries", "stage_events", "errors"):
                 self._writers[table] = ChunkWriter(run_dir, table, label, keys)
                 self._writers[table].warm_up()
-        self.rows_written = {"queries": 0, "stage_events": 0}
         self.kept_in_memory: dict[str, list[dict[str, list[Any]]]] = {
             "queries": [],
             "stage_events": [],
@@ -191,7 +190,6 @@ class Recorder:
         return columns
 
     def _write(self, table: str, columns: dict[str, pa.ChunkedArray]) -> None:
-        self.rows_written[table] += len(columns["query_id"])
         writer = self._writers.get(table)
         if writer is None:
             if self._keep_in_memory:
