@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
@@ -35,6 +35,7 @@ from stages.rundir import MANIFEST, merge_parts, read_table
 from stages.runtime.driver import arrival_seed
 from stages.spec import BenchmarkSpec, PipelineSpec
 from stages.spec_loading import LoadedSpec
+from stages.telemetry.supervisor import SamplerGroup
 from stages.worker import WorkerTask, worker_main
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,7 @@ class Launcher:
         self.results: list[PipelineOutcome] = []
         self.warnings: list[str] = []
         self._live: list[_Worker] = []
-        self._samplers: list[tuple[SpawnProcess, Any, Any]] = []
+        self._samplers: SamplerGroup | None = None
         self._gpu_count: int | None = None
         self._energy_sources: dict[str, str | None] = {"gpu_source": None, "host_source": None}
         self._environment: dict[str, object] | None = None  # filled in by the probe thread
@@ -247,7 +248,11 @@ class Launcher:
         self._await_ready(workers)
         ready = [worker for worker in workers if worker.ready and not worker.done]
         if ready:
-            self._start_samplers(trial, phase, {w.name: w.process.pid or 0 for w in ready})
+            samplers = SamplerGroup(
+                self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
+            )
+            self._samplers = samplers
+            samplers.start(trial, phase, {w.name: w.process.pid or 0 for w in ready})
             start_ns = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
             for worker in ready:
                 timeout_s = next(p for p in pipelines if p.name == worker.name).loadgen.timeout_s
@@ -256,7 +261,8 @@ class Launcher:
                 with contextlib.suppress(OSError):
                     worker.connection.send({"kind": "start", "start_ns": start_ns})
             self._await_done(ready)
-            self._stop_samplers()
+            self.warnings += samplers.stop()
+            self._samplers = None
         for worker in workers:
             self._reap(worker)
         self._live = []
@@ -402,69 +408,7 @@ class Launcher:
         worker.outcome.exit_code = worker.process.exitcode
         worker.connection.close()
 
-    # ----------------------------------------------------------------- telemetry
-
-    def _start_samplers(self, trial: int, phase: str, pids: dict[str, int]) -> None:
-        from stages.telemetry.sampler_process import (
-            SamplerSettings,
-            gpu_sampler_main,
-            host_sampler_main,
-        )
-
-        telemetry = self.spec.telemetry
-        cpu_watts = telemetry.power_model.cpu_watts_per_core if telemetry.power_model else None
-        if telemetry.host.enabled:
-            settings = SamplerSettings(
-                str(self.run_dir),
-                self.run_id,
-                trial,
-                phase,
-                telemetry.host.period_ms,
-                pids,
-                cpu_watts,
-            )
-            self._start_sampler(host_sampler_main, (settings,), "collobench:host-sampler")
-        if telemetry.gpu.enabled and self._gpu_count:
-            settings = SamplerSettings(
-                str(self.run_dir), self.run_id, trial, phase, telemetry.gpu.period_ms, pids, None
-            )
-            for index in range(self._gpu_count):
-                self._start_sampler(
-                    gpu_sampler_main, (settings, index), f"collobench:gpu{index}-sampler"
-                )
-
-    def _start_sampler(
-        self, target: Callable[..., object], args: tuple[Any, ...], name: str
-    ) -> None:
-        stop_event = self.context.Event()
-        results = self.context.SimpleQueue()
-        process = self.context.Process(
-            target=_sampler_entry, args=(target, (*args, stop_event), results), name=name
-        )
-        process.start()
-        self._samplers.append((process, stop_event, results))
-
-    def _stop_samplers(self) -> None:
-        for _process, stop_event, _results in self._samplers:
-            stop_event.set()
-        for process, _stop_event, results in self._samplers:
-            process.join(timeout=TERMINATE_GRACE_S)
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=TERMINATE_GRACE_S)
-            if process.exitcode not in (0, None):
-                self.warnings.append(f"{process.name} exited with code {process.exitcode}")
-            summary = results.get() if not results.empty() else {}
-            if summary.get("error"):
-                self.warnings.append(
-                    f"{process.name}: {summary['error']} (samples taken before it are kept)"
-                )
-            if summary.get("counter_resets"):
-                self.warnings.append(
-                    f"{process.name}: energy counter reset {summary['counter_resets']} time(s); "
-                    "repaired by continuing from the last reading"
-                )
-        self._samplers = []
+    # ----------------------------------------------------------------- environment
 
     def _check_environment(self) -> None:
         from stages.telemetry.sampler_process import foreign_compute_processes, open_gpu_backend
@@ -514,7 +458,9 @@ class Launcher:
             self._reap(worker)
             if worker.outcome not in self.results:
                 self.results.append(worker.outcome)
-        self._stop_samplers()
+        if self._samplers is not None:
+            self.warnings += self._samplers.stop()
+            self._samplers = None
         self._live = []
 
     # ----------------------------------------------------------------- records
@@ -564,17 +510,6 @@ class Launcher:
     def _emit(self, event: ProgressEvent) -> None:
         if self.options.progress is not None:
             self.options.progress(event)
-
-
-def _sampler_entry(target: Callable[..., object], args: tuple[Any, ...], results: Any) -> None:
-    """Sampler process entry: run the sampler, hand its summary (errors, counter resets) back,
-    so a GPU lost mid-run reaches the manifest."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops samplers itself
-    summary = target(*args)
-    record: dict[str, Any] = {}
-    if is_dataclass(summary) and not isinstance(summary, type):
-        record = asdict(summary)
-    results.put(record)
 
 
 class LauncherInterruptedWithResult(Exception):
