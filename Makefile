@@ -12,7 +12,7 @@ CODE := stages analysis bench_defs tests perf
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch/torchvision are pinned in pyproject: pip takes the builds on this disk, never a newer CUDA build.
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[test]'
+	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,7 +35,7 @@ unit: install
 test: lint typecheck unit
 
 perf: install
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[perf]'
+	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf]'
 	$(BIN)/python perf/stage_overhead.py
 	$(BIN)/python perf/loadgen_accuracy.py
 	$(BIN)/python perf/sampler_cost.py
