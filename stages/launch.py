@@ -180,7 +180,7 @@ class Launcher:
 
     def __init__(self, loaded: LoadedSpec, options: RunOptions) -> None:
         self.loaded = loaded
-        self.spec = loaded.spec
+        self.spec = _with_resolved_paths(loaded.spec, loaded.source)
         self.options = options
         self.run_id = options.run_id or new_run_id(self.spec.name)
         self.run_dir = Path(options.out_dir) / self.run_id
@@ -323,6 +323,15 @@ class Launcher:
             outcome.status = "failed"
             outcome.error = message.get("error")
             outcome.traceback = message.get("traceback")
+            self._emit_outcome(worker)
+
+    def _emit_outcome(self, worker: _Worker) -> None:
+        outcome = worker.outcome
+        self._emit(
+            ProgressEvent(
+                "done", outcome.trial, outcome.phase, outcome.pipeline, data=asdict(outcome)
+            )
+        )
 
     def _poll(self, workers: list[_Worker], timeout_s: float) -> None:
         """Wait for messages or deaths of `workers`, handling whatever arrives."""
@@ -360,6 +369,7 @@ class Launcher:
         worker.outcome.status = "failed"
         worker.outcome.exit_code = worker.process.exitcode
         worker.outcome.error = worker.outcome.error or _death_reason(worker.process.exitcode)
+        self._emit_outcome(worker)
 
     def _await_ready(self, workers: list[_Worker]) -> None:
         deadline = time.monotonic() + PREPARE_TIMEOUT_S
@@ -399,6 +409,7 @@ class Launcher:
         outcome.status = "timeout" if "timeout" in reason else "failed"
         outcome.error = reason
         outcome.exit_code = process.exitcode
+        self._emit_outcome(worker)
 
     def _reap(self, worker: _Worker) -> None:
         worker.process.join(timeout=TERMINATE_GRACE_S)
@@ -424,7 +435,7 @@ class Launcher:
         finally:
             if backend:
                 backend.shutdown()
-        problems = check_collocation(self.spec, self._gpu_count)
+        problems = check_collocation(self.spec, self._gpu_count) + _check_traces(self.spec)
         if problems:
             raise LaunchError("; ".join(problems))
 
@@ -510,6 +521,35 @@ class Launcher:
     def _emit(self, event: ProgressEvent) -> None:
         if self.options.progress is not None:
             self.options.progress(event)
+
+
+def _with_resolved_paths(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
+    """Trace files named relative to the spec file's folder (as a user writes them) become
+    absolute, so workers find them whatever their working directory."""
+    spec_dir = Path(source).parent if source and Path(source).is_file() else Path.cwd()
+    pipelines = []
+    for pipeline in spec.pipelines:
+        trace = pipeline.loadgen.trace
+        if trace and not Path(trace).is_absolute():
+            resolved = str((spec_dir / trace).resolve())
+            loadgen = pipeline.loadgen.model_copy(update={"trace": resolved})
+            pipeline = pipeline.model_copy(update={"loadgen": loadgen})
+        pipelines.append(pipeline)
+    return spec.model_copy(update={"pipelines": pipelines})
+
+
+def _check_traces(spec: BenchmarkSpec) -> list[str]:
+    """Trace files are read now, so a bad one is an input error, not a failed worker."""
+    from stages.runtime.loadgen.arrivals import TraceError, read_trace
+
+    problems = []
+    for index, pipeline in enumerate(spec.pipelines):
+        if pipeline.loadgen.type == "trace" and pipeline.loadgen.trace:
+            try:
+                read_trace(Path(pipeline.loadgen.trace))
+            except TraceError as error:
+                problems.append(f"pipelines[{index}].loadgen.trace: {error}")
+    return problems
 
 
 class LauncherInterruptedWithResult(Exception):

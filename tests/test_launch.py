@@ -340,3 +340,28 @@ def test_a_worker_failing_in_prepare_is_reported_with_its_traceback(tmp_path: Pa
     assert_survivor_kept(result)
     manifest = json.loads((result.run_dir / "manifest.json").read_text())
     assert manifest["seeds"]["victim"]["arrivals_by_trial"][0] > 0
+
+
+def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    (folder / "arrivals.csv").write_text("offset_ms\n0\n10\n20\n30\n")
+    doc = {
+        "name": "traced",
+        "pipelines": [{"name": "replay", "loadgen": {"type": "trace", "trace": "arrivals.csv"},
+                       "stages": [{"id": "s", "type": "noop"}]}],
+    }
+    (folder / "spec.yaml").write_text(yaml.safe_dump(doc))
+    completed = collobench("run", str(folder / "spec.yaml"), "--out", str(tmp_path / "out"),
+                           "--no-mlflow")
+    assert completed.returncode == 0, completed.stderr
+    (run_dir,) = (tmp_path / "out").iterdir()
+    queries = read_table(run_dir, "queries").to_pandas().sort_values("query_id")
+    offsets = (queries.scheduled_ns - queries.scheduled_ns.min()).tolist()
+    assert offsets == [0, 10_000_000, 20_000_000, 30_000_000]
+
+    (folder / "arrivals.csv").write_text("offset_ms\n5\n1\n")
+    completed = collobench("run", str(folder / "spec.yaml"), "--out", str(tmp_path / "out2"))
+    assert completed.returncode == 2
+    assert "pipelines[0].loadgen.trace:" in completed.stderr
+    assert "offsets must be non-decreasing" in completed.stderr
