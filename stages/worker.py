@@ -8,8 +8,7 @@ worker -> launcher: {"kind": "ready"}, {"kind": "progress", ...}, {"kind": "done
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import contextlib
 import os
 import signal
 import sys
@@ -22,7 +21,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-PR_SET_PDEATHSIG = 1
+from stages.lifetime import die_with_parent
+
 PROGRESS_PERIOD_S = 0.5
 
 
@@ -44,14 +44,10 @@ class Interrupted(Exception):
     """SIGTERM reached the worker: stop issuing, keep what was measured."""
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel to SIGTERM us if the launcher dies, so no worker outlives it."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        except OSError:
-            pass
+def _send(connection: Connection, message: dict[str, Any]) -> None:
+    """Report to the launcher; if it is gone (killed), the rows on disk are what remains."""
+    with contextlib.suppress(OSError):
+        connection.send(message)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -66,17 +62,18 @@ def worker_main(task: WorkerTask, connection: Connection) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     # Workers stay in the launcher's process group (the launcher leads it when started from a
     # shell, or by Dagster Pipes in a new session); PDEATHSIG covers a launcher that dies.
-    _die_with_parent()
+    die_with_parent()
     exit_code = 0
     try:
         exit_code = _run(task, connection)
     except Interrupted as interrupted:
-        connection.send({"kind": "failed", "error": f"interrupted: {interrupted}"})
+        _send(connection, {"kind": "failed", "error": f"interrupted: {interrupted}"})
         exit_code = 130
     except BaseException as error:
         summary = f"{type(error).__name__}: {error}"
-        connection.send(
-            {"kind": "failed", "error": summary, "traceback": traceback.format_exc(limit=20)}
+        _send(
+            connection,
+            {"kind": "failed", "error": summary, "traceback": traceback.format_exc(limit=20)},
         )
         exit_code = 1
     finally:
@@ -137,19 +134,21 @@ def _run(task: WorkerTask, connection: Connection) -> int:
             runtime.finish(time.monotonic_ns() + 1_000_000_000, recorder.buffer())
             reporter.stop()
             recorder.close()
-            connection.send(
+            _send(
+                connection,
                 {
                     "kind": "done",
                     "status": "failed",
                     "error": f"interrupted: {interrupted}",
                     **_summary(runtime),
-                }
+                },
             )
             return 130
         reporter.stop()
     finally:
         recorder.close()
-    connection.send(
+    _send(
+        connection,
         {
             "kind": "done",
             "status": result.status,
@@ -157,7 +156,7 @@ def _run(task: WorkerTask, connection: Connection) -> int:
             "stopped_by": result.outcome.stopped_by,
             "leaked_threads": result.leaked_threads,
             **_summary(runtime),
-        }
+        },
     )
     return 0
 

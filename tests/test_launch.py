@@ -199,8 +199,8 @@ def test_a_killed_worker_is_contained(tmp_path: Path) -> None:
     assert_survivor_kept(result)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -> None:
+def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, list[psutil.Process]]:
+    """A CLI run of two 60 s pipelines, returned once both have flushed rows to disk."""
     spec = tmp_path / "long.yaml"
     doc = spec_doc({"type": "sleep", "config": {"ms": 1}}, duration_s=60)
     doc["pipelines"][1]["loadgen"]["duration_s"] = 60
@@ -213,15 +213,21 @@ def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -
         stderr=subprocess.PIPE,
         text=True,
     )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        chunks = list(out.glob("*/parts/queries/*.parquet"))
+        if len({path.name.split("-")[2] for path in chunks}) >= 2:
+            break  # both pipelines have flushed rows
+        time.sleep(0.2)
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert len(children) >= 3  # two workers and the host sampler
+    return process, out, children
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -> None:
+    process, out, children = start_long_run(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            chunks = list(out.glob("*/parts/queries/*.parquet"))
-            if len({path.name.split("-")[2] for path in chunks}) >= 2:
-                break  # both pipelines have flushed rows
-            time.sleep(0.2)
-        children = psutil.Process(process.pid).children(recursive=True)
-        assert len(children) >= 3  # two workers and the host sampler
         process.send_signal(sig)
         _, stderr = process.communicate(timeout=30)
     finally:
@@ -348,12 +354,18 @@ def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
     (folder / "arrivals.csv").write_text("offset_ms\n0\n10\n20\n30\n")
     doc = {
         "name": "traced",
-        "pipelines": [{"name": "replay", "loadgen": {"type": "trace", "trace": "arrivals.csv"},
-                       "stages": [{"id": "s", "type": "noop"}]}],
+        "pipelines": [
+            {
+                "name": "replay",
+                "loadgen": {"type": "trace", "trace": "arrivals.csv"},
+                "stages": [{"id": "s", "type": "noop"}],
+            }
+        ],
     }
     (folder / "spec.yaml").write_text(yaml.safe_dump(doc))
-    completed = collobench("run", str(folder / "spec.yaml"), "--out", str(tmp_path / "out"),
-                           "--no-mlflow")
+    completed = collobench(
+        "run", str(folder / "spec.yaml"), "--out", str(tmp_path / "out"), "--no-mlflow"
+    )
     assert completed.returncode == 0, completed.stderr
     (run_dir,) = (tmp_path / "out").iterdir()
     queries = read_table(run_dir, "queries").to_pandas().sort_values("query_id")
@@ -365,3 +377,19 @@ def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
     assert completed.returncode == 2
     assert "pipelines[0].loadgen.trace:" in completed.stderr
     assert "offsets must be non-decreasing" in completed.stderr
+
+
+def test_a_killed_launcher_takes_its_children_with_it(tmp_path: Path) -> None:
+    process, out, children = start_long_run(tmp_path)
+    try:
+        process.kill()  # SIGKILL: no handler runs in the launcher
+        process.wait(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    _gone, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, [p.cmdline() for p in alive]
+    (run_dir,) = out.iterdir()
+    queries = read_table(run_dir, "queries").to_pandas()  # from the chunk files
+    assert set(queries.pipeline) == {"victim", "survivor"}
+    assert (queries.status == "ok").sum() > 100

@@ -6,6 +6,7 @@ lost mid-run or an energy-counter reset ends up as a warning in the run's manife
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
@@ -13,6 +14,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 from typing import Any
 
+from stages.lifetime import die_with_parent
 from stages.spec import TelemetrySpec
 from stages.telemetry.sampler_process import SamplerSettings, gpu_sampler_main, host_sampler_main
 
@@ -93,11 +95,37 @@ class SamplerGroup:
         return warnings
 
 
+class _StopOnSignal:
+    """The launcher's stop event, or SIGTERM (sent by the kernel when the launcher dies).
+
+    The signal handler only sets a flag: taking the event's lock inside a handler deadlocks
+    when the signal lands while the lock is held. The sampler's periodic wait notices the flag
+    within one period, then takes its last sample and flushes as on an ordinary stop.
+    """
+
+    def __init__(self, event: Any) -> None:
+        self._event = event
+        self.signalled = False
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        self.signalled = True
+
+    def is_set(self) -> bool:
+        return self.signalled or bool(self._event.is_set())
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.signalled or bool(self._event.wait(timeout)) or self.signalled
+
+
 def _sampler_entry(target: Callable[..., object], args: tuple[Any, ...], results: Any) -> None:
     """Sampler process entry: run the sampler, then hand its summary back to the launcher."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops samplers itself
-    summary = target(*args)
+    stop = _StopOnSignal(args[-1])
+    signal.signal(signal.SIGTERM, stop.on_signal)
+    die_with_parent()
+    summary = target(*args[:-1], stop)
     record: dict[str, Any] = {}
     if is_dataclass(summary) and not isinstance(summary, type):
         record = asdict(summary)
-    results.put(record)
+    with contextlib.suppress(OSError):  # the launcher may be gone
+        results.put(record)
