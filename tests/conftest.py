@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,3 +20,27 @@ def _isolated_home(
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("COLLOBENCH_HOME", str(home))
     monkeypatch.setenv("COLLOBENCH_MLFLOW", os.environ.get("COLLOBENCH_TEST_MLFLOW", "0"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftover_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After the whole session, no process started by a test (they all carry a COLLOBENCH_HOME
+    under this session's temporary folder) may still be running."""
+    yield
+    import psutil
+
+    base = str(tmp_path_factory.getbasetemp())
+    deadline = time.monotonic() + 10
+    while True:
+        leftovers = []
+        for process in psutil.process_iter(["pid", "ppid", "cmdline"]):
+            command = " ".join(process.info["cmdline"] or [])
+            if process.info["ppid"] == os.getpid() and "resource_tracker" in command:
+                continue  # this pytest process's own tracker; it ends with pytest
+            with contextlib.suppress(psutil.Error):
+                if process.environ().get("COLLOBENCH_HOME", "").startswith(base):
+                    leftovers.append(process)
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not leftovers, [" ".join(p.info["cmdline"] or [])[:120] for p in leftovers]
