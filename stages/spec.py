@@ -101,6 +101,16 @@ class LoadgenSpec(StrictModel):
             raise ValueError("loadgen type 'trace' needs `trace` (a CSV or Parquet file)")
         if self.max_queries is not None and self.max_queries < self.min_queries:
             raise ValueError("max_queries must be at least min_queries")
+        if self.type == "offline":
+            if self.samples_per_query == 1 and self.max_queries is None:
+                raise ValueError(
+                    "offline issues `samples_per_query` samples at once: set it (e.g. 10000)"
+                )
+            if self.warmup_s > 0:
+                raise ValueError(
+                    "offline issues everything at time zero, so warmup_s would flag it all; "
+                    "use warmup_queries"
+                )
         return self
 
 

@@ -211,6 +211,17 @@ def test_unbuilt_commands_say_so() -> None:
     assert "not built yet" in result.output
 
 
+def test_offline_needs_its_sample_count(tmp_path: Path) -> None:
+    text = VALID.replace("{type: server, rate: 50, duration_s: 1}", "{type: offline}")
+    code, output = validate(str(write(tmp_path, text)))
+    assert code == 2
+    assert "pipelines[0].loadgen: offline issues `samples_per_query` samples at once" in output
+    fixed = VALID.replace(
+        "{type: server, rate: 50, duration_s: 1}", "{type: offline, samples_per_query: 500}"
+    )
+    assert validate(str(write(tmp_path, fixed, "fixed.yaml")))[0] == 0
+
+
 def test_join_inside_a_loop_is_refused(tmp_path: Path) -> None:
     text = """
 name: bad-join
