@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: install
-	mkdir -p $(DAGSTER_HOME)
+	mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/collobench validate specs/*.yaml
 	$(BIN)/collobench run specs/noop_collocated.yaml
 
