@@ -111,8 +111,10 @@ def run(
     mlflow: Annotated[
         bool, typer.Option("--mlflow/--no-mlflow", help="Record the run in MLflow.")
     ] = True,
+    db: DbOption = None,
 ) -> None:
-    """Run a benchmark: solo baselines, then the pipelines collocated; write a run directory."""
+    """Run a benchmark: solo baselines, then the pipelines collocated; write a run directory,
+    load it into DuckDB and record it in MLflow."""
     from stages.launch import (
         LauncherInterruptedWithResult,
         LaunchError,
@@ -138,6 +140,8 @@ def run(
         err.print(f"interrupted; kept what was measured in {interrupted.result.run_dir}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     out.print(_summary_table(result))
+    db_path = db or settings.duckdb_path()
+    _load_and_show_contention(result.run_dir, result.run_id, db_path)
     for warning in result.warnings:
         err.print(f"warning: {warning}", markup=False)
     out.print(f"run directory: {result.run_dir}", highlight=False)
@@ -153,39 +157,179 @@ def run(
         raise typer.Exit(EXIT_FAILED_PIPELINES)
 
 
-def _not_built(command: str) -> typer.Exit:
-    err.print(
-        f"`collobench {command}` is not built yet: it arrives with the analysis issue "
-        "(DuckDB loader and views). Run directories already hold the Parquet files."
-    )
-    return typer.Exit(EXIT_INVALID_INPUT)
+# The CLI is the one place where `stages` calls into `analysis` (lazily, per command).
+
+# The columns `collobench report` shows per view (all of them stay available through `sql`).
+REPORT_COLUMNS: dict[str, list[str]] = {
+    "throughput": [
+        "trial",
+        "phase",
+        "pipeline",
+        "ok_queries",
+        "dropped",
+        "errors",
+        "timeouts",
+        "window_s",
+        "queries_per_s",
+        "samples_per_s",
+    ],
+    "latency": [
+        "trial",
+        "phase",
+        "pipeline",
+        "latency_p50_ms",
+        "latency_p90_ms",
+        "latency_p99_ms",
+        "latency_p999_ms",
+        "issue_delay_p50_us",
+        "issue_delay_p99_us",
+    ],
+    "stage_breakdown": [
+        "trial",
+        "phase",
+        "pipeline",
+        "stage",
+        "visits",
+        "queue_wait_p50_ms",
+        "queue_wait_p99_ms",
+        "service_p50_ms",
+        "service_p99_ms",
+    ],
+    "energy": ["trial", "phase", "pipeline", "device", "energy_source", "energy_j", "mean_power_w"],
+    "perf_per_watt": [
+        "trial",
+        "phase",
+        "pipeline",
+        "device",
+        "energy_source",
+        "queries_per_j",
+        "j_per_query",
+    ],
+    "contention": [
+        "trial",
+        "pipeline",
+        "throughput_ratio",
+        "p50_slowdown",
+        "p99_slowdown",
+        "energy_saved_j",
+    ],
+}
+
+DbOption = Annotated[
+    Path | None, typer.Option("--db", help="DuckDB file (default: .collobench/results.duckdb).")
+]
 
 
 @app.command()
 def load(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run directories.", show_default=False)],
-    db: Annotated[Path | None, typer.Option(help="DuckDB file.")] = None,
+    db: DbOption = None,
 ) -> None:
-    """Load run directories into DuckDB (idempotent). Not built yet."""
-    raise _not_built("load")
+    """Load run directories into DuckDB; loading a run again replaces it (idempotent)."""
+    from analysis.loader import LoadError, load_runs
+
+    db_path = db or settings.duckdb_path()
+    try:
+        results = load_runs(run_dirs, db_path)
+    except LoadError as error:
+        raise _fail_input([str(error)]) from None
+    for loaded in results:
+        verb = "replaced" if loaded.replaced else "loaded"
+        counts = ", ".join(f"{rows} {table}" for table, rows in loaded.rows.items() if rows)
+        out.print(f"{verb} {loaded.run_id} ({loaded.status}): {counts}", highlight=False)
+    out.print(f"database: {db_path}", highlight=False)
 
 
 @app.command()
 def report(
     run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
-    db: Annotated[Path | None, typer.Option(help="DuckDB file.")] = None,
+    db: DbOption = None,
 ) -> None:
-    """Print throughput, latency, energy and contention for a run. Not built yet."""
-    raise _not_built("report")
+    """Print throughput, latency, stage breakdown, energy and contention for a run."""
+    from analysis.report import report as build_report
+
+    try:
+        tables = build_report(db or settings.duckdb_path(), run_id)
+    except (LookupError, FileNotFoundError) as error:
+        raise _fail_input([str(error).strip("'\"")]) from None
+    for name, frame in tables.items():
+        wanted = REPORT_COLUMNS.get(name)
+        if frame.empty or wanted is None:
+            continue
+        columns = [c for c in wanted if c in frame.columns]
+        out.print(_frame_table(name, columns, frame[columns].itertuples(index=False)))
+    out.print('every column of every view: collobench sql "SELECT * FROM <view>"', highlight=False)
 
 
 @app.command()
 def sql(
     query: Annotated[str, typer.Argument(help="SQL to run read-only.", show_default=False)],
-    db: Annotated[Path | None, typer.Option(help="DuckDB file.")] = None,
+    db: DbOption = None,
 ) -> None:
-    """Run a read-only SQL query on the results database. Not built yet."""
-    raise _not_built("sql")
+    """Run one SQL query on the results database, over a read-only connection."""
+    import duckdb
+
+    from analysis.db import run_query
+
+    try:
+        columns, rows = run_query(db or settings.duckdb_path(), query)
+    except FileNotFoundError as error:
+        raise _fail_input([str(error).strip("'\"")]) from None
+    except duckdb.Error as error:
+        raise _fail_input([f"sql: {str(error).splitlines()[0]}"]) from None
+    out.print(_frame_table(None, columns, rows))
+
+
+def _load_and_show_contention(run_dir: Path, run_id: str, db_path: Path) -> None:
+    """Load a finished run into DuckDB (as the Dagster warehouse asset does) and show how each
+    pipeline fared next to the others; a failure here is a warning, the run is on disk."""
+    from analysis.loader import load_runs
+    from analysis.report import report as build_report
+
+    try:
+        load_runs([run_dir], db_path)
+        contention = build_report(db_path, run_id)["contention"]
+    except Exception as error:
+        err.print(f"warning: could not load the run into {db_path}: {error}", markup=False)
+        return
+    if not contention.empty:
+        wanted = [
+            c
+            for c in (
+                "trial",
+                "pipeline",
+                "throughput_ratio",
+                "p50_slowdown",
+                "p99_slowdown",
+                "energy_saved_j",
+            )
+            if c in contention.columns
+        ]
+        out.print(
+            _frame_table(
+                "contention (collocated vs solo)",
+                wanted,
+                contention[wanted].itertuples(index=False),
+            )
+        )
+    out.print(f"loaded into {db_path}; full report: collobench report {run_id}", highlight=False)
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.0f}"
+    return str(value)
+
+
+def _frame_table(title: str | None, columns: list[str], rows: Any) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(str(column))
+    for row in rows:
+        table.add_row(*(_cell(value) for value in row))
+    return table
 
 
 # --------------------------------------------------------------------------- display

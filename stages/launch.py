@@ -245,14 +245,16 @@ class Launcher:
         )
         workers = [self._spawn_worker(trial, phase, pipeline) for pipeline in pipelines]
         self._live = workers
+        # Samplers start now, so their own start-up (imports, Parquet set-up) overlaps the
+        # workers' preparation instead of competing with the first seconds of the load.
+        samplers = SamplerGroup(
+            self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
+        )
+        self._samplers = samplers
+        samplers.start(trial, phase, {w.name: w.process.pid or 0 for w in workers})
         self._await_ready(workers)
         ready = [worker for worker in workers if worker.ready and not worker.done]
         if ready:
-            samplers = SamplerGroup(
-                self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
-            )
-            self._samplers = samplers
-            samplers.start(trial, phase, {w.name: w.process.pid or 0 for w in ready})
             start_ns = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
             for worker in ready:
                 timeout_s = next(p for p in pipelines if p.name == worker.name).loadgen.timeout_s
@@ -261,8 +263,8 @@ class Launcher:
                 with contextlib.suppress(OSError):
                     worker.connection.send({"kind": "start", "start_ns": start_ns})
             self._await_done(ready)
-            self.warnings += samplers.stop()
-            self._samplers = None
+        self.warnings += samplers.stop()
+        self._samplers = None
         for worker in workers:
             self._reap(worker)
         self._live = []

@@ -205,10 +205,10 @@ def test_console_script_exit_code_and_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in completed.stderr
 
 
-def test_unbuilt_commands_say_so() -> None:
-    result = runner.invoke(app, ["sql", "SELECT 1"])
+def test_sql_without_a_database_says_how_to_get_one(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["sql", "SELECT 1", "--db", str(tmp_path / "none.duckdb")])
     assert result.exit_code == 2
-    assert "not built yet" in result.output
+    assert "collobench load" in result.output
 
 
 def test_offline_needs_its_sample_count(tmp_path: Path) -> None:

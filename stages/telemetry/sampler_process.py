@@ -165,6 +165,7 @@ def host_sampler_main(settings: SamplerSettings, stop_event: StopEvent) -> HostS
     writer = ChunkWriter(
         Path(settings.run_dir), "host_samples", _label("host", settings), _keys(settings)
     )
+    writer.warm_up()  # Parquet's one-time set-up now, not during the measured window
     sampler = HostSampler(
         writer, settings.pipeline_pids, cpu_watts_per_core=settings.cpu_watts_per_core
     )
@@ -195,11 +196,17 @@ def gpu_sampler_main(
             return None
         label = _label(f"gpu{gpu_index}", settings)
         root = Path(settings.run_dir)
+        writers = [
+            ChunkWriter(root, table, label, _keys(settings))
+            for table in ("gpu_samples", "gpu_process_samples")
+        ]
+        for writer in writers:
+            writer.warm_up()  # Parquet's one-time set-up now, not during the measured window
         sampler = GpuSampler(
             backend,
             gpu_index,
-            ChunkWriter(root, "gpu_samples", label, _keys(settings)),
-            ChunkWriter(root, "gpu_process_samples", label, _keys(settings)),
+            writers[0],
+            writers[1],
             pid_to_pipeline=PipelineOfPid(settings.pipeline_pids),
         )
         try:

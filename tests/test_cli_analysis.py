@@ -1,0 +1,73 @@
+"""`collobench run` loads its run into DuckDB; `load`, `report` and `sql` work on it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from stages.cli import app
+from tests.helpers import REPO
+
+runner = CliRunner()
+
+
+def test_run_loads_into_duckdb_and_the_commands_read_it(tmp_path: Path) -> None:
+    db = tmp_path / "results.duckdb"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stages.cli",
+            "run",
+            "specs/noop_collocated.yaml",
+            "--no-mlflow",
+            "--out",
+            str(tmp_path / "runs"),
+            "--db",
+            str(db),
+            "--set",
+            "pipelines.front.loadgen.duration_s=1",
+            "--set",
+            "pipelines.back.loadgen.duration_s=1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "contention (collocated vs solo)" in completed.stdout
+    assert f"loaded into {db}" in completed.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+
+    counted = runner.invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--db", str(db)])
+    assert counted.exit_code == 0 and " 1 " in counted.output
+
+    reloaded = runner.invoke(app, ["load", str(run_dir), "--db", str(db)])
+    assert reloaded.exit_code == 0, reloaded.output
+    assert f"replaced {run_dir.name}" in reloaded.output
+    counted = runner.invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--db", str(db)])
+    assert " 1 " in counted.output  # loading again replaces, never duplicates
+
+    shown = runner.invoke(app, ["report", "--db", str(db)])
+    assert shown.exit_code == 0, shown.output
+    for title in ("throughput", "latency", "stage_breakdown", "contention"):
+        assert title in shown.output
+
+    refused = runner.invoke(app, ["sql", "DROP TABLE runs", "--db", str(db)])
+    assert refused.exit_code == 2 and "read-only" in refused.output
+    unknown = runner.invoke(app, ["report", "no-such-run", "--db", str(db)])
+    assert unknown.exit_code == 2 and "no run 'no-such-run'" in unknown.output
+
+
+def test_load_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["load", str(tmp_path), "--db", str(tmp_path / "x.duckdb")])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert str(tmp_path) in result.output
