@@ -1,0 +1,164 @@
+"""Idempotent loading of run directories into the DuckDB warehouse.
+
+Each run is loaded in one transaction: its run_id's rows are deleted from every table, then the
+run's Parquet files are inserted again, so loading a run twice (or re-loading it after it grew)
+leaves exactly one copy. DuckDB reads the Parquet itself (`read_parquet` with the file list as a
+parameter): no pandas round trip, and column types come straight from the file contract.
+The schema and views are (re)created on every load, so a new version of a view reaches an
+existing warehouse the next time anything is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from analysis.db import sql_text, view_files
+
+MANIFEST = "manifest.json"
+PARTS = "parts"
+# The run directory's tables, in the order they are loaded (the names of the Parquet files).
+TABLES = (
+    "queries",
+    "stage_events",
+    "errors",
+    "host_samples",
+    "gpu_samples",
+    "gpu_process_samples",
+)
+
+
+class LoadError(ValueError):
+    """A run directory cannot be loaded; the message is one line: `<dir>: <reason>`."""
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What loading one run directory did."""
+
+    run_id: str
+    run_dir: Path
+    status: str  # the manifest's run status: ok | failed | interrupted | running
+    replaced: bool  # the run_id was already in the warehouse (its rows were replaced)
+    from_parts: bool  # some rows came from parts/ chunk files (a run cut short before merging)
+    rows: dict[str, int] = field(default_factory=dict)  # rows inserted per table
+
+
+def _read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    if not run_dir.is_dir():
+        raise LoadError(f"{run_dir}: not a directory")
+    if not path.is_file():
+        raise LoadError(f"{run_dir}: no {MANIFEST} (not a collobench run directory)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise LoadError(f"{path}: unreadable manifest ({error})") from error
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("run_id"), str):
+        raise LoadError(f"{path}: manifest has no run_id")
+    return manifest
+
+
+def table_files(run_dir: Path, table: str) -> tuple[list[Path], bool]:
+    """The Parquet files holding `table`: the merged file and any chunk files left under
+    parts/ (a run cut short before its merge has only those); and whether parts were used."""
+    merged = run_dir / f"{table}.parquet"
+    parts = sorted((run_dir / PARTS / table).glob("*.parquet"))
+    return ([merged] if merged.is_file() else []) + parts, bool(parts)
+
+
+def ensure_schema(connection: duckdb.DuckDBPyConnection) -> None:
+    """Create the tables if missing and (re)create every view, in file order."""
+    connection.execute(sql_text("schema.sql"))
+    for name in view_files():
+        connection.execute(sql_text(f"views/{name}"))
+
+
+def _load_one(
+    connection: duckdb.DuckDBPyConnection, run_dir: Path, manifest: dict[str, Any]
+) -> LoadResult:
+    run_id: str = manifest["run_id"]
+    existing = connection.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id])
+    replaced = bool((existing.fetchone() or (0,))[0])
+    rows: dict[str, int] = {}
+    from_parts = False
+    connection.execute("BEGIN TRANSACTION")
+    try:
+        connection.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+        connection.execute(
+            sql_text("insert_run.sql"),
+            {
+                "run_id": run_id,
+                "name": manifest.get("name"),
+                "spec_hash": manifest.get("spec_hash"),
+                "status": manifest.get("status"),
+                "started_at": manifest.get("started_at"),
+                "ended_at": manifest.get("ended_at"),
+                "manifest": json.dumps(manifest),
+                "run_dir": str(run_dir.resolve()),
+            },
+        )
+        for table in TABLES:
+            # `table` comes from the fixed TABLES tuple, never from input.
+            connection.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            files, used_parts = table_files(run_dir, table)
+            from_parts = from_parts or used_parts
+            if not files:
+                rows[table] = 0
+                continue
+            paths = [str(path) for path in files]
+            foreign = connection.execute(
+                "SELECT count(*) FROM read_parquet(?, union_by_name = true) "
+                "WHERE run_id IS DISTINCT FROM ?",
+                [paths, run_id],
+            ).fetchone()
+            if foreign and foreign[0]:
+                # Such rows would escape the DELETE above and break idempotence.
+                raise LoadError(f"{run_dir}: {table} holds rows of a run_id other than {run_id}")
+            connection.execute(
+                f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)",
+                [paths],
+            )
+            rows[table] = _count(connection, table, run_id)
+        connection.execute("COMMIT")
+    except Exception:
+        connection.execute("ROLLBACK")
+        raise
+    return LoadResult(
+        run_id=run_id,
+        run_dir=run_dir,
+        status=str(manifest.get("status")),
+        replaced=replaced,
+        from_parts=from_parts,
+        rows=rows,
+    )
+
+
+def _count(connection: duckdb.DuckDBPyConnection, table: str, run_id: str) -> int:
+    row = connection.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def load_runs(run_dirs: list[Path] | list[str], db_path: Path | str) -> list[LoadResult]:
+    """Load each run directory into the warehouse at `db_path` (created if missing).
+
+    Every directory's manifest is checked before anything is written, so one bad argument
+    loads nothing; a directory without manifest.json raises LoadError with a one-line reason.
+    Each run is one transaction: a failure part-way leaves that run as it was before."""
+    directories = [Path(run_dir) for run_dir in run_dirs]
+    manifests = [_read_manifest(directory) for directory in directories]
+    db = Path(db_path)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    connection = duckdb.connect(str(db))
+    try:
+        ensure_schema(connection)
+        return [
+            _load_one(connection, directory, manifest)
+            for directory, manifest in zip(directories, manifests, strict=True)
+        ]
+    finally:
+        connection.close()

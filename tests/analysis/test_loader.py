@@ -1,0 +1,160 @@
+"""Loading is idempotent, reads cut-short runs from parts/, and refuses non-run directories;
+readers get read-only connections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from analysis.db import (
+    ReadOnlyRequired,
+    connect_read_only,
+    query_connection,
+    run_query,
+    sql_text,
+    view_files,
+)
+from analysis.loader import TABLES, LoadError, load_runs
+from tests.analysis.conftest import collocated_run, single_pipeline_run
+
+VIEWS = ["throughput", "latency", "stage_breakdown", "energy", "perf_per_watt", "contention"]
+
+
+def counts(db_path: Path) -> dict[str, int]:
+    connection = connect_read_only(db_path)
+    try:
+        found = {}
+        for table in ("runs", *TABLES):
+            row = connection.execute(f"SELECT count(*) FROM {table}").fetchone()
+            found[table] = row[0] if row else -1
+        return found
+    finally:
+        connection.close()
+
+
+def test_loading_twice_leaves_identical_rows(tmp_path: Path, db_path: Path) -> None:
+    single = single_pipeline_run(tmp_path).write()
+    colloc = collocated_run(tmp_path).write()
+    first = load_runs([single, colloc], db_path)
+    before = counts(db_path)
+    views_before = {
+        view: run_query(db_path, f"SELECT * FROM {view} ORDER BY ALL") for view in VIEWS
+    }
+    second = load_runs([colloc, single], db_path)
+    assert counts(db_path) == before
+    for view in VIEWS:
+        assert run_query(db_path, f"SELECT * FROM {view} ORDER BY ALL") == views_before[view]
+    assert before["runs"] == 2
+    assert before["queries"] == 1030 + 2300
+    assert [result.replaced for result in first] == [False, False]
+    assert [result.replaced for result in second] == [True, True]
+    assert first[0].rows["queries"] == 1030 and first[0].rows["errors"] == 1
+    assert first[1].rows["gpu_samples"] == 3 and first[1].rows["gpu_process_samples"] == 0
+
+
+def test_runs_table_records_the_manifest(tmp_path: Path, db_path: Path) -> None:
+    load_runs([single_pipeline_run(tmp_path).write()], db_path)
+    _, rows = run_query(
+        db_path,
+        "SELECT run_id, name, spec_hash, status, ended_at IS NOT NULL, "
+        "manifest->>'$.spec.pipelines[0].loadgen.type' FROM runs",
+    )
+    assert rows == [("20260101-000000-single", "single", "0" * 64, "ok", True, "server")]
+
+
+def test_cut_short_run_is_read_from_parts(tmp_path: Path, db_path: Path) -> None:
+    run = collocated_run(tmp_path)
+    run.status = "running"  # the runner died before the merge and the final manifest
+    run_dir = run.write(as_parts=True)
+    assert not (run_dir / "queries.parquet").exists()
+    [result] = load_runs([run_dir], db_path)
+    assert result.from_parts and result.status == "running"
+    assert result.rows["queries"] == 2300
+    _, rows = run_query(db_path, "SELECT pipeline, throughput_ratio FROM contention ORDER BY 1")
+    assert rows == [("a", pytest.approx(0.5)), ("b", pytest.approx(1.0))]
+    _, ended = run_query(db_path, "SELECT status, ended_at FROM runs")
+    assert ended == [("running", None)]
+    load_runs([run_dir], db_path)
+    assert counts(db_path)["queries"] == 2300
+
+
+def test_merged_file_and_late_parts_are_both_read(tmp_path: Path, db_path: Path) -> None:
+    run = single_pipeline_run(tmp_path)
+    run_dir = run.write()
+    extra = collocated_run(tmp_path / "other", run_id=run.run_id)  # same run_id, more rows
+    extra.rows = {"queries": extra.rows["queries"]}
+    extra.write(as_parts=True)
+    (tmp_path / "other" / run.run_id / "parts").rename(run_dir / "parts")
+    [result] = load_runs([run_dir], db_path)
+    assert result.from_parts
+    assert result.rows["queries"] == 1030 + 2300
+
+
+def test_directory_without_manifest_is_a_one_line_error(tmp_path: Path, db_path: Path) -> None:
+    good = single_pipeline_run(tmp_path).write()
+    bad = tmp_path / "not-a-run"
+    bad.mkdir()
+    with pytest.raises(LoadError) as caught:
+        load_runs([good, bad], db_path)
+    message = str(caught.value)
+    assert "\n" not in message and str(bad) in message and "manifest.json" in message
+    assert not db_path.exists()  # checked before anything was written
+
+
+def test_rows_of_another_run_are_refused_and_rolled_back(tmp_path: Path, db_path: Path) -> None:
+    run_dir = single_pipeline_run(tmp_path).write()
+    load_runs([run_dir], db_path)
+    before = counts(db_path)
+    stranger = collocated_run(tmp_path / "stranger")
+    stranger.write()
+    (stranger.run_dir / "queries.parquet").replace(run_dir / "queries.parquet")
+    with pytest.raises(LoadError, match="run_id other than"):
+        load_runs([run_dir], db_path)
+    assert counts(db_path) == before
+
+
+def test_read_only_connection_refuses_writes(tmp_path: Path, db_path: Path) -> None:
+    load_runs([single_pipeline_run(tmp_path).write()], db_path)
+    connection = connect_read_only(db_path)
+    try:
+        with pytest.raises(duckdb.Error):
+            connection.execute("INSERT INTO runs (run_id, loaded_at) VALUES ('x', now())")
+    finally:
+        connection.close()
+    with pytest.raises(duckdb.Error):
+        run_query(db_path, "DELETE FROM queries")
+    assert counts(db_path)["queries"] == 1030
+
+
+def test_query_connection_refuses_a_writable_connection(db_path: Path) -> None:
+    connection = duckdb.connect()
+    try:
+        with pytest.raises(ReadOnlyRequired):
+            query_connection(connection, "SELECT 1")
+    finally:
+        connection.close()
+
+
+def test_missing_database_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="collobench load"):
+        run_query(tmp_path / "absent.duckdb", "SELECT 1")
+
+
+def test_sql_files_ship_as_package_resources() -> None:
+    names = view_files()
+    assert names == sorted(names)
+    assert len(names) >= 6
+    for name in names:
+        text = sql_text(f"views/{name}")
+        assert text.lstrip().startswith("--"), f"{name} needs a leading comment"
+        assert "CREATE OR REPLACE VIEW" in text
+    assert "CREATE TABLE IF NOT EXISTS runs" in sql_text("schema.sql")
+
+
+def test_analysis_does_not_import_stages() -> None:
+    root = Path(__file__).resolve().parents[2] / "analysis"
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert "import stages" not in text and "from stages" not in text, path

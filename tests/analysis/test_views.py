@@ -1,0 +1,251 @@
+"""The views compute exactly the figures of run directories built with known numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.db import run_query
+from analysis.loader import load_runs
+from tests.analysis.conftest import BASE_NS, collocated_run, single_pipeline_run
+from tests.analysis.rundirs import SECOND_NS, RunBuilder
+
+
+def rows_of(db_path: Path, sql: str) -> list[dict[str, Any]]:
+    columns, rows = run_query(db_path, sql)
+    return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def one(db_path: Path, sql: str) -> dict[str, Any]:
+    found = rows_of(db_path, sql)
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.fixture
+def single_db(tmp_path: Path, db_path: Path) -> Path:
+    load_runs([single_pipeline_run(tmp_path / "runs").write()], db_path)
+    return db_path
+
+
+@pytest.fixture
+def colloc_db(tmp_path: Path, db_path: Path) -> Path:
+    load_runs([collocated_run(tmp_path / "runs").write()], db_path)
+    return db_path
+
+
+def test_throughput_counts_ok_queries_over_the_window(single_db: Path) -> None:
+    row = one(single_db, "SELECT * FROM throughput")
+    assert (row["trial"], row["phase"], row["pipeline"]) == (0, "solo", "a")
+    assert row["queries"] == 1010  # warm-up excluded
+    assert row["ok_queries"] == 1000
+    assert row["ok_samples"] == 2000
+    assert (row["dropped"], row["errors"], row["timeouts"]) == (5, 3, 2)
+    assert row["window_s"] == pytest.approx(10.0)
+    assert row["queries_per_s"] == pytest.approx(100.0)
+    assert row["samples_per_s"] == pytest.approx(200.0)
+
+
+def test_latency_percentiles_from_scheduled_time(single_db: Path) -> None:
+    row = one(single_db, "SELECT * FROM latency")
+    assert row["ok_queries"] == 1000
+    # 100 each of 1..10 ms; linear interpolation between order statistics.
+    assert row["latency_p50_ms"] == pytest.approx(5.5)
+    assert row["latency_p90_ms"] == pytest.approx(9.1)
+    assert row["latency_p99_ms"] == pytest.approx(10.0)
+    assert row["latency_p999_ms"] == pytest.approx(10.0)
+    assert row["latency_mean_ms"] == pytest.approx(5.5)
+    assert row["latency_max_ms"] == pytest.approx(10.0)  # the 100 ms warm-up is left out
+    assert row["issue_delay_p50_us"] == pytest.approx(50.0)
+    assert row["issue_delay_p99_us"] == pytest.approx(50.0)
+
+
+def test_stage_breakdown_splits_queue_wait_and_service(single_db: Path) -> None:
+    row = one(single_db, "SELECT * FROM stage_breakdown")
+    assert (row["stage"], row["visits"], row["queries"]) == ("s", 10, 10)  # warm-up visit out
+    assert row["queue_wait_mean_ms"] == pytest.approx(1.0)
+    assert row["queue_wait_p99_ms"] == pytest.approx(1.0)
+    assert row["service_p50_ms"] == pytest.approx(2.0)
+    assert row["busy_s"] == pytest.approx(0.02)
+
+
+def test_contention_compares_collocated_with_solo(colloc_db: Path) -> None:
+    found = {
+        row["pipeline"]: row
+        for row in rows_of(colloc_db, "SELECT * FROM contention ORDER BY pipeline")
+    }
+    assert set(found) == {"a", "b"}
+    a, b = found["a"], found["b"]
+    assert a["solo_queries_per_s"] == pytest.approx(100.0)
+    assert a["collocated_queries_per_s"] == pytest.approx(50.0)
+    assert a["throughput_ratio"] == pytest.approx(0.5)
+    assert a["p50_slowdown"] == pytest.approx(2.0)
+    assert a["p99_slowdown"] == pytest.approx(2.0)
+    assert b["throughput_ratio"] == pytest.approx(1.0)
+    assert b["p50_slowdown"] == pytest.approx(1.0)
+    # Energy over the load windows (see collocated_run): solo a 24.25 J + solo b 33.75 J (host
+    # only) vs collocated 41.25 J host + 200 J GPU. All exact in binary floating point.
+    assert a["solo_energy_j"] == 24.25
+    assert b["solo_energy_j"] == 33.75
+    assert a["solo_baselines_energy_j"] == 58.0
+    assert b["solo_baselines_energy_j"] == 58.0
+    assert a["collocated_energy_j"] == 241.25
+    assert a["energy_saved_j"] == 58.0 - 241.25
+    assert a["energy_source"] == "nvml_counter+rapl"
+
+
+def test_energy_is_interpolated_over_each_load_window(colloc_db: Path) -> None:
+    """E(t) interpolated between the samples around each window edge (see collocated_run):
+    host solo a E(10) - E(0) = 25.5 - 1.25 = 24.25 J over [0, 10] s, solo b 36.25 - 2.5 =
+    33.75 J, collocated 53.75 - 12.5 = 41.25 J; the GPU samples lie on the edges: 300 - 100."""
+    found = {
+        (row["phase"], row["pipeline"], row["device"]): row
+        for row in rows_of(colloc_db, "SELECT * FROM energy")
+    }
+    assert set(found) == {
+        ("solo", "a", "host"),
+        ("solo", "b", "host"),
+        ("collocated", None, "host"),
+        ("collocated", None, "gpu:0"),
+    }
+    host = found[("collocated", None, "host")]
+    assert host["energy_j"] == 41.25
+    assert host["energy_source"] == "rapl"
+    assert host["window_s"] == 10.0
+    assert host["window_start_ns"] == BASE_NS + 40 * SECOND_NS
+    assert host["window_end_ns"] == BASE_NS + 50 * SECOND_NS
+    assert host["mean_power_w"] == 4.125
+    assert host["window_covered"] is True
+    assert host["samples"] == 2  # t = 3 and 7 s inside; -1 and 11 s only bracket the edges
+    solo_a, solo_b = found[("solo", "a", "host")], found[("solo", "b", "host")]
+    assert (solo_a["energy_j"], solo_a["window_covered"]) == (24.25, True)
+    assert (solo_b["energy_j"], solo_b["window_covered"]) == (33.75, True)
+    assert solo_b["window_start_ns"] == BASE_NS + 20 * SECOND_NS
+    gpu = found[("collocated", None, "gpu:0")]
+    assert (gpu["energy_j"], gpu["energy_source"]) == (200.0, "nvml_counter")
+    assert (gpu["window_covered"], gpu["mean_power_w"]) == (True, 20.0)
+
+
+def test_energy_ignores_preparation_and_drain(tmp_path: Path, db_path: Path) -> None:
+    """A sampler started at spawn: 60 s of model loading at 100 W before the window [0, 10] s
+    and a drain at 100 W after it, the load itself at 10 W. Samples every 3 s at t = -61, -58,
+    ..., -1, 2, ..., 8, 11, ..., 35 s; cumulative E = 100 (t + 61) J up to t = -1 (6000 J),
+    then 6000 + 10 (t + 1) up to t = 11 (6120 J), then 6120 + 100 (t - 11).
+    E(0) = 6000 + 30 * 1/3 = 6010, E(10) = 6090 + 30 * 2/3 = 6110 -> 100 J, 10 W; the whole
+    series spans 8520 J, which the view must not see."""
+    run = RunBuilder(tmp_path, "20260108-000000-prep", {"a": "server"})
+    run.uniform_queries(0, "solo", "a", 100, 10 * SECOND_NS, start_ns=BASE_NS)
+    times = range(-61, 36, 3)
+
+    def cumulative(t: int) -> float:
+        if t <= -1:
+            return 100.0 * (t + 61)
+        if t <= 11:
+            return 6000.0 + 10 * (t + 1)
+        return 6120.0 + 100 * (t - 11)
+
+    run.energy_series(
+        0,
+        "solo",
+        BASE_NS - 61 * SECOND_NS,
+        [cumulative(t) for t in times],
+        "rapl",
+        period_ns=3 * SECOND_NS,
+    )
+    load_runs([run.write()], db_path)
+    row = one(db_path, "SELECT * FROM energy")
+    assert row["energy_j"] == pytest.approx(100.0, abs=1e-9)
+    assert row["mean_power_w"] == pytest.approx(10.0, abs=1e-10)
+    assert row["window_covered"] is True
+    assert row["measured_s"] == 10.0
+    assert row["samples"] == 3  # t = 2, 5, 8 s
+    ppw = one(db_path, "SELECT * FROM perf_per_watt")
+    assert ppw["queries_per_j"] == pytest.approx(1.0)
+
+
+def test_uncovered_window_edges_are_clamped(tmp_path: Path, db_path: Path) -> None:
+    """Two solo baselines, windows [0, 10] s and [20, 30] s. a's sampler covers its window
+    (0, 5, 12, 30 J at t = -1, 3, 7, 11 s -> 24.25 J, as in collocated_run). b's sampler
+    started late: 0, 8, 16 J at t = 22, 26, 30 s. The last sample before t = 20 is a's (30 J at
+    11 s): a drop to b's 0 J, so no bracket; the start is clamped to t = 22 s, the end lies on
+    a sample: 16 - 0 = 16 J measured over 8 s of the 10 s window (mean power 16 / 10)."""
+    run = RunBuilder(tmp_path, "20260109-000000-late", {"a": "server", "b": "server"})
+    run.uniform_queries(0, "solo", "a", 100, 10 * SECOND_NS, start_ns=BASE_NS)
+    run.uniform_queries(0, "solo", "b", 100, 10 * SECOND_NS, start_ns=BASE_NS + 20 * SECOND_NS)
+    run.energy_series(
+        0, "solo", BASE_NS - SECOND_NS, [0.0, 5.0, 12.0, 30.0], "rapl", period_ns=4 * SECOND_NS
+    )
+    run.energy_series(
+        0, "solo", BASE_NS + 22 * SECOND_NS, [0.0, 8.0, 16.0], "rapl", period_ns=4 * SECOND_NS
+    )
+    load_runs([run.write()], db_path)
+    found = {row["pipeline"]: row for row in rows_of(db_path, "SELECT * FROM energy")}
+    assert (found["a"]["energy_j"], found["a"]["window_covered"]) == (24.25, True)
+    b = found["b"]
+    assert (b["energy_j"], b["window_covered"]) == (16.0, False)
+    assert (b["window_s"], b["measured_s"]) == (10.0, 8.0)
+    assert b["mean_power_w"] == 2.0  # 16 J over the 8 s measured
+    assert b["energy_source"] == "rapl"
+
+
+def test_perf_per_watt_is_queries_per_joule(colloc_db: Path) -> None:
+    row = one(
+        colloc_db,
+        "SELECT * FROM perf_per_watt WHERE phase = 'collocated' AND device = 'host'",
+    )
+    assert row["ok_queries"] == 900  # both pipelines shared the host
+    assert row["energy_j"] == 41.25  # the collocated load window only
+    assert row["queries_per_j"] == pytest.approx(900 / 41.25)
+    assert row["j_per_query"] == pytest.approx(41.25 / 900)
+    assert row["energy_source"] == "rapl"
+    solo = one(colloc_db, "SELECT * FROM perf_per_watt WHERE phase = 'solo' AND pipeline = 'a'")
+    assert solo["queries_per_j"] == pytest.approx(1000 / 24.25)
+
+
+def test_energy_is_null_without_a_source(tmp_path: Path, db_path: Path) -> None:
+    run = RunBuilder(tmp_path, "20260103-000000-nosource", {"a": "server"})
+    run.uniform_queries(0, "solo", "a", 100, SECOND_NS, start_ns=0)
+    run.energy_series(0, "solo", 0, [None, None, None], source=None)
+    # A value without a source is not an energy figure either.
+    run.energy_series(0, "solo", 0, [1.0, 2.0], source=None, gpu=0)
+    load_runs([run.write()], db_path)
+    for row in rows_of(db_path, "SELECT * FROM energy"):
+        assert row["energy_j"] is None and row["energy_source"] is None, row
+    ppw = rows_of(db_path, "SELECT * FROM perf_per_watt")
+    assert len(ppw) == 2
+    for row in ppw:
+        assert row["ok_queries"] == 100
+        assert row["queries_per_j"] is None and row["j_per_query"] is None, row
+
+
+def test_a_single_energy_sample_is_no_figure(tmp_path: Path, db_path: Path) -> None:
+    run = RunBuilder(tmp_path, "20260104-000000-onesample", {"a": "server"})
+    run.uniform_queries(0, "solo", "a", 10, SECOND_NS, start_ns=0)
+    run.energy_series(0, "solo", 0, [5.0], source="rapl")
+    load_runs([run.write()], db_path)
+    row = one(db_path, "SELECT * FROM energy")
+    assert row["energy_j"] is None and row["energy_source"] is None
+
+
+def test_contention_without_solo_baseline_has_null_ratios(tmp_path: Path, db_path: Path) -> None:
+    run = RunBuilder(tmp_path, "20260105-000000-nosolo", {"a": "server", "b": "server"})
+    run.uniform_queries(0, "collocated", "a", 10, SECOND_NS, start_ns=0)
+    run.uniform_queries(0, "collocated", "b", 10, SECOND_NS, start_ns=0)
+    load_runs([run.write()], db_path)
+    found = rows_of(db_path, "SELECT * FROM contention ORDER BY pipeline")
+    assert [row["pipeline"] for row in found] == ["a", "b"]
+    assert all(row["throughput_ratio"] is None for row in found)
+    assert all(row["energy_saved_j"] is None for row in found)
+
+
+def test_latency_by_run_pools_trials(tmp_path: Path, db_path: Path) -> None:
+    run = RunBuilder(tmp_path, "20260106-000000-trials", {"a": "server"})
+    for trial, count in enumerate((100, 200, 400)):  # latencies 10, 5, 2.5 ms
+        run.uniform_queries(trial, "solo", "a", count, SECOND_NS, start_ns=trial * 10 * SECOND_NS)
+    load_runs([run.write()], db_path)
+    row = one(db_path, "SELECT * FROM latency_by_run")
+    assert (row["trials"], row["ok_queries"]) == (3, 700)
+    assert row["pooled_p50_ms"] == pytest.approx(2.5)  # 400 of the 700 take 2.5 ms
+    assert row["trial_mean_p50_ms"] == pytest.approx((10 + 5 + 2.5) / 3)
