@@ -293,18 +293,7 @@ def _load_and_show_contention(run_dir: Path, run_id: str, db_path: Path) -> None
         err.print(f"warning: could not load the run into {db_path}: {error}", markup=False)
         return
     if not contention.empty:
-        wanted = [
-            c
-            for c in (
-                "trial",
-                "pipeline",
-                "throughput_ratio",
-                "p50_slowdown",
-                "p99_slowdown",
-                "energy_saved_j",
-            )
-            if c in contention.columns
-        ]
+        wanted = [c for c in REPORT_COLUMNS["contention"] if c in contention.columns]
         out.print(
             _frame_table(
                 "contention (collocated vs solo)",
