@@ -257,24 +257,17 @@ def test_gpu_spec_without_a_gpu_is_refused_with_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **device: Any) -> None:
+    """One scripted GPU (fake NVML) for the spawned samplers of this test."""
+    script = tmp_path / "gpu.json"
+    script.write_text(json.dumps({"devices": [{"uuid": "GPU-fake-0", **device}]}))
+    monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
+
+
 def test_fake_gpu_is_sampled_once_per_device_with_its_energy_counter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = tmp_path / "gpu.json"
-    script.write_text(
-        json.dumps(
-            {
-                "devices": [
-                    {
-                        "uuid": "GPU-fake-0",
-                        "power_w": 100,
-                        "processes": [{"pid": 999999, "used_memory_mib": 64}],
-                    },
-                ]
-            }
-        )
-    )
-    monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
+    fake_gpu(tmp_path, monkeypatch, power_w=100, processes=[{"pid": 999999, "used_memory_mib": 64}])
     doc = spec_doc({"type": "noop"})
     doc["telemetry"]["gpu"] = {"period_ms": 20}
     result = run(doc, tmp_path)
@@ -307,22 +300,7 @@ def test_shipped_spec_loads() -> None:
 def test_lost_gpu_and_counter_reset_reach_the_manifest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = tmp_path / "gpu.json"
-    script.write_text(
-        json.dumps(
-            {
-                "devices": [
-                    {
-                        "uuid": "GPU-fake-0",
-                        "power_w": 120,
-                        "energy_resets_at_s": [0.6],
-                        "lost_at_s": 1.2,
-                    },
-                ]
-            }
-        )
-    )
-    monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
+    fake_gpu(tmp_path, monkeypatch, power_w=120, energy_resets_at_s=[0.6], lost_at_s=1.2)
     doc = spec_doc({"type": "noop"}, duration_s=2)
     doc["pipelines"][1]["loadgen"]["duration_s"] = 2
     doc["telemetry"]["gpu"] = {"period_ms": 20}
