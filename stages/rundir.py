@@ -36,7 +36,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("scheduled_ns", pa.int64(), nullable=False),
             pa.field("issued_ns", pa.int64()),  # for dropped queries: when the issue was refused
             pa.field("completed_ns", pa.int64()),  # NULL unless the query ended (ok or error)
-            pa.field("status", pa.string(), nullable=False),  # ok | error | dropped | timeout
+            # ok | error | dropped | timeout | not_issued (due in the window, load stopped first)
+            pa.field("status", pa.string(), nullable=False),
             pa.field("samples", pa.int32(), nullable=False),
             pa.field("warmup", pa.bool_(), nullable=False),
         ]
@@ -47,12 +48,14 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("query_id", pa.int64(), nullable=False),
             pa.field("stage", pa.string(), nullable=False),
             pa.field("visit", pa.int32(), nullable=False),
+            # at a join: when the first branch arrived (join wait = joined_ns - enqueued_ns)
             pa.field("enqueued_ns", pa.int64(), nullable=False),
             pa.field("started_ns", pa.int64(), nullable=False),
             pa.field("finished_ns", pa.int64(), nullable=False),
             pa.field("status", pa.string(), nullable=False),  # ok | error
             pa.field("first_token_ns", pa.int64()),  # generation stages only
             pa.field("tokens", pa.int32()),
+            pa.field("joined_ns", pa.int64()),  # join stages: when every branch had arrived (merged)
         ]
     ),
     "errors": pa.schema(
@@ -68,7 +71,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         [
             *_KEY_FIELDS,
             pa.field("ts_ns", pa.int64(), nullable=False),
-            pa.field("scope", pa.string(), nullable=False),  # host | process
+            # host | process (a pipeline's worker) | harness (launcher, samplers)
+            pa.field("scope", pa.string(), nullable=False),
             pa.field("pid", pa.int64()),
             pa.field("cpu_util", pa.float64()),  # percent of one core (process) / all cores (host)
             pa.field("rss_mib", pa.float64()),

@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS queries (
     scheduled_ns BIGINT NOT NULL,   -- the arrival time the schedule asked for
     issued_ns BIGINT,               -- for dropped queries: when the issue was refused
     completed_ns BIGINT,            -- NULL unless the query ended (ok or error)
-    status VARCHAR NOT NULL,        -- ok | error | dropped | timeout
+    status VARCHAR NOT NULL,        -- ok | error | dropped | timeout | not_issued
     samples INTEGER NOT NULL,       -- samples the query carries
     warmup BOOLEAN NOT NULL         -- issued during warm-up: excluded from results
 );
@@ -46,12 +46,13 @@ CREATE TABLE IF NOT EXISTS stage_events (
     query_id BIGINT NOT NULL,
     stage VARCHAR NOT NULL,
     visit INTEGER NOT NULL,
-    enqueued_ns BIGINT NOT NULL,    -- put on the stage's input queue
+    enqueued_ns BIGINT NOT NULL,    -- put on the stage's input queue (join: first branch's arrival)
     started_ns BIGINT NOT NULL,     -- taken off it by the stage thread
     finished_ns BIGINT NOT NULL,
     status VARCHAR NOT NULL,        -- ok | error
     first_token_ns BIGINT,          -- generation stages only
-    tokens INTEGER
+    tokens INTEGER,
+    joined_ns BIGINT                -- join stages: when every branch had arrived (merged)
 );
 
 -- Each distinct stage error once per (run, trial, phase, pipeline, stage), with its count.
@@ -75,7 +76,7 @@ CREATE TABLE IF NOT EXISTS host_samples (
     phase VARCHAR NOT NULL,
     pipeline VARCHAR,
     ts_ns BIGINT NOT NULL,
-    scope VARCHAR NOT NULL,         -- host | process
+    scope VARCHAR NOT NULL,         -- host | process (a pipeline) | harness (launcher, samplers)
     pid BIGINT,
     cpu_util DOUBLE,                -- percent of one core (process) / of all cores (host)
     rss_mib DOUBLE,

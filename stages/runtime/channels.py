@@ -205,6 +205,8 @@ class JoinBuffer:
             return None
         del self.pending[branch.query_id]
         merged = branch  # the last to arrive carries on; the others are absorbed
+        # Join wait runs from the first branch's arrival: the merged record keeps that time.
+        merged.enqueued_ns = min(b.enqueued_ns for b in arrived.values())
         merged.payload = {self._input_names[src]: b.payload for src, b in arrived.items()}
         branch_visits = [b.visits for b in arrived.values()]
         merged.visits = [max(counts) for counts in zip(*branch_visits, strict=True)]

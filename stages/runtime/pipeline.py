@@ -370,7 +370,11 @@ class PipelineRuntime:
                 with self._lock:
                     merged.root.outstanding -= len(join.sources) - 1
                 query = merged
-                query.enqueued_ns = monotonic_ns()  # queue wait at a join starts when it is whole
+                # The merged record keeps the first branch's arrival as enqueued_ns, so the
+                # wait for the slower sibling (join wait) is recorded, not lost.
+                joined_ns = monotonic_ns()
+            else:
+                joined_ns = None
             visit = query.visits[index] + 1
             query.visits[index] = visit
             started_ns = monotonic_ns()
@@ -399,6 +403,7 @@ class PipelineRuntime:
                         status,
                         query.first_token_ns,
                         query.tokens,
+                        joined_ns,
                     )
                 )
                 query.first_token_ns = query.tokens = None
@@ -414,6 +419,7 @@ class PipelineRuntime:
                         status,
                         None,
                         None,
+                        joined_ns,
                     )
                 )
             if status != OK:

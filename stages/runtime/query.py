@@ -9,7 +9,8 @@ OK = 0
 ERROR = 1
 DROPPED = 2
 TIMEOUT = 3
-STATUS_NAMES = ("ok", "error", "dropped", "timeout")
+NOT_ISSUED = 4  # scheduled inside the window, never issued (the load stopped first)
+STATUS_NAMES = ("ok", "error", "dropped", "timeout", "not_issued")
 
 
 class Query:
