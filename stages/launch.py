@@ -44,6 +44,8 @@ START_MARGIN_S = 0.05  # between "all ready" and the common start: time to deliv
 PREPARE_TIMEOUT_S = 900.0  # loading a large model can take minutes
 TERMINATE_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 STOP_GRACE_S = 15.0  # past the pipeline's timeout_s before the launcher intervenes
+SAMPLER_READY_TIMEOUT_S = 30.0  # for every sampler's first sample before a phase starts
+PROBE_TIMEOUT_S = 120.0  # the environment probe must end before the first load window
 
 
 @dataclass
@@ -64,10 +66,12 @@ class PipelineOutcome:
     dropped: int = 0
     timeouts: int = 0
     samples_ok: int = 0
+    not_issued: int = 0
+    stopped_by: str | None = None  # why the load generator stopped issuing
     first_issue_ns: int | None = None
     last_completed_ns: int | None = None
-    p99_ms: float | None = None
-    energy_j: float | None = None
+    live_p99_ms: float | None = None  # progress display only: the last 2,000 completions
+    summary: dict[str, Any] | None = None  # the phase's figures, from the analysis views
 
 
 @dataclass
@@ -96,6 +100,8 @@ class ProgressEvent:
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
+# (run_dir, trial, phase) -> ({pipeline: figures}, warnings)
+PhaseSummarizer = Callable[[Path, int, str], tuple[dict[str, dict[str, Any]], list[str]]]
 
 
 class LaunchError(RuntimeError):
@@ -114,6 +120,9 @@ class RunOptions:
     mlflow_uri: str | None = None
     progress: ProgressCallback | None = None
     run_id: str | None = None
+    summarize_phase: PhaseSummarizer | None = None
+    """Computes a finished phase's figures from the run directory (injected by the CLI or
+    Dagster, which may import the analysis layer; the launcher may not)."""
 
 
 def new_run_id(spec_name: str) -> str:
@@ -122,15 +131,20 @@ def new_run_id(spec_name: str) -> str:
 
 
 def phases_of(spec: BenchmarkSpec) -> list[tuple[int, str, list[PipelineSpec]]]:
-    """(trial, phase, pipelines) in run order: solo baselines first, then collocated."""
+    """(trial, phase, pipelines) in run order, alternating between trials (ABBA): even trials
+    run the solo baselines first, odd trials the collocated phase first, with the baselines in
+    reverse order, so slow drift and a noisy neighbour do not land on one side of every
+    comparison."""
     plan: list[tuple[int, str, list[PipelineSpec]]] = []
     for trial in range(spec.repeats):
         if len(spec.pipelines) == 1:
             plan.append((trial, "solo", list(spec.pipelines)))
             continue
+        solo: list[tuple[int, str, list[PipelineSpec]]] = []
         if spec.collocation.solo_baselines:
-            plan += [(trial, "solo", [pipeline]) for pipeline in spec.pipelines]
-        plan.append((trial, "collocated", list(spec.pipelines)))
+            solo = [(trial, "solo", [pipeline]) for pipeline in spec.pipelines]
+        collocated = [(trial, "collocated", list(spec.pipelines))]
+        plan += solo + collocated if trial % 2 == 0 else collocated + solo[::-1]
     return plan
 
 
@@ -140,10 +154,12 @@ _COUNTER_FIELDS = (
     "errors",
     "dropped",
     "timeouts",
+    "not_issued",
+    "stopped_by",
     "samples_ok",
     "first_issue_ns",
     "last_completed_ns",
-    "p99_ms",
+    "live_p99_ms",
 )
 
 
@@ -195,6 +211,8 @@ class Launcher:
         self._environment_probe = threading.Thread(
             target=self._capture_environment, name="environment-probe", daemon=True
         )
+        # When the harness's own work ran, so a reader can check it never overlapped a window.
+        self.timeline: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------- public
 
@@ -212,6 +230,8 @@ class Launcher:
         }
         status = "ok"
         try:
+            if self.spec.telemetry.idle_baseline_s > 0:
+                self._measure_idle_baseline(self.spec.telemetry.idle_baseline_s)
             for trial, phase, pipelines in phases_of(self.spec):
                 self.results += self._run_phase(trial, phase, pipelines)
             if any(outcome.status != "ok" for outcome in self.results):
@@ -251,9 +271,16 @@ class Launcher:
             self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
         )
         self._samplers = samplers
-        samplers.start(trial, phase, {w.name: w.process.pid or 0 for w in workers})
+        samplers.start(
+            trial, phase, {w.name: w.process.pid or 0 for w in workers}, harness_pid=os.getpid()
+        )
         self._await_ready(workers)
+        # Nothing of the harness may run inside a load window: the environment probe ends and
+        # every sampler has its first sample (so energy covers the window) before the start.
+        self._await_environment_probe()
+        self.warnings += samplers.wait_first_samples(SAMPLER_READY_TIMEOUT_S)
         ready = [worker for worker in workers if worker.ready and not worker.done]
+        start_ns: int | None = None
         if ready:
             start_ns = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
             for worker in ready:
@@ -263,12 +290,24 @@ class Launcher:
                 with contextlib.suppress(OSError):
                     worker.connection.send({"kind": "start", "start_ns": start_ns})
             self._await_done(ready)
+        end_ns = time.monotonic_ns()
         self.warnings += samplers.stop()
         self._samplers = None
         for worker in workers:
             self._reap(worker)
         self._live = []
         outcomes = [worker.outcome for worker in workers]
+        self.timeline.append(
+            {
+                "what": "phase",
+                "trial": trial,
+                "phase": phase,
+                "pipelines": [p.name for p in pipelines],
+                "start_ns": start_ns,
+                "end_ns": end_ns,
+            }
+        )
+        self._summarize_phase(trial, phase, outcomes)
         self._emit(
             ProgressEvent(
                 "phase_end", trial, phase, data={"outcomes": [asdict(o) for o in outcomes]}
@@ -444,7 +483,59 @@ class Launcher:
     def _capture_environment(self) -> None:
         from stages.environment import capture_environment
 
-        self._environment = capture_environment(self.options.project_dir)
+        started_ns = time.monotonic_ns()
+        try:
+            self._environment = capture_environment(self.options.project_dir)
+        finally:
+            self.timeline.append(
+                {"what": "environment_probe", "start_ns": started_ns, "end_ns": time.monotonic_ns()}
+            )
+
+    def _await_environment_probe(self) -> None:
+        """Wait for the environment probe (it overlaps the first phase's model loading only)."""
+        if not self._environment_probe.is_alive():
+            return
+        self._environment_probe.join(timeout=PROBE_TIMEOUT_S)
+        if self._environment_probe.is_alive():
+            self.warnings.append(
+                f"the environment probe was still running {PROBE_TIMEOUT_S:.0f} s in; the "
+                "first load window started anyway and may be disturbed by it"
+            )
+
+    def _measure_idle_baseline(self, idle_s: float) -> None:
+        """Sample the machine with no pipeline running (phase `idle`), so the energy views can
+        subtract idle power from each load window's energy."""
+        self._await_environment_probe()
+        samplers = SamplerGroup(
+            self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
+        )
+        self._samplers = samplers
+        samplers.start(0, "idle", {}, harness_pid=os.getpid())
+        self.warnings += samplers.wait_first_samples(SAMPLER_READY_TIMEOUT_S)
+        start_ns = time.monotonic_ns()
+        time.sleep(idle_s)
+        end_ns = time.monotonic_ns()
+        self.warnings += samplers.stop()
+        self._samplers = None
+        self.timeline.append(
+            {"what": "idle", "trial": 0, "phase": "idle", "start_ns": start_ns, "end_ns": end_ns}
+        )
+
+    def _summarize_phase(self, trial: int, phase: str, outcomes: list[PipelineOutcome]) -> None:
+        """Attach the phase's figures, computed by the analysis views (the one definition of
+        every figure), to its outcomes; their warnings (foreign CPU load) join the manifest's."""
+        summarize = self.options.summarize_phase
+        if summarize is None:
+            return
+        try:
+            figures, warnings = summarize(self.run_dir, trial, phase)
+        except Exception as error:  # the run's data is on disk whatever happens here
+            log.warning("could not summarise trial %d %s: %s", trial, phase, error)
+            self.warnings.append(f"trial {trial} {phase}: no summary: {error}")
+            return
+        for outcome in outcomes:
+            outcome.summary = figures.get(outcome.pipeline)
+        self.warnings += warnings
 
     def _note_energy_sources(self) -> None:
         for table, key in (("host_samples", "host_source"), ("gpu_samples", "gpu_source")):
@@ -501,6 +592,11 @@ class Launcher:
                 for pipeline in self.spec.pipelines
             },
             "clock": clock,
+            "phase_order": [
+                [trial, phase, [p.name for p in pipelines]]
+                for trial, phase, pipelines in phases_of(self.spec)
+            ],
+            "timeline": self.timeline,
             "started_at": started_at,
             "ended_at": ended_at,
             "status": status,

@@ -1,15 +1,17 @@
 """Record a finished run directory in MLflow, for people who browse experiments there.
 
 One parent MLflow run per benchmark run (spec as params, run files as artifacts) and one nested
-child per (pipeline, phase) with summary metrics, one value per trial (`step=trial`). The run
-directory stays the source of truth: any MLflow failure is logged as a warning and the function
-returns None, so tracking can never lose or fail a run. MLflow is imported lazily (about a second).
+child per (pipeline, phase) with the figures of the manifest's results (computed once, by the
+analysis views), one value per trial (`step=trial`). The run directory stays the source of
+truth: any MLflow failure is logged as a warning and the function returns None, so tracking can
+never lose or fail a run. MLflow is imported lazily (about a second).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import warnings
@@ -19,10 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-
-from stages.rundir import MANIFEST, PARTS, read_table
+from stages.rundir import MANIFEST, PARTS
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -46,7 +45,8 @@ TAG_PARENT = "mlflow.parentRunId"  # what mlflow.start_run(nested=True) sets
 # Benchmark status -> MLflow run status.
 _RUN_STATUS = {"ok": "FINISHED", "failed": "FAILED", "timeout": "FAILED", "interrupted": "KILLED"}
 _STATUS_SEVERITY = ("ok", "timeout", "interrupted", "failed")
-_QUERY_STATUSES = ("ok", "error", "dropped", "timeout")
+# The worker's own counts (warm-up included), logged only when a result has no summary.
+_COUNT_FIELDS = ("ok", "errors", "dropped", "timeouts", "not_issued")
 _NOISY_LOGGERS = ("mlflow", "alembic", "sqlalchemy")
 
 
@@ -145,47 +145,23 @@ def flatten_params(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 # ---------------------------------------------------------------- metrics
 
 
-def _window_s(group: pd.DataFrame) -> float | None:
-    """Seconds from the first scheduled to the last completed query; None if nothing completed."""
-    completed = group["completed_ns"].dropna()
-    if completed.empty:
-        return None
-    window_ns = float(completed.max()) - float(group["scheduled_ns"].min())
-    return window_ns / 1e9 if window_ns > 0 else None
-
-
-def summary_metrics(queries: pd.DataFrame, energy_j: float | None) -> dict[str, float]:
-    """Metrics of one (trial, phase, pipeline) from its non-warm-up query rows.
-
-    Latency is completed_ns - scheduled_ns of ok queries (no coordinated omission). Metrics that
-    cannot be computed (no completions, no energy source) are left out, never invented.
-    """
-    counts = queries["status"].value_counts()
-    metrics: dict[str, float] = {
-        f"queries_{status}": float(counts.get(status, 0)) for status in _QUERY_STATUSES
-    }
-    ok = queries[queries["status"] == "ok"]
-    window_s = _window_s(queries)
-    if window_s is not None:
-        metrics["throughput_qps"] = len(ok) / window_s
-        metrics["throughput_samples_per_s"] = float(ok["samples"].sum()) / window_s
-    latency_ms = ((ok["completed_ns"] - ok["scheduled_ns"]) / 1e6).dropna()
-    if not latency_ms.empty:
-        metrics["latency_p50_ms"] = float(latency_ms.quantile(0.50))
-        metrics["latency_p99_ms"] = float(latency_ms.quantile(0.99))
-    if energy_j is not None and len(ok) > 0:
-        metrics["energy_per_query_j"] = float(energy_j) / len(ok)
+def trial_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    """Metrics of one (trial, phase, pipeline) result of the manifest: its `summary`, the
+    figures the analysis views computed (so MLflow, the console, the manifest and the warehouse
+    agree), as finite floats. Without a summary (a run launched without the analysis layer)
+    only the worker's query counts are logged: no figure is computed a second way here."""
+    summary = result.get("summary")
+    if isinstance(summary, Mapping):
+        values = summary.items()
+    else:
+        values = ((f"queries_{name}", result.get(name)) for name in _COUNT_FIELDS)
+    metrics: dict[str, float] = {}
+    for key, value in values:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(value):
+            metrics[str(key)] = float(value)
     return metrics
-
-
-def _load_queries(run_dir: Path) -> pd.DataFrame:
-    """Non-warm-up query rows, only the columns the metrics need."""
-    columns = ["trial", "phase", "pipeline", "scheduled_ns", "completed_ns", "status", "samples"]
-    table = read_table(run_dir, "queries").select([*columns, "warmup"])
-    # nullable integer dtypes: float64 would round nanosecond timestamps after ~104 days uptime
-    integers = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
-    frame = table.to_pandas(types_mapper=integers.get)
-    return frame.loc[~frame["warmup"].astype(bool), columns]
 
 
 # ---------------------------------------------------------------- manifest helpers
@@ -276,7 +252,6 @@ def _log_child(
     manifest: Mapping[str, Any],
     pipeline: str,
     phase: str,
-    queries: pd.DataFrame,
     results: list[Mapping[str, Any]],
 ) -> str:
     """One nested run for a (pipeline, phase): its spec as params, metrics per trial."""
@@ -306,17 +281,12 @@ def _log_child(
     if pipeline_spec is not None:
         _log_params(client, child_id, flatten_params(pipeline_spec))
 
-    energy_by_trial = {
-        int(r["trial"]): r.get("energy_j") for r in results if r.get("trial") is not None
-    }
-    trials = sorted(set(energy_by_trial) | {int(t) for t in queries["trial"].unique()})
     now_ms = int(time.time() * 1000)
-    metrics = []
-    for trial in trials:
-        rows = queries[queries["trial"] == trial]
-        energy_j = energy_by_trial.get(trial)
-        values = summary_metrics(rows, float(energy_j) if energy_j is not None else None)
-        metrics += [Metric(key, value, now_ms, trial) for key, value in values.items()]
+    metrics = [
+        Metric(key, value, now_ms, int(result.get("trial") or 0))
+        for result in results
+        for key, value in trial_metrics(result).items()
+    ]
     client.log_batch(child_id, metrics=metrics)
     status = _RUN_STATUS.get(_worst_status(statuses), "FINISHED") if statuses else "FINISHED"
     client.set_terminated(child_id, status=status)
@@ -339,7 +309,6 @@ def _log(run_dir: Path, tracking_uri: str, experiment: str) -> str:
     manifest = json.loads((run_dir / MANIFEST).read_text())
     run_id = str(manifest.get("run_id") or run_dir.name)
     spec = manifest.get("spec") or {}
-    queries = _load_queries(run_dir)
 
     database = _sqlite_path(tracking_uri)
     if database is not None:
@@ -379,13 +348,9 @@ def _log(run_dir: Path, tracking_uri: str, experiment: str) -> str:
 
         results = [r for r in manifest.get("results") or [] if isinstance(r, Mapping)]
         pairs = {(str(r.get("pipeline")), str(r.get("phase"))) for r in results}
-        pairs |= set(
-            queries[["pipeline", "phase"]].dropna().astype(str).itertuples(index=False, name=None)
-        )
         for pipeline, phase in sorted(pairs):
             mine = [r for r in results if _same_pair(r, pipeline, phase)]
-            rows = queries[(queries["pipeline"] == pipeline) & (queries["phase"] == phase)]
-            _log_child(client, experiment_id, parent_id, manifest, pipeline, phase, rows, mine)
+            _log_child(client, experiment_id, parent_id, manifest, pipeline, phase, mine)
         _log_artifacts(client, parent_id, run_dir)
         client.set_tag(parent_id, TAG_COMPLETE, "true")
         client.set_terminated(

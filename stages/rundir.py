@@ -55,7 +55,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("status", pa.string(), nullable=False),  # ok | error
             pa.field("first_token_ns", pa.int64()),  # generation stages only
             pa.field("tokens", pa.int32()),
-            pa.field("joined_ns", pa.int64()),  # join stages: when every branch had arrived (merged)
+            pa.field("joined_ns", pa.int64()),  # join stages: when every branch had arrived
         ]
     ),
     "errors": pa.schema(

@@ -211,6 +211,13 @@ class TelemetrySpec(StrictModel):
     power_model: PowerModelSpec | None = Field(
         None, description="CPU power estimate when no energy counter is readable."
     )
+    idle_baseline_s: float = Field(
+        0.0,
+        ge=0,
+        le=600,
+        description="Before the first phase, sample the idle machine this long (phase `idle`), "
+        "so energy views can subtract idle power; 0 = no idle baseline.",
+    )
 
 
 class BenchmarkSpec(StrictModel):

@@ -154,6 +154,7 @@ def _run(task: WorkerTask, connection: Connection) -> int:
             "status": result.status,
             "error": result.error,
             "stopped_by": result.outcome.stopped_by,
+            "not_issued": result.outcome.not_issued,
             "leaked_threads": result.leaked_threads,
             **_summary(runtime),
         },
@@ -172,7 +173,7 @@ def _summary(runtime: Any) -> dict[str, Any]:
         "samples_ok": counters.samples_ok,
         "first_issue_ns": counters.first_issue_ns,
         "last_completed_ns": counters.last_completed_ns,
-        "p99_ms": counters.p99_ms(),
+        "live_p99_ms": counters.p99_ms(),
     }
 
 

@@ -371,3 +371,82 @@ def test_a_killed_launcher_takes_its_children_with_it(tmp_path: Path) -> None:
     queries = read_table(run_dir, "queries").to_pandas()  # from the chunk files
     assert set(queries.pipeline) == {"victim", "survivor"}
     assert (queries.status == "ok").sum() > 100
+
+
+def test_phase_order_alternates_between_trials() -> None:
+    from stages.launch import phases_of
+
+    doc = {
+        "name": "abba",
+        "repeats": 3,
+        "pipelines": [
+            {"name": name, "stages": [{"id": "s", "type": "noop"}]} for name in ("a", "b")
+        ],
+    }
+    plan = [
+        (trial, phase, [p.name for p in pipelines])
+        for trial, phase, pipelines in phases_of(validate_document(doc, "test").spec)
+    ]
+    assert plan == [
+        (0, "solo", ["a"]),
+        (0, "solo", ["b"]),
+        (0, "collocated", ["a", "b"]),
+        (1, "collocated", ["a", "b"]),
+        (1, "solo", ["b"]),
+        (1, "solo", ["a"]),
+        (2, "solo", ["a"]),
+        (2, "solo", ["b"]),
+        (2, "collocated", ["a", "b"]),
+    ]
+
+
+@pytest.mark.slow
+def test_the_harness_stays_out_of_every_load_window(tmp_path: Path) -> None:
+    """Finding 7: the environment probe ran during the first solo baseline and samplers were not
+    awaited. Now the probe ends, the idle baseline is sampled and every sampler has its first
+    sample before any load window opens; the manifest records the order and the timeline."""
+    loadgen = {"type": "server", "rate": 200, "duration_s": 0.4, "timeout_s": 20}
+    doc = {
+        "name": "harness-out",
+        "repeats": 2,
+        "telemetry": {"host": {"period_ms": 50}, "idle_baseline_s": 0.3},
+        "pipelines": [
+            {"name": name, "loadgen": loadgen, "stages": [{"id": "s", "type": "noop"}]}
+            for name in ("a", "b")
+        ],
+    }
+    result = run(doc, tmp_path)
+    assert result.status == "ok", [o.error for o in result.results]
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert [tuple(step[:2]) for step in manifest["phase_order"]] == [
+        (0, "solo"),
+        (0, "solo"),
+        (0, "collocated"),
+        (1, "collocated"),
+        (1, "solo"),
+        (1, "solo"),
+    ]
+    timeline = manifest["timeline"]
+    (probe,) = [step for step in timeline if step["what"] == "environment_probe"]
+    (idle,) = [step for step in timeline if step["what"] == "idle"]
+    phases = [step for step in timeline if step["what"] == "phase"]
+    assert [(p["trial"], p["phase"]) for p in phases] == [
+        tuple(step[:2]) for step in manifest["phase_order"]
+    ]
+    assert probe["end_ns"] <= idle["start_ns"] < idle["end_ns"] <= phases[0]["start_ns"]
+    queries = read_table(result.run_dir, "queries").to_pandas()
+    host = read_table(result.run_dir, "host_samples").to_pandas()
+    assert (host[host.phase == "idle"].scope == "host").any()
+    assert (host.scope == "harness").any()
+    previous_end_ns = idle["end_ns"]
+    for step in phases:
+        mine = queries[(queries.trial == step["trial"]) & (queries.phase == step["phase"])]
+        mine = mine[mine.pipeline.isin(step["pipelines"])]
+        # every load window opens after the probe, with this phase's sampler already sampling
+        assert int(mine.scheduled_ns.min()) >= step["start_ns"] > probe["end_ns"]
+        samples = host[
+            (host.trial == step["trial"]) & (host.phase == step["phase"]) & (host.scope == "host")
+        ]
+        before_start = samples.ts_ns.between(previous_end_ns, step["start_ns"])
+        assert before_start.any(), step
+        previous_end_ns = step["end_ns"]

@@ -447,7 +447,9 @@ class PipelineRuntime:
                         ok += 1
                         samples_ok += root.samples
                     else:
-                        tally.error += 1
+                        tally.error += 1  # a forked query whose other branch failed
+                        if self._error_budget is not None:
+                            self._check_error_budget()
                     last_completed_ns = finished_ns
                     on_complete = self.on_complete
                     if on_complete is not None:
