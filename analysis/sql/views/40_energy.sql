@@ -17,7 +17,7 @@
 --   mean_power_w   energy_j / window_s;
 --   idle_power_w   the device's measured idle power (`idle_power`), NULL without a baseline;
 --   dynamic_energy_j  energy_j - idle_power_w * window_s: what the load added above idle;
---   samples        usable samples inside the window (edges included), of any segment;
+--   samples        usable samples of that segment inside the window (edges included);
 --   energy_source  every source of the samples used ('+'-joined, e.g. a counter that fell
 --                  back to power integration); NULL with energy_j.
 -- A device appears for every window of a phase it has rows in; a phase without non-warm-up
@@ -29,14 +29,10 @@ WITH series AS (
     JOIN (SELECT DISTINCT run_id, trial, phase, device FROM energy_samples) AS d
         ON w.run_id = d.run_id AND w.trial = d.trial AND w.phase = d.phase
 ),
-segments AS (
-    SELECT run_id, trial, phase, device, segment, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns
-    FROM energy_samples
-    WHERE usable
-    GROUP BY run_id, trial, phase, device, segment
-),
--- Per window and device, the segment spanning most of the window (earliest on a tie).
-best AS (
+-- Per window, device and segment: the segment's span and its samples around each edge
+-- (p.t a time in ns, p.e a cumulative energy in J, p.s its source). One row with a NULL
+-- segment when the device has no usable sample in the phase.
+per_segment AS (
     SELECT
         s.run_id,
         s.trial,
@@ -45,52 +41,49 @@ best AS (
         s.device,
         s.window_start_ns,
         s.window_end_ns,
-        arg_max(
-            {'segment': g.segment, 'first_ns': g.first_ns, 'last_ns': g.last_ns},
-            {
-                'covered_ns': greatest(
-                    least(g.last_ns, s.window_end_ns) - greatest(g.first_ns, s.window_start_ns),
-                    0
-                ),
-                'earlier': -g.segment
-            }
-        ) AS seg
+        r.segment,
+        min(r.ts_ns) AS first_ns,
+        max(r.ts_ns) AS last_ns,
+        arg_max({'t': r.ts_ns, 'e': r.energy_j, 's': r.energy_source}, r.ts_ns)
+            FILTER (WHERE r.ts_ns <= s.window_start_ns) AS before_start,
+        arg_min({'t': r.ts_ns, 'e': r.energy_j, 's': r.energy_source}, r.ts_ns)
+            FILTER (WHERE r.ts_ns >= s.window_start_ns) AS after_start,
+        arg_max({'t': r.ts_ns, 'e': r.energy_j, 's': r.energy_source}, r.ts_ns)
+            FILTER (WHERE r.ts_ns <= s.window_end_ns) AS before_end,
+        arg_min({'t': r.ts_ns, 'e': r.energy_j, 's': r.energy_source}, r.ts_ns)
+            FILTER (WHERE r.ts_ns >= s.window_end_ns) AS after_end,
+        count(r.ts_ns) FILTER (
+            WHERE r.ts_ns BETWEEN s.window_start_ns AND s.window_end_ns
+        ) AS samples,
+        list(DISTINCT r.energy_source) FILTER (
+            WHERE r.ts_ns BETWEEN s.window_start_ns AND s.window_end_ns
+        ) AS inside_sources
     FROM series AS s
-    LEFT JOIN segments AS g
-        ON s.run_id = g.run_id AND s.trial = g.trial AND s.phase = g.phase
-        AND s.device = g.device
+    LEFT JOIN energy_samples AS r
+        ON s.run_id = r.run_id AND s.trial = r.trial AND s.phase = r.phase
+        AND s.device = r.device AND r.usable
     GROUP BY ALL
 ),
--- The chosen segment's samples around each edge: p.t is a time (ns), p.e a cumulative energy (J).
-edges AS (
+-- The segment spanning most of the window (the earliest on a tie): the one sampler's series
+-- that can measure it.
+best AS (
     SELECT
-        b.run_id,
-        b.trial,
-        b.phase,
-        b.pipeline,
-        b.device,
-        b.window_start_ns,
-        b.window_end_ns,
-        b.seg,
+        *,
+        greatest(
+            least(last_ns, window_end_ns) - greatest(first_ns, window_start_ns), 0
+        ) AS covered_ns,
         coalesce(
-            b.seg.first_ns <= b.window_start_ns
-            AND b.seg.last_ns >= b.window_end_ns
-            AND b.window_end_ns > b.window_start_ns,
+            first_ns <= window_start_ns
+            AND last_ns >= window_end_ns
+            AND window_end_ns > window_start_ns,
             false
         ) AS window_covered,
-        arg_max({'t': r.ts_ns, 'e': r.energy_j}, r.ts_ns)
-            FILTER (WHERE r.ts_ns <= b.window_start_ns) AS before_start,
-        arg_min({'t': r.ts_ns, 'e': r.energy_j}, r.ts_ns)
-            FILTER (WHERE r.ts_ns >= b.window_start_ns) AS after_start,
-        arg_max({'t': r.ts_ns, 'e': r.energy_j}, r.ts_ns)
-            FILTER (WHERE r.ts_ns <= b.window_end_ns) AS before_end,
-        arg_min({'t': r.ts_ns, 'e': r.energy_j}, r.ts_ns)
-            FILTER (WHERE r.ts_ns >= b.window_end_ns) AS after_end
-    FROM best AS b
-    LEFT JOIN energy_samples AS r
-        ON b.run_id = r.run_id AND b.trial = r.trial AND b.phase = r.phase
-        AND b.device = r.device AND r.segment = b.seg.segment
-    GROUP BY ALL
+        (window_end_ns - window_start_ns) / 1e9 AS window_s
+    FROM per_segment
+    QUALIFY row_number() OVER (
+        PARTITION BY run_id, trial, phase, pipeline, device
+        ORDER BY covered_ns DESC NULLS LAST, segment
+    ) = 1
 ),
 -- E at each edge, interpolated inside the chosen segment; only for a covered window.
 measured AS (
@@ -107,50 +100,32 @@ measured AS (
             WHEN after_end.t = before_end.t THEN before_end.e
             ELSE before_end.e + (after_end.e - before_end.e)
                 * (window_end_ns - before_end.t) / (after_end.t - before_end.t)
-        END AS end_e,
-        greatest(
-            least(seg.last_ns, window_end_ns) - greatest(seg.first_ns, window_start_ns), 0
-        ) AS covered_ns,
-        (window_end_ns - window_start_ns) / 1e9 AS window_s
-    FROM edges
-),
-figures AS (
-    SELECT
-        m.*,
-        m.end_e - m.start_e AS energy_j,
-        (
-            SELECT string_agg(DISTINCT r.energy_source, '+' ORDER BY r.energy_source)
-            FROM energy_samples AS r
-            WHERE r.run_id = m.run_id AND r.trial = m.trial AND r.phase = m.phase
-                AND r.device = m.device AND r.segment = m.seg.segment
-                AND r.ts_ns BETWEEN m.before_start.t AND m.after_end.t
-        ) AS used_sources,
-        (
-            SELECT count(*)
-            FROM energy_samples AS r
-            WHERE r.run_id = m.run_id AND r.trial = m.trial AND r.phase = m.phase
-                AND r.device = m.device AND r.usable
-                AND r.ts_ns BETWEEN m.window_start_ns AND m.window_end_ns
-        ) AS samples
-    FROM measured AS m
+        END AS end_e
+    FROM best
 )
 SELECT
-    f.run_id,
-    f.trial,
-    f.phase,
-    f.pipeline,
-    f.device,
-    CASE WHEN f.energy_j IS NOT NULL THEN f.used_sources END AS energy_source,
-    f.energy_j,
-    f.energy_j / nullif(f.window_s, 0) AS mean_power_w,
+    m.run_id,
+    m.trial,
+    m.phase,
+    m.pipeline,
+    m.device,
+    -- The sources of the samples used: those inside plus the two bracketing ones.
+    CASE WHEN m.window_covered THEN array_to_string(
+        list_sort(list_distinct(list_concat(
+            m.inside_sources, [m.before_start.s, m.after_end.s]
+        ))),
+        '+'
+    ) END AS energy_source,
+    m.end_e - m.start_e AS energy_j,
+    (m.end_e - m.start_e) / nullif(m.window_s, 0) AS mean_power_w,
     i.idle_power_w,
-    f.energy_j - i.idle_power_w * f.window_s AS dynamic_energy_j,
-    f.window_start_ns,
-    f.window_end_ns,
-    f.window_s,
-    f.window_covered,
-    f.covered_ns / nullif(f.window_end_ns - f.window_start_ns, 0) AS coverage,
-    f.covered_ns / 1e9 AS measured_s,
-    f.samples
-FROM figures AS f
-LEFT JOIN idle_power AS i ON f.run_id = i.run_id AND f.device = i.device;
+    m.end_e - m.start_e - i.idle_power_w * m.window_s AS dynamic_energy_j,
+    m.window_start_ns,
+    m.window_end_ns,
+    m.window_s,
+    m.window_covered,
+    m.covered_ns / nullif(m.window_end_ns - m.window_start_ns, 0) AS coverage,
+    m.covered_ns / 1e9 AS measured_s,
+    m.samples
+FROM measured AS m
+LEFT JOIN idle_power AS i ON m.run_id = i.run_id AND m.device = i.device;

@@ -58,29 +58,32 @@ trial_work AS (
     FROM pipelines
     GROUP BY run_id, trial
 ),
-devices AS (
-    SELECT run_id, trial, count(DISTINCT device) AS devices
+-- `energy` read once: every (window, device) figure of the trial.
+figures AS MATERIALIZED (
+    SELECT run_id, trial, phase, device, energy_j, dynamic_energy_j, energy_source, coverage
     FROM energy
-    WHERE coverage IS NOT NULL
-    GROUP BY run_id, trial
+),
+measured_devices AS (
+    SELECT DISTINCT run_id, trial, device FROM figures WHERE coverage IS NOT NULL
+),
+devices AS (
+    SELECT run_id, trial, count(*) AS devices FROM measured_devices GROUP BY run_id, trial
 ),
 -- Per phase: how many (window, device) figures exist, their sums, and their sources.
 phase_energy AS (
     SELECT
-        e.run_id,
-        e.trial,
-        e.phase,
-        count(e.energy_j) AS measured,
-        sum(e.energy_j) AS energy_j,
-        count(e.dynamic_energy_j) AS dynamic_measured,
-        sum(e.dynamic_energy_j) AS dynamic_energy_j,
-        list(e.energy_source) FILTER (WHERE e.energy_source IS NOT NULL) AS sources
-    FROM energy AS e
-    WHERE e.device IN (
-        SELECT device FROM energy AS m
-        WHERE m.run_id = e.run_id AND m.trial = e.trial AND m.coverage IS NOT NULL
-    )
-    GROUP BY e.run_id, e.trial, e.phase
+        f.run_id,
+        f.trial,
+        f.phase,
+        count(f.energy_j) AS measured,
+        sum(f.energy_j) AS energy_j,
+        count(f.dynamic_energy_j) AS dynamic_measured,
+        sum(f.dynamic_energy_j) AS dynamic_energy_j,
+        list(f.energy_source) FILTER (WHERE f.energy_source IS NOT NULL) AS sources
+    FROM figures AS f
+    JOIN measured_devices AS d
+        ON f.run_id = d.run_id AND f.trial = d.trial AND f.device = d.device
+    GROUP BY f.run_id, f.trial, f.phase
 ),
 totals AS (
     SELECT
