@@ -217,3 +217,44 @@ def test_energy_comparison_needs_every_figure(tmp_path: Path, db_path: Path) -> 
     assert row["solo_energy_j"] is None and row["solo_ok_queries"] is None
     assert row["work_differs"] is None
     assert row["collocated_j_per_query"] == pytest.approx(0.5)
+
+
+def test_load_windows_end_at_the_last_scheduled_arrival(tmp_path: Path, db_path: Path) -> None:
+    """A window ends at the last end of any measured query: ok ones by completion, a dropped
+    one by its refusal, a `not_issued` one (load stopped before it was due) by its schedule.
+    Warm-up queries stay outside; the collocated window spans both pipelines, pipeline NULL."""
+    run = RunBuilder(tmp_path, "20260204-000000-windows", {"a": "server", "b": "server"})
+    run.uniform_queries(0, "solo", "a", 10, TEN_S, start_ns=BASE_NS)
+    extra = (
+        ("dropped", 11 * SECOND_NS, 11 * SECOND_NS + MS_NS, False),
+        ("not_issued", 12 * SECOND_NS, None, False),
+        ("ok", -5 * SECOND_NS, 13 * SECOND_NS, True),  # warm-up, slow: left out
+    )
+    for offset, (status, scheduled_ns, issued_ns, warmup) in enumerate(extra):
+        run.add(
+            "queries",
+            0,
+            "solo",
+            "a",
+            query_id=100 + offset,
+            scheduled_ns=BASE_NS + scheduled_ns,
+            issued_ns=None if issued_ns is None else BASE_NS + issued_ns,
+            completed_ns=BASE_NS + 13 * SECOND_NS if status == "ok" else None,
+            status=status,
+            samples=1,
+            warmup=warmup,
+        )
+    together = BASE_NS + 20 * SECOND_NS
+    run.uniform_queries(0, "collocated", "a", 10, TEN_S, start_ns=together)
+    run.uniform_queries(0, "collocated", "b", 10, 2 * TEN_S, start_ns=together + SECOND_NS)
+    load_runs([run.write()], db_path)
+    found = {
+        (row["phase"], row["pipeline"]): row
+        for row in rows_of(db_path, "SELECT * FROM load_windows")
+    }
+    assert set(found) == {("solo", "a"), ("collocated", None)}
+    solo = found[("solo", "a")]
+    assert solo["window_start_ns"] == BASE_NS
+    assert solo["window_end_ns"] == BASE_NS + 12 * SECOND_NS
+    both = found[("collocated", None)]
+    assert (both["window_start_ns"], both["window_s"]) == (together, 21.0)
