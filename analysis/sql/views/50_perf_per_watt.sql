@@ -2,10 +2,12 @@
 -- The work is what ran in that row's load window: for a solo baseline, its own ok queries; for
 -- the collocated phase (pipeline NULL), the ok queries of every pipeline. Counts come from
 -- `throughput` (warm-up excluded) and the energy is measured over the window of those same
--- non-warm-up queries (first scheduled .. last end, see `energy`), so model loading, warm-up
--- and drain count on neither side. Where window_covered is false the energy covers only part of
--- the window and joules per query lean low: check it before comparing.
--- Every figure is NULL when the energy is NULL (no source); energy_source says what measured it.
+-- non-warm-up queries (see `load_windows`), so model loading, warm-up and drain count on
+-- neither side. Energy is NULL unless samples bracket both window edges (window_covered;
+-- coverage says how much of the window was spanned otherwise), so a figure is never of part of
+-- a window. Every figure is NULL when the energy is NULL; energy_source says what measured it.
+-- dynamic_*: the same with the measured idle power subtracted (`energy`.dynamic_energy_j), the
+-- energy the load itself caused; NULL without an idle baseline.
 CREATE OR REPLACE VIEW perf_per_watt AS
 WITH work AS (
     SELECT
@@ -29,11 +31,16 @@ SELECT
     e.mean_power_w,
     e.window_s,
     e.window_covered,
+    e.coverage,
     w.ok_queries,
     w.ok_samples,
     w.ok_queries / nullif(e.energy_j, 0) AS queries_per_j,
     w.ok_samples / nullif(e.energy_j, 0) AS samples_per_j,
-    e.energy_j / nullif(w.ok_queries, 0) AS j_per_query
+    e.energy_j / nullif(w.ok_queries, 0) AS j_per_query,
+    e.idle_power_w,
+    e.dynamic_energy_j,
+    w.ok_queries / nullif(e.dynamic_energy_j, 0) AS dynamic_queries_per_j,
+    e.dynamic_energy_j / nullif(w.ok_queries, 0) AS dynamic_j_per_query
 FROM energy AS e
 LEFT JOIN work AS w
     ON e.run_id = w.run_id

@@ -1,0 +1,22 @@
+-- load_windows: the one definition of a LOAD WINDOW, read by `energy` and `host_load`.
+-- One row per window:
+--   solo phase        one per (run_id, trial, pipeline): that pipeline's baseline;
+--   collocated phase  one per (run_id, trial), pipeline NULL: every pipeline at once.
+-- window_start_ns is the first scheduled_ns of the measured (non-warm-up) queries and
+-- window_end_ns the last coalesce(completed_ns, issued_ns, scheduled_ns) among them, so every
+-- scheduled arrival counts: a dropped query by its refusal, a timed-out one by its issue, a
+-- `not_issued` one by its schedule. Model loading, warm-up and drain lie outside.
+-- Only the solo and collocated phases form windows: samples of the idle baseline (phase
+-- 'idle', taken before the first phase with no workers running) never do.
+CREATE OR REPLACE VIEW load_windows AS
+SELECT
+    run_id,
+    trial,
+    phase,
+    CASE WHEN phase = 'solo' THEN pipeline END AS pipeline,
+    min(scheduled_ns) AS window_start_ns,
+    max(coalesce(completed_ns, issued_ns, scheduled_ns)) AS window_end_ns,
+    (max(coalesce(completed_ns, issued_ns, scheduled_ns)) - min(scheduled_ns)) / 1e9 AS window_s
+FROM queries
+WHERE NOT warmup AND phase IN ('solo', 'collocated')
+GROUP BY run_id, trial, phase, CASE WHEN phase = 'solo' THEN pipeline END;
