@@ -264,7 +264,7 @@ def test_harness_rows_count_its_helpers_never_the_workers(tmp_path: Path) -> Non
         )
         started_ns = time.monotonic_ns()
         timer.start()
-        sample_for(sampler, 2.6)
+        sample_for(sampler, 2.6, period_ms=100)  # 100 ms rows: a 10 ms CPU tick is 10 %
     finally:
         timer.cancel()
         for process in [*psutil.Process(worker.pid).children(recursive=True)]:
@@ -286,11 +286,14 @@ def test_harness_rows_count_its_helpers_never_the_workers(tmp_path: Path) -> Non
         for r in harness
         if r["ts_ns"] < started_ns + 9e8
     ]
-    assert len(burning) >= 15
-    assert sum(w for _, w in burning) / len(burning) > 50
-    assert max(h for h, _ in burning) < 30
+    assert len(burning) >= 8
+    # A core's worth of work; on a loaded 2-core machine the worker may get only part of it.
+    assert sum(w for _, w in burning) / len(burning) > 30
+    # The harness (this process, sampling) idles meanwhile: a stray CPU tick at most.
+    assert max(h for h, _ in burning) < 25
+    assert sum(h for h, _ in burning) / len(burning) < 10
     # The helper is found at the next refresh and counted while it burns.
     helper_ns = helper_started_ns[0]
     helping = [r for r in harness if helper_ns + 4e8 <= r["ts_ns"] <= helper_ns + 1.15e9]
-    assert len(helping) >= 10
+    assert len(helping) >= 6
     assert sum(r["cpu_util"] or 0 for r in helping) / len(helping) > 50
