@@ -1,7 +1,8 @@
 """Cost of telemetry: host sampling at 100 Hz (CPU % of one core) and NVML us per sample.
 
 Prints ONE JSON line. The host figure is the spawned sampler process's own CPU time over a
-steady-state window (interpreter start-up and imports excluded), with two sampled processes.
+steady-state window (interpreter start-up and imports excluded), with two sampled processes
+and the harness rows (this script as the launcher; its sampler and resource tracker count).
 The NVML figure is `GpuSampler.sample()` against the fake NVML (Python overhead only; real
 NVML calls add the driver's own cost).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 import tempfile
@@ -47,6 +49,7 @@ def host_cost(run_dir: Path) -> dict[str, float | int]:
         "collocated",
         HOST_PERIOD_MS,
         {f"p{i}": w.pid for i, w in enumerate(workloads)},
+        harness_pid=os.getpid(),
     )
     sampler = context.Process(target=host_sampler_main, args=(settings, stop))
     try:
@@ -73,6 +76,7 @@ def host_cost(run_dir: Path) -> dict[str, float | int]:
         "host_cpu_pct_of_core": round((cpu1 - cpu0) / window_s * 100, 2),
         "host_samples_per_s": round(len(in_window) / window_s, 1),
         "host_process_rows": sum(scope == "process" for scope in rows["scope"]),
+        "host_harness_rows": sum(scope == "harness" for scope in rows["scope"]),
     }
 
 

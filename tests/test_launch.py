@@ -274,7 +274,8 @@ def test_fake_gpu_is_sampled_once_per_device_with_its_energy_counter(
     assert result.status == "ok"
     gpu = read_table(result.run_dir, "gpu_samples").to_pandas()
     assert set(gpu.gpu) == {0}
-    assert set(gpu.energy_source) == {"nvml_counter"}
+    # Counter rows carry energy only where the counter moved; the rest have it NULL.
+    assert set(gpu.energy_source.dropna()) == {"nvml_counter"}
     assert gpu.ts_ns.is_monotonic_increasing  # one sampler for the device, not one per pipeline
     energy = gpu.energy_j.max()
     window_s = (gpu.ts_ns.max() - gpu.ts_ns.min()) / 1e9
@@ -308,7 +309,7 @@ def test_lost_gpu_and_counter_reset_reach_the_manifest(
     assert result.status == "ok"  # losing telemetry does not fail the pipelines
     gpu = read_table(result.run_dir, "gpu_samples").to_pandas()
     assert len(gpu) > 10  # rows before the loss are kept
-    assert gpu.energy_j.is_monotonic_increasing  # the reset was repaired
+    assert gpu.energy_j.dropna().is_monotonic_increasing  # the reset was repaired
     warnings = " | ".join(result.warnings)
     assert "gpu0-sampler" in warnings and "reset 1 time(s)" in warnings
     assert "samples taken before it are kept" in warnings

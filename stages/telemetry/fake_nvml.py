@@ -5,11 +5,15 @@ timestamps in wall-clock microseconds), same `NVMLError` subclasses with the sam
 codes. A script (dict, or a JSON/YAML file, e.g. named by env var `COLLOBENCH_FAKE_NVML` so a
 spawned sampler can load it) describes each device over time: piecewise-constant traces,
 an energy counter that integrates the scripted power but only moves every ~100 ms like the
-real one, counter resets, a GPU that is lost at time T, and compute processes.
+real one, counter resets, a GPU that is lost at time T, functions that turn NotSupported at
+time T, compute processes, and power read two ways: `nvmlDeviceGetPowerUsage` (optionally a
+moving average, as on Ampere and newer) and `nvmlDeviceGetFieldValues` with its per-value
+return codes, in the same ctypes structures pynvml returns.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import time
@@ -60,6 +64,17 @@ NVML_ERROR_UNKNOWN = 999
 
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
+
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG = 2
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+NVML_VALUE_TYPE_SIGNED_INT = 5
+NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
+
+NVML_FI_DEV_POWER_AVERAGE = 185  # mW, averaged over ~1 s (Ampere and newer)
+NVML_FI_DEV_POWER_INSTANT = 186  # mW, instantaneous
 
 MIB = 1024 * 1024
 
@@ -161,6 +176,11 @@ class FakeDevice(_ScriptModel):
     uuid: str | None = None  # default GPU-00000000-fake-0000-0000-<index>
     memory_total_mib: float = 16384.0
     power_w: Trace = 100.0
+    # nvmlDeviceGetPowerUsage's moving-average window (about 1 s on Ampere and newer);
+    # 0 = it reports the instantaneous draw, as on older GPUs.
+    power_average_s: float = Field(0.0, ge=0)
+    # Field ids whose value nvmlDeviceGetFieldValues answers with NVML_ERROR_NOT_SUPPORTED.
+    unsupported_fields: list[int] = Field(default_factory=list)
     sm_util_pct: Trace = 0.0
     mem_util_pct: Trace = 0.0
     memory_used_mib: Trace = 512.0
@@ -173,6 +193,10 @@ class FakeDevice(_ScriptModel):
     lost_at_s: float | None = None  # from then on every device query raises GpuIsLost
     not_supported: list[str] = Field(
         default_factory=list, description="nvml function names that raise NotSupported"
+    )
+    not_supported_from_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="nvml function name -> script time from which it raises NotSupported",
     )
     processes: list[FakeProcess] = Field(default_factory=list)
     process_sample_period_ms: float = Field(100.0, gt=0)
@@ -227,19 +251,47 @@ class _Memory:
 @dataclass
 class _ProcessInfo:
     pid: int
-    usedGpuMemory: int | None  # noqa: N815 - pynvml's field name
-    gpuInstanceId: int  # noqa: N815
-    computeInstanceId: int  # noqa: N815
+    usedGpuMemory: int | None
+    gpuInstanceId: int
+    computeInstanceId: int
 
 
 @dataclass
 class _ProcessUtilizationSample:
     pid: int
-    timeStamp: int  # noqa: N815
-    smUtil: int  # noqa: N815
-    memUtil: int  # noqa: N815
-    encUtil: int  # noqa: N815
-    decUtil: int  # noqa: N815
+    timeStamp: int
+    smUtil: int
+    memUtil: int
+    encUtil: int
+    decUtil: int
+
+
+class _Value(ctypes.Union):
+    """pynvml's c_nvmlValue_t: one union, read through the member `valueType` names."""
+
+    _fields_ = [
+        ("dVal", ctypes.c_double),
+        ("uiVal", ctypes.c_uint),
+        ("ulVal", ctypes.c_ulong),
+        ("ullVal", ctypes.c_ulonglong),
+        ("sllVal", ctypes.c_longlong),
+        ("siVal", ctypes.c_int),
+        ("usVal", ctypes.c_ushort),
+    ]
+
+
+class _FieldValue(ctypes.Structure):
+    """pynvml's c_nvmlFieldValue_t: each value carries its own return code."""
+
+    _fields_ = [
+        ("fieldId", ctypes.c_uint32),
+        ("scopeId", ctypes.c_uint32),
+        ("timestamp", ctypes.c_int64),  # wall clock, microseconds
+        ("latencyUsec", ctypes.c_int64),
+        ("valueType", ctypes.c_uint),
+        ("nvmlReturn", ctypes.c_uint),
+        ("value", _Value),
+    ]
 
 
 @dataclass(frozen=True)
@@ -322,84 +374,112 @@ class FakeNvml:
             raise NVMLError_GpuIsLost()
         if function in device.not_supported:
             raise NVMLError_NotSupported()
+        from_s = device.not_supported_from_s.get(function)
+        if from_s is not None and t_s >= from_s:
+            raise NVMLError_NotSupported()
         return device, t_s
+
+    def _power_mw(self, device: FakeDevice, t_s: float, average_s: float) -> int:
+        """Power now, or its mean over the last average_s seconds, in milliwatts."""
+        if average_s <= 0:
+            return round(step_value(device.power_w, t_s) * 1000)
+        return round(step_integral(device.power_w, t_s - average_s, t_s) / average_s * 1000)
 
     # -- the pynvml surface -----------------------------------------------------------------------
 
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:
         if self.script.init_error:
             raise getattr(self, self.script.init_error)()
         self._init_count += 1
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self._check_init()
         self._init_count -= 1
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         self._check_init()
         return len(self.script.devices)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
         self._check_init()
         if not 0 <= index < len(self.script.devices):
             raise NVMLError_InvalidArgument()
         return FakeHandle(index)
 
-    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
         device, _ = self._device(handle, "nvmlDeviceGetName")
         return device.name
 
-    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
         device, _ = self._device(handle, "nvmlDeviceGetUUID")
         return device.uuid or f"GPU-00000000-fake-0000-0000-{handle.index:012d}"
 
-    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
         """Milliwatts, like NVML."""
         device, t_s = self._device(handle, "nvmlDeviceGetPowerUsage")
-        return round(step_value(device.power_w, t_s) * 1000)
+        return self._power_mw(device, t_s, device.power_average_s)
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:  # noqa: N802
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list[int]) -> Any:
+        """An array of c_nvmlFieldValue_t, like pynvml; a field the device lacks is answered
+        per value (nvmlReturn NOT_SUPPORTED; an unknown id INVALID_ARGUMENT), not raised."""
+        device, t_s = self._device(handle, "nvmlDeviceGetFieldValues")
+        values = (_FieldValue * len(fieldIds))()
+        stamp_us = (self._clock_ns() + self.wall_offset_ns) // 1000
+        for value, field_id in zip(values, fieldIds, strict=True):
+            value.fieldId = field_id
+            value.timestamp = stamp_us
+            if field_id in device.unsupported_fields:
+                value.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+            elif field_id == NVML_FI_DEV_POWER_INSTANT:
+                value.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = self._power_mw(device, t_s, 0.0)
+            elif field_id == NVML_FI_DEV_POWER_AVERAGE:
+                value.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = self._power_mw(device, t_s, max(device.power_average_s, 1.0))
+            else:
+                value.nvmlReturn = NVML_ERROR_INVALID_ARGUMENT
+        return values
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
         """Millijoules since 'driver load'; moves only every energy_update_period_ms."""
         device, t_s = self._device(handle, "nvmlDeviceGetTotalEnergyConsumption")
         return self._counter_mj(device, t_s)
 
-    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> _Utilization:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> _Utilization:
         device, t_s = self._device(handle, "nvmlDeviceGetUtilizationRates")
         return _Utilization(
             gpu=round(step_value(device.sm_util_pct, t_s)),
             memory=round(step_value(device.mem_util_pct, t_s)),
         )
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> _Memory:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> _Memory:
         """Bytes, like NVML."""
         device, t_s = self._device(handle, "nvmlDeviceGetMemoryInfo")
         total = round(device.memory_total_mib * MIB)
         used = min(total, round(step_value(device.memory_used_mib, t_s) * MIB))
         return _Memory(total=total, free=total - used, used=used)
 
-    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock_type: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock_type: int) -> int:
         device, t_s = self._device(handle, "nvmlDeviceGetClockInfo")
         if clock_type != NVML_CLOCK_SM:
             raise NVMLError_NotSupported()
         return round(step_value(device.sm_clock_mhz, t_s))
 
-    def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
         device, t_s = self._device(handle, "nvmlDeviceGetTemperature")
         if sensor != NVML_TEMPERATURE_GPU:
             raise NVMLError_InvalidArgument()
         return round(step_value(device.temperature_c, t_s))
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
         device, t_s = self._device(handle, "nvmlDeviceGetCurrentClocksEventReasons")
         return int(step_value(device.throttle_reasons, t_s))
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeHandle) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeHandle) -> int:
         device, t_s = self._device(handle, "nvmlDeviceGetCurrentClocksThrottleReasons")
         return int(step_value(device.throttle_reasons, t_s))
 
-    def nvmlDeviceGetComputeRunningProcesses(  # noqa: N802
-        self, handle: FakeHandle
-    ) -> list[_ProcessInfo]:
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[_ProcessInfo]:
         device, t_s = self._device(handle, "nvmlDeviceGetComputeRunningProcesses")
         return [
             _ProcessInfo(
@@ -414,10 +494,10 @@ class FakeNvml:
             if _alive(process, t_s)
         ]
 
-    def nvmlDeviceGetProcessUtilization(  # noqa: N802
+    def nvmlDeviceGetProcessUtilization(
         self,
         handle: FakeHandle,
-        timeStamp: int,  # noqa: N803 - pynvml's parameter name
+        timeStamp: int,
     ) -> list[_ProcessUtilizationSample]:
         """One sample per process with non-zero utilisation in the driver's latest sample
         period, if newer than timeStamp (wall-clock us); NotFound when there is none."""

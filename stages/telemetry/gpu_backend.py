@@ -61,11 +61,18 @@ class GpuBackend(abc.ABC):
 
     @abc.abstractmethod
     def power_w(self, index: int) -> float:
-        """Current board power draw in watts."""
+        """Board power draw in watts: instantaneous where the device offers it, else the
+        driver's own average (see `power_field`)."""
 
     @abc.abstractmethod
-    def total_energy_mj(self, index: int) -> int | None:
-        """Energy counter since driver load in millijoules; None when the device has none."""
+    def power_field(self, index: int) -> str | None:
+        """Which reading `power_w` returns for this device: 'instant' or 'average' (None
+        before the first `power_w`). Never queries the device."""
+
+    @abc.abstractmethod
+    def total_energy_mj(self, index: int) -> int:
+        """Energy counter since driver load in millijoules; `GpuNotSupportedError` when the
+        device has none or stops offering it."""
 
     @abc.abstractmethod
     def utilization(self, index: int) -> tuple[float, float]:

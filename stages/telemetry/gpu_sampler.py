@@ -1,9 +1,12 @@
 """Samples one GPU into `gpu_samples` and `gpu_process_samples` rows.
 
 Energy prefers the driver's total-energy counter (`nvml_counter`), repairing counter resets,
-and falls back to trapezoidal integration of power (`nvml_power`); `energy_j` is cumulative
-since the sampler's first sample. A lost GPU ends sampling of that device without raising:
-rows already taken are flushed and the error is returned in `GpuSamplerResult`.
+and falls back to trapezoidal integration of power (`nvml_power`), also when the counter stops
+being supported mid-run (the same cumulative series goes on). `energy_j` is cumulative since
+the sampler's first sample; from the counter, a row carries it only where the counter was read
+and had moved (a stale value at a fresh timestamp would skew interpolation at window edges).
+A lost GPU ends sampling of that device without raising: rows already taken are flushed and
+the error is returned in `GpuSamplerResult`, with which power reading was used.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class GpuSamplerResult:
     energy_j: float | None
     energy_source: str | None  # nvml_counter | nvml_power | None
     counter_resets: int
+    power_field: str | None  # instant | average: which NVML power reading power_w holds
     error: str | None  # e.g. the GPU was lost mid-run; None on a clean stop
 
 
@@ -68,14 +72,14 @@ class _Energy:
         self.counter_resets = 0
         self._last_counter_mj: int | None = None
         self._last_power: tuple[int, float] | None = None  # (ts_ns, power_w)
-        self._power_since_counter_j = 0.0  # power-integrated energy since the last counter read
+        self._power_since_counter_j = 0.0  # power-integrated energy since the counter moved
         self._decided = False
 
     def update(
         self, ts_ns: int, counter_mj: int | None, power_w: float | None, counter_read: bool = True
     ) -> float | None:
-        """Fold in one sample; returns cumulative joules for this row (None if unknown).
-        `counter_read=False`: the counter was not polled this time (it had not moved yet)."""
+        """Fold in one sample; returns cumulative joules for this row, None when the row has
+        no fresh figure (from the counter: not polled this time, unchanged, or a failed read)."""
         power_estimate_j = self._power_increment_j(ts_ns, power_w)
         self._power_since_counter_j += power_estimate_j or 0.0
         if not self._decided:
@@ -88,17 +92,17 @@ class _Energy:
             self.energy_j = 0.0 if self.source else None
             return self.energy_j
         if self.source == "nvml_counter":
-            if not counter_read:
-                return self.energy_j
-            if counter_mj is None:
-                return None  # a failed read: no figure for this row; the next delta covers it
+            if not counter_read or counter_mj is None:
+                return None  # not polled, or a failed read: the next delta covers it
             assert self._last_counter_mj is not None and self.energy_j is not None
             delta_mj = counter_mj - self._last_counter_mj
-            if delta_mj >= 0:
+            if delta_mj == 0:
+                return None  # it has not moved since the last read: a stale value
+            if delta_mj > 0:
                 self.energy_j += delta_mj / 1000.0
             else:
                 # The counter restarted (driver reload, reset) and holds the energy since then;
-                # the part before the reset is unknown, so the interval since the last read
+                # the part before the reset is unknown, so the interval since it last moved
                 # takes the larger of that and the power integral over it. Never negative.
                 self.counter_resets += 1
                 self.energy_j += max(counter_mj / 1000.0, self._power_since_counter_j)
@@ -115,9 +119,13 @@ class _Energy:
         return None
 
     def switch_to_power(self) -> None:
-        """The counter stopped being readable: continue the same series from power."""
+        """The counter stopped being readable: continue the same series from power, first
+        adding the power integral since the counter last moved (so the series has no gap)."""
         if self.source == "nvml_counter":
             self.source = "nvml_power"
+            if self.energy_j is not None:
+                self.energy_j += self._power_since_counter_j
+            self._power_since_counter_j = 0.0
             log.warning("GPU energy counter became unsupported; integrating power from now on")
 
     def _power_increment_j(self, ts_ns: int, power_w: float | None) -> float | None:
@@ -305,5 +313,6 @@ class GpuSampler:
             energy_j=self._energy.energy_j,
             energy_source=self._energy.source,
             counter_resets=self._energy.counter_resets,
+            power_field=self.backend.power_field(self.gpu_index),
             error=self.error,
         )

@@ -4,7 +4,12 @@ Host rows (scope `host`, pipeline NULL): CPU busy % of all cores, memory in use,
 cumulative energy from RAPL package counters when readable (`rapl`), else from a
 `cpu_watts_per_core` model (`model_estimate`), else NULL (never invented). Process rows
 (scope `process`): CPU % of one core and RSS of a pipeline's process plus its children.
-A process that exits is dropped from sampling without error.
+Harness rows (scope `harness`, pipeline NULL, pid = the launcher's), when a harness pid is
+given: the same for the launcher and its descendants that are not pipeline workers or theirs
+(samplers, probes, the resource tracker), so foreign CPU = host - workers - harness.
+Process trees are re-discovered at most once per `children_refresh_s` (one scan of /proc for
+all trees); a process that appears in between is counted from the next refresh. A process that
+exits is dropped from sampling without error.
 """
 
 from __future__ import annotations
@@ -117,6 +122,36 @@ _HAVE_PROC = Path("/proc/self/stat").exists()
 _HOST_PROC_FILES = ("/proc/stat", "/proc/meminfo") if _HAVE_PROC else ()
 
 
+def _ppid_map() -> dict[int, int]:
+    """pid -> parent pid of every visible process, in one pass (/proc, else psutil)."""
+    if not _HAVE_PROC:
+        return {process.pid: process.info["ppid"] for process in psutil.process_iter(["ppid"])}
+    ppids: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                data = stat.read(512)
+        except OSError:  # exited since the listing
+            continue
+        # Fields after "(comm)": state ppid ...; comm may itself hold spaces and parentheses.
+        ppids[int(entry.name)] = int(data[data.rfind(b")") + 2 :].split(maxsplit=2)[1])
+    return ppids
+
+
+def _descendants(children_of: dict[int, list[int]], root: int, exclude: set[int]) -> set[int]:
+    """The root and its descendants, not entering the subtree of any pid in `exclude`."""
+    found = {root}
+    stack = [root]
+    while stack:
+        for child in children_of.get(stack.pop(), ()):
+            if child not in exclude and child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
 class _ProcessReader:
     """CPU seconds and RSS of one process; raises psutil.NoSuchProcess once it is gone."""
 
@@ -206,14 +241,30 @@ def _meminfo_kib(data: bytes, key: bytes) -> int:
 
 
 @dataclass
-class _Pipeline:
-    """A pipeline's process tree: the root and the children seen at the last refresh."""
+class _Tree:
+    """A process tree (a pipeline's, or the harness's): the root and the members seen at the
+    last refresh, with each one's CPU seconds at the previous sample."""
 
-    name: str
+    name: str | None  # the pipeline; None for the harness
+    scope: str  # process | harness
     root: _ProcessReader
     members: dict[int, _ProcessReader] = field(default_factory=dict)
     last_cpu_s: dict[int, float] = field(default_factory=dict)
-    next_refresh_ns: int = 0
+
+    def set_members(self, pids: set[int]) -> None:
+        """Keep the readers of pids still present, open new ones, close the rest."""
+        members = {self.root.pid: self.root}
+        for pid in pids - {self.root.pid}:
+            known = self.members.pop(pid, None)
+            if known is not None:
+                members[pid] = known
+                continue
+            with contextlib.suppress(psutil.Error):  # exited in between: nothing to add
+                members[pid] = _ProcessReader(psutil.Process(pid))
+        for stale in self.members.values():
+            if stale.pid not in members:
+                stale.close()
+        self.members = members
 
     def close(self) -> None:
         for member in {self.root.pid: self.root, **self.members}.values():
@@ -238,6 +289,7 @@ class HostSampler:
         pipeline_pids: dict[str, int],
         *,
         cpu_watts_per_core: float | None = None,
+        harness_pid: int | None = None,
         powercap_root: Path = POWERCAP_ROOT,
         children_refresh_s: float = 1.0,
         flush_period_s: float = 1.0,
@@ -263,13 +315,23 @@ class HostSampler:
         self.samples = 0
         self.rows = 0
         self.dropped: list[str] = []
-        self._pipelines: list[_Pipeline] = []
+        self._worker_pids = set(pipeline_pids.values())  # harness trees stop at these
+        self._next_refresh_ns = 0
+        self._pipelines: list[_Tree] = []
         for name, pid in pipeline_pids.items():
             try:
-                self._pipelines.append(_Pipeline(name, _ProcessReader(psutil.Process(pid))))
+                reader = _ProcessReader(psutil.Process(pid))
             except psutil.Error:
                 log.warning("pipeline %s (pid %d) is not running; not sampled", name, pid)
                 self.dropped.append(name)
+                continue
+            self._pipelines.append(_Tree(name, "process", reader))
+        self._harness: _Tree | None = None
+        if harness_pid is not None:
+            try:
+                self._harness = _Tree(None, "harness", _ProcessReader(psutil.Process(harness_pid)))
+            except psutil.Error:
+                log.warning("harness (pid %d) is not running; its CPU is not sampled", harness_pid)
 
     # -- host ------------------------------------------------------------------------------------
 
@@ -304,47 +366,41 @@ class HostSampler:
 
     # -- processes -------------------------------------------------------------------------------
 
-    def _refresh_members(self, pipeline: _Pipeline, ts_ns: int) -> None:
-        pipeline.next_refresh_ns = ts_ns + self._children_refresh_ns
-        members = {pipeline.root.pid: pipeline.root}
-        try:
-            children = pipeline.root.process.children(recursive=True)
-        except psutil.Error:
-            children = []  # the root is gone; the next read notices
-        for child in children:
-            known = pipeline.members.pop(child.pid, None)
-            with contextlib.suppress(psutil.Error):  # exited in between: nothing to add
-                members[child.pid] = known or _ProcessReader(child)
-        for stale in pipeline.members.values():
-            if stale.pid not in members:
-                stale.close()
-        pipeline.members = members
+    def _refresh_trees(self, ts_ns: int) -> None:
+        """Re-discover every tree's members from one scan of the process table."""
+        self._next_refresh_ns = ts_ns + self._children_refresh_ns
+        children_of: dict[int, list[int]] = {}
+        for pid, ppid in _ppid_map().items():
+            children_of.setdefault(ppid, []).append(pid)
+        for tree in self._pipelines:
+            tree.set_members(_descendants(children_of, tree.root.pid, set()))
+        if self._harness is not None:
+            harness = self._harness
+            harness.set_members(_descendants(children_of, harness.root.pid, self._worker_pids))
 
-    def _sample_pipeline(self, pipeline: _Pipeline, ts_ns: int, dt_s: float | None) -> bool:
-        """Append one process row; False when the pipeline's root process is gone."""
-        if ts_ns >= pipeline.next_refresh_ns:
-            self._refresh_members(pipeline, ts_ns)
+    def _sample_tree(self, tree: _Tree, ts_ns: int, dt_s: float | None) -> bool:
+        """Append one row for the tree; False when its root process is gone."""
         rss = 0
         used_cpu_s = 0.0
         cpu_times: dict[int, float] = {}
-        for pid, member in list(pipeline.members.items()):
+        for pid, member in list(tree.members.items()):
             try:
                 cpu_s, rss_bytes = member.read()
             except psutil.Error:
-                if pid == pipeline.root.pid:
+                if pid == tree.root.pid:
                     return False
-                del pipeline.members[pid]
+                del tree.members[pid]
                 member.close()
                 continue
             cpu_times[pid] = cpu_s
-            previous = pipeline.last_cpu_s.get(pid)
+            previous = tree.last_cpu_s.get(pid)
             if previous is not None:
                 used_cpu_s += max(cpu_s - previous, 0.0)
             rss += rss_bytes
-        first = not pipeline.last_cpu_s
-        pipeline.last_cpu_s = cpu_times  # children that exited drop out here
+        first = not tree.last_cpu_s
+        tree.last_cpu_s = cpu_times  # members that exited drop out here
         cpu_util = None if first or not dt_s else used_cpu_s / dt_s * 100.0
-        self._append(ts_ns, pipeline.name, "process", pipeline.root.pid, cpu_util, rss / MIB)
+        self._append(ts_ns, tree.name, tree.scope, tree.root.pid, cpu_util, rss / MIB)
         return True
 
     # -- rows ------------------------------------------------------------------------------------
@@ -372,7 +428,7 @@ class HostSampler:
         self.rows += 1
 
     def sample(self) -> bool:
-        """Take one sample of the host and every live pipeline; always True (never stops)."""
+        """Take one sample of the host, every live pipeline and the harness; always True."""
         ts_ns = self._clock_ns()
         dt_s = None if self._last_ts_ns is None else (ts_ns - self._last_ts_ns) / 1e9
         cpu_util = self._host_cpu()
@@ -387,12 +443,21 @@ class HostSampler:
             energy_j,
             self.energy_source if energy_j is not None else None,
         )
+        if ts_ns >= self._next_refresh_ns:
+            self._refresh_trees(ts_ns)
         for pipeline in list(self._pipelines):
-            if not self._sample_pipeline(pipeline, ts_ns, dt_s):
+            if not self._sample_tree(pipeline, ts_ns, dt_s):
                 log.info("pipeline %s (pid %d) exited; dropped", pipeline.name, pipeline.root.pid)
                 pipeline.close()
                 self._pipelines.remove(pipeline)
+                assert pipeline.name is not None
                 self.dropped.append(pipeline.name)
+        if self._harness is not None and not self._sample_tree(self._harness, ts_ns, dt_s):
+            log.info(
+                "harness (pid %d) exited; its CPU is no longer sampled", self._harness.root.pid
+            )
+            self._harness.close()
+            self._harness = None
         self._last_ts_ns = ts_ns
         self.samples += 1
         if (
@@ -414,8 +479,8 @@ class HostSampler:
         self.flush()
         self._rapl.close()
         self._host.close()
-        for pipeline in self._pipelines:
-            pipeline.close()
+        for tree in [*self._pipelines, *([self._harness] if self._harness else [])]:
+            tree.close()
         return HostSamplerResult(
             samples=self.samples,
             rows=self.rows,

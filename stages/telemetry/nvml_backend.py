@@ -6,7 +6,9 @@ fake instead; by default `pynvml` is imported lazily, so importing this file nev
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from stages.telemetry.gpu_backend import (
@@ -36,6 +38,10 @@ _UNAVAILABLE = (
     "NVMLError_LibRmVersionMismatch",
     "NVMLError_Uninitialized",
 )
+
+
+# c_nvmlValue_t's union member for each NVML_VALUE_TYPE_* (pynvml's order).
+_VALUE_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
 def _error_classes(nvml: Any, names: tuple[str, ...]) -> tuple[type[BaseException], ...]:
@@ -68,7 +74,7 @@ class NvmlBackend(GpuBackend):
         self._unavailable = _error_classes(nvml, _UNAVAILABLE)
         self._not_found = _error_classes(nvml, ("NVMLError_NotFound",))
         self._handles: dict[int, Any] = {}
-        self._no_energy_counter: set[int] = set()
+        self._power_fields: dict[int, str] = {}  # index -> 'instant' | 'average'
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as error:
@@ -89,69 +95,113 @@ class NvmlBackend(GpuBackend):
             return GpuUnavailableError(message)
         return GpuError(message)
 
-    def _call(self, function: str, *args: Any) -> Any:
+    @contextlib.contextmanager
+    def _mapped(self, what: str) -> Iterator[None]:
+        """The one error mapper: NVMLError raised inside becomes the typed `GpuError` for it.
+        Functions are called directly (a misspelt name fails loudly, never as 'unsupported')."""
         try:
-            fn = getattr(self._nvml, function)
-        except AttributeError:
-            raise GpuNotSupportedError(f"{function}: not in this pynvml") from None
-        try:
-            return fn(*args)
+            yield
         except self._nvml.NVMLError as error:
-            raise self._translate(error, function) from error
+            raise self._translate(error, what) from error
 
     def _handle(self, index: int) -> Any:
         handle = self._handles.get(index)
         if handle is None:
-            handle = self._call("nvmlDeviceGetHandleByIndex", index)
+            with self._mapped("nvmlDeviceGetHandleByIndex"):
+                handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
             self._handles[index] = handle
         return handle
-
-    def _device(self, function: str, index: int, *args: Any) -> Any:
-        return self._call(function, self._handle(index), *args)
 
     # -- GpuBackend -------------------------------------------------------------------------
 
     def device_count(self) -> int:
-        return int(self._call("nvmlDeviceGetCount"))
+        with self._mapped("nvmlDeviceGetCount"):
+            return int(self._nvml.nvmlDeviceGetCount())
 
     def name(self, index: int) -> str:
-        return _text(self._device("nvmlDeviceGetName", index))
+        handle = self._handle(index)
+        with self._mapped("nvmlDeviceGetName"):
+            return _text(self._nvml.nvmlDeviceGetName(handle))
 
     def uuid(self, index: int) -> str:
-        return _text(self._device("nvmlDeviceGetUUID", index))
+        handle = self._handle(index)
+        with self._mapped("nvmlDeviceGetUUID"):
+            return _text(self._nvml.nvmlDeviceGetUUID(handle))
 
     def power_w(self, index: int) -> float:
-        return float(self._device("nvmlDeviceGetPowerUsage", index)) / 1000.0  # NVML: mW
+        handle = self._handle(index)
+        field = self._power_fields.get(index)
+        if field is None:
+            field = self._power_fields[index] = self._decide_power_field(index, handle)
+        if field == "instant":
+            return self._instant_power_mw(handle) / 1000.0
+        with self._mapped("nvmlDeviceGetPowerUsage"):
+            return float(self._nvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0  # NVML: mW
 
-    def total_energy_mj(self, index: int) -> int | None:
-        if index in self._no_energy_counter:
-            return None
+    def power_field(self, index: int) -> str | None:
+        return self._power_fields.get(index)
+
+    def _decide_power_field(self, index: int, handle: Any) -> str:
+        """'instant' when the device answers NVML_FI_DEV_POWER_INSTANT, else 'average'
+        (nvmlDeviceGetPowerUsage, a ~1 s mean on Ampere and newer). Decided once per device;
+        a lost device propagates."""
         try:
-            return int(self._device("nvmlDeviceGetTotalEnergyConsumption", index))
-        except GpuNotSupportedError:
-            self._no_energy_counter.add(index)  # pre-Volta: never ask again
-            return None
+            self._instant_power_mw(handle)
+        except GpuLostError:
+            raise
+        except GpuError as error:
+            log.info("GPU %d: no instantaneous power field (%s); using the average", index, error)
+            return "average"
+        return "instant"
+
+    def _instant_power_mw(self, handle: Any) -> float:
+        what = "nvmlDeviceGetFieldValues(NVML_FI_DEV_POWER_INSTANT)"
+        with self._mapped(what):
+            values = self._nvml.nvmlDeviceGetFieldValues(
+                handle, [self._nvml.NVML_FI_DEV_POWER_INSTANT]
+            )
+        field = values[0]
+        if field.nvmlReturn != self._nvml.NVML_SUCCESS:
+            # Each value carries its own return code; NVMLError(code) is that code's subclass.
+            raise self._translate(self._nvml.NVMLError(field.nvmlReturn), what)
+        return float(getattr(field.value, _VALUE_MEMBER[field.valueType]))
+
+    def total_energy_mj(self, index: int) -> int:
+        handle = self._handle(index)
+        with self._mapped("nvmlDeviceGetTotalEnergyConsumption"):
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
 
     def utilization(self, index: int) -> tuple[float, float]:
-        rates = self._device("nvmlDeviceGetUtilizationRates", index)
+        handle = self._handle(index)
+        with self._mapped("nvmlDeviceGetUtilizationRates"):
+            rates = self._nvml.nvmlDeviceGetUtilizationRates(handle)
         return float(rates.gpu), float(rates.memory)
 
     def memory_used_mib(self, index: int) -> float:
-        return float(self._device("nvmlDeviceGetMemoryInfo", index).used) / MIB
+        handle = self._handle(index)
+        with self._mapped("nvmlDeviceGetMemoryInfo"):
+            return float(self._nvml.nvmlDeviceGetMemoryInfo(handle).used) / MIB
 
     def sm_clock_mhz(self, index: int) -> float:
-        return float(self._device("nvmlDeviceGetClockInfo", index, self._nvml.NVML_CLOCK_SM))
+        handle = self._handle(index)
+        with self._mapped("nvmlDeviceGetClockInfo"):
+            return float(self._nvml.nvmlDeviceGetClockInfo(handle, self._nvml.NVML_CLOCK_SM))
 
     def temperature_c(self, index: int) -> float:
-        sensor = self._nvml.NVML_TEMPERATURE_GPU
-        return float(self._device("nvmlDeviceGetTemperature", index, sensor))
+        handle = self._handle(index)
+        with self._mapped("nvmlDeviceGetTemperature"):
+            sensor = self._nvml.NVML_TEMPERATURE_GPU
+            return float(self._nvml.nvmlDeviceGetTemperature(handle, sensor))
 
     def throttle_reasons(self, index: int) -> int:
+        handle = self._handle(index)
         try:
-            return int(self._device("nvmlDeviceGetCurrentClocksEventReasons", index))
+            with self._mapped("nvmlDeviceGetCurrentClocksEventReasons"):
+                return int(self._nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
         except GpuNotSupportedError:
-            # Drivers older than 535 only know the deprecated name.
-            return int(self._device("nvmlDeviceGetCurrentClocksThrottleReasons", index))
+            # Drivers older than 535 only know the deprecated name (FunctionNotFound above).
+            with self._mapped("nvmlDeviceGetCurrentClocksThrottleReasons"):
+                return int(self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
 
     def process_utilization(self, index: int, since_us: int) -> list[GpuProcessUtilization]:
         handle = self._handle(index)
@@ -176,7 +226,9 @@ class NvmlBackend(GpuBackend):
         ]
 
     def compute_processes(self, index: int) -> list[GpuComputeProcess]:
-        processes = self._device("nvmlDeviceGetComputeRunningProcesses", index)
+        handle = self._handle(index)
+        with self._mapped("nvmlDeviceGetComputeRunningProcesses"):
+            processes = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
         return [
             GpuComputeProcess(
                 pid=int(process.pid),

@@ -43,6 +43,7 @@ class SamplerSettings:
     period_ms: float
     pipeline_pids: dict[str, int] = field(default_factory=dict)
     cpu_watts_per_core: float | None = None
+    harness_pid: int | None = None  # the launcher: its non-worker descendants' CPU (host only)
 
 
 class StopEvent(Protocol):
@@ -58,15 +59,19 @@ def run_periodic(
     stop_event: StopEvent,
     period_ms: float,
     clock_ns: Callable[[], int] = time.monotonic_ns,
+    on_first_tick: Callable[[], object] | None = None,
 ) -> int:
     """Call `tick` on a fixed-rate schedule until `stop_event` is set (then once more) or
     `tick` returns False; returns the number of ticks. Missed deadlines are skipped, not
-    caught up in a burst."""
+    caught up in a burst. `on_first_tick` runs once, right after the first tick."""
     period_ns = max(int(period_ms * 1e6), 1)
     ticks = 0
     deadline_ns = clock_ns()
     while True:
-        if not tick():
+        running = tick()
+        if ticks == 0 and on_first_tick is not None:
+            on_first_tick()
+        if not running:
             return ticks
         ticks += 1
         deadline_ns += period_ns
@@ -160,27 +165,39 @@ def foreign_compute_processes(
     return foreign
 
 
-def host_sampler_main(settings: SamplerSettings, stop_event: StopEvent) -> HostSamplerResult:
-    """Sample host and pipeline processes every `period_ms` until stopped."""
+def host_sampler_main(
+    settings: SamplerSettings,
+    stop_event: StopEvent,
+    on_first_sample: Callable[[], object] | None = None,
+) -> HostSamplerResult:
+    """Sample host, pipeline and harness processes every `period_ms` until stopped;
+    `on_first_sample` runs right after the first sample (the start barrier waits for it)."""
     writer = ChunkWriter(
         Path(settings.run_dir), "host_samples", _label("host", settings), _keys(settings)
     )
     writer.warm_up()  # Parquet's one-time set-up now, not during the measured window
     sampler = HostSampler(
-        writer, settings.pipeline_pids, cpu_watts_per_core=settings.cpu_watts_per_core
+        writer,
+        settings.pipeline_pids,
+        cpu_watts_per_core=settings.cpu_watts_per_core,
+        harness_pid=settings.harness_pid,
     )
     try:
-        run_periodic(sampler.sample, stop_event, settings.period_ms)
+        run_periodic(sampler.sample, stop_event, settings.period_ms, on_first_tick=on_first_sample)
     finally:
         result = sampler.close()
     return result
 
 
 def gpu_sampler_main(
-    settings: SamplerSettings, gpu_index: int, stop_event: StopEvent
+    settings: SamplerSettings,
+    gpu_index: int,
+    stop_event: StopEvent,
+    on_first_sample: Callable[[], object] | None = None,
 ) -> GpuSamplerResult | None:
     """Sample one GPU every `period_ms` until stopped or the GPU is lost; None without NVML.
-    A lost GPU is logged and returned in the result; rows already taken are kept."""
+    A lost GPU is logged and returned in the result; rows already taken are kept.
+    `on_first_sample` runs right after the first sample (not at all without NVML)."""
     backend = open_gpu_backend()
     if backend is None:
         log.warning("GPU %d not sampled: no NVML device", gpu_index)
@@ -210,7 +227,9 @@ def gpu_sampler_main(
             pid_to_pipeline=PipelineOfPid(settings.pipeline_pids),
         )
         try:
-            run_periodic(sampler.sample, stop_event, settings.period_ms)
+            run_periodic(
+                sampler.sample, stop_event, settings.period_ms, on_first_tick=on_first_sample
+            )
         finally:
             result = sampler.close()
     finally:

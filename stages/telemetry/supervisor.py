@@ -1,15 +1,18 @@
 """Starts and stops the sampler processes of one phase: one per device, never one per pipeline.
 
 Each sampler runs in its own `spawn`ed process and hands a summary back when stopped, so a GPU
-lost mid-run or an energy-counter reset ends up as a warning in the run's manifest.
+lost mid-run or an energy-counter reset ends up as a warning in the run's manifest. Each also
+sets an event after its first sample: `wait_first_samples` is the sampler side of the start
+barrier (a measured window must not open before its telemetry is running).
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Callable
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,22 @@ from stages.spec import TelemetrySpec
 from stages.telemetry.sampler_process import SamplerSettings, gpu_sampler_main, host_sampler_main
 
 STOP_GRACE_S = 5.0
+
+
+@dataclass
+class _Sampler:
+    """One sampler process and what the launcher shares with it."""
+
+    process: SpawnProcess
+    stop_event: Any  # multiprocessing Event: set by the launcher to stop it
+    first_sample: Any  # multiprocessing Event: set by the sampler after its first sample
+    results: Any  # SimpleQueue: the sampler's summary (a dict), put once when it ends
+    summary: dict[str, Any] | None = None  # taken from `results` when it arrived early
+
+    def take_summary(self) -> dict[str, Any]:
+        if self.summary is None and not self.results.empty():
+            self.summary = self.results.get()
+        return self.summary or {}
 
 
 class SamplerGroup:
@@ -37,9 +56,16 @@ class SamplerGroup:
         self._run_id = run_id
         self._telemetry = telemetry
         self._gpu_count = gpu_count or 0
-        self._running: list[tuple[SpawnProcess, Any, Any]] = []
+        self._running: list[_Sampler] = []
 
-    def start(self, trial: int, phase: str, pipeline_pids: dict[str, int]) -> None:
+    def start(
+        self,
+        trial: int,
+        phase: str,
+        pipeline_pids: dict[str, int],
+        harness_pid: int | None = None,
+    ) -> None:
+        """Spawn the samplers; `harness_pid` (the launcher) adds the harness CPU rows."""
         telemetry = self._telemetry
         if telemetry.host.enabled:
             power_model = telemetry.power_model
@@ -51,6 +77,7 @@ class SamplerGroup:
                 telemetry.host.period_ms,
                 pipeline_pids,
                 power_model.cpu_watts_per_core if power_model else None,
+                harness_pid,
             )
             self._spawn(host_sampler_main, (settings,), "collobench:host-sampler")
         if telemetry.gpu.enabled:
@@ -62,26 +89,54 @@ class SamplerGroup:
 
     def _spawn(self, target: Callable[..., object], args: tuple[Any, ...], name: str) -> None:
         stop_event = self._context.Event()
+        first_sample = self._context.Event()
         results = self._context.SimpleQueue()
         process = self._context.Process(
-            target=_sampler_entry, args=(target, (*args, stop_event), results), name=name
+            target=_sampler_entry,
+            args=(target, (*args, stop_event), results, first_sample),
+            name=name,
         )
         process.start()
-        self._running.append((process, stop_event, results))
+        self._running.append(_Sampler(process, stop_event, first_sample, results))
+
+    def wait_first_samples(self, timeout_s: float) -> list[str]:
+        """Block until every sampler started has taken its first sample or ended (a GPU
+        sampler without NVML ends at once), so a window opened afterwards is covered from
+        its start. Returns a warning per sampler that ended early or did not report within
+        `timeout_s` (the wait then goes on no longer)."""
+        deadline_s = time.monotonic() + timeout_s
+        warnings: list[str] = []
+        for sampler in self._running:
+            name = sampler.process.name
+            if not sampler.first_sample.wait(max(deadline_s - time.monotonic(), 0.0)):
+                warnings.append(f"{name}: no first sample within {timeout_s:g} s")
+                continue
+            # The summary is put before the event is set on the way out: if it is there, the
+            # sampler has already ended (nothing to wait for, but its series is missing).
+            if not sampler.results.empty():
+                summary = sampler.take_summary()
+                reason = summary.get("error") or (
+                    f"after {summary['samples']} samples"
+                    if summary.get("samples")
+                    else "without sampling (no device to sample?)"
+                )
+                warnings.append(f"{name} ended before the measured window: {reason}")
+        return warnings
 
     def stop(self) -> list[str]:
         """Stop every sampler (each takes a last sample and flushes); returns warnings."""
         warnings: list[str] = []
-        for _process, stop_event, _results in self._running:
-            stop_event.set()
-        for process, _stop_event, results in self._running:
+        for sampler in self._running:
+            sampler.stop_event.set()
+        for sampler in self._running:
+            process = sampler.process
             process.join(timeout=STOP_GRACE_S)
             if process.is_alive():
                 process.kill()
                 process.join(timeout=STOP_GRACE_S)
             if process.exitcode not in (0, None):
                 warnings.append(f"{process.name} exited with code {process.exitcode}")
-            summary = results.get() if not results.empty() else {}
+            summary = sampler.take_summary()
             if summary.get("error"):
                 warnings.append(
                     f"{process.name}: {summary['error']} (samples taken before it are kept)"
@@ -117,15 +172,27 @@ class _StopOnSignal:
         return self.signalled or bool(self._event.wait(timeout)) or self.signalled
 
 
-def _sampler_entry(target: Callable[..., object], args: tuple[Any, ...], results: Any) -> None:
-    """Sampler process entry: run the sampler, then hand its summary back to the launcher."""
+def _sampler_entry(
+    target: Callable[..., object], args: tuple[Any, ...], results: Any, first_sample: Any
+) -> None:
+    """Sampler process entry: run the sampler, then hand its summary back to the launcher.
+    `first_sample` is set after the first sample, and again on the way out (after the summary
+    is put), so the start barrier never waits on a sampler that ended without one."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops samplers itself
     stop = _StopOnSignal(args[-1])
     signal.signal(signal.SIGTERM, stop.on_signal)
     die_with_parent()
-    summary = target(*args[:-1], stop)
-    record: dict[str, Any] = {}
-    if is_dataclass(summary) and not isinstance(summary, type):
-        record = asdict(summary)
-    with contextlib.suppress(OSError):  # the launcher may be gone
-        results.put(record)
+    try:
+        try:
+            summary = target(*args[:-1], stop, on_first_sample=first_sample.set)
+        except Exception as error:
+            with contextlib.suppress(OSError):
+                results.put({"error": f"sampler crashed: {error!r}"})
+            raise
+        record: dict[str, Any] = {}
+        if is_dataclass(summary) and not isinstance(summary, type):
+            record = asdict(summary)
+        with contextlib.suppress(OSError):  # the launcher may be gone
+            results.put(record)
+    finally:
+        first_sample.set()

@@ -150,7 +150,8 @@ def test_backend_maps_errors_to_typed_exceptions() -> None:
     }
     backend = NvmlBackend(FakeNvml(script, clock_ns=clock))
     assert backend.device_count() == 2
-    assert backend.total_energy_mj(0) is None  # unsupported counter is None, not an error
+    with pytest.raises(GpuNotSupportedError):  # the sampler then integrates power
+        backend.total_energy_mj(0)
     with pytest.raises(GpuNotSupportedError):
         backend.temperature_c(1)
     assert backend.power_w(0) == pytest.approx(100.0)
@@ -201,3 +202,45 @@ def test_real_nvml_missing_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
     else:  # a machine with a driver
         pynvml.nvmlShutdown()
         pytest.skip("NVML is present here")
+
+
+def test_field_values_like_pynvml() -> None:
+    # Same structures (field names and C types) and constants as pynvml's.
+    assert fake_nvml._FieldValue._fields_[:-1] == pynvml.c_nvmlFieldValue_t._fields_[:-1]
+    assert fake_nvml._FieldValue._fields_[-1] == ("value", fake_nvml._Value)
+    assert pynvml.c_nvmlFieldValue_t._fields_[-1] == ("value", pynvml.c_nvmlValue_t)
+    assert fake_nvml._Value._fields_ == pynvml.c_nvmlValue_t._fields_
+    for name in vars(fake_nvml):
+        if name.startswith(("NVML_FI_", "NVML_VALUE_TYPE_")):
+            assert getattr(FakeNvml, name) == getattr(pynvml, name), name
+    fake, clock = make(
+        [
+            {"power_w": [[0, 100.0], [1.0, 300.0]], "power_average_s": 1.0},
+            {"unsupported_fields": [186]},
+        ]
+    )
+    handle = fake.nvmlDeviceGetHandleByIndex(0)
+    clock.at(1.25)
+    instant, average, unknown = fake.nvmlDeviceGetFieldValues(
+        handle, [pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE, 4242]
+    )
+    assert (instant.nvmlReturn, instant.valueType) == (0, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT)
+    assert instant.value.uiVal == 300_000  # milliwatts, read through the typed member
+    assert average.value.uiVal == 150_000  # (0.75 s x 100 W + 0.25 s x 300 W) / 1 s
+    assert fake.nvmlDeviceGetPowerUsage(handle) == 150_000  # the same 1 s average
+    assert unknown.nvmlReturn == pynvml.NVML_ERROR_INVALID_ARGUMENT
+    (unsupported,) = fake.nvmlDeviceGetFieldValues(fake.nvmlDeviceGetHandleByIndex(1), [186])
+    assert unsupported.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    clock.at(2.5)
+    assert instant.timestamp < fake.nvmlDeviceGetFieldValues(handle, [186])[0].timestamp
+
+
+def test_not_supported_from_a_time_on() -> None:
+    fake, clock = make([{"not_supported_from_s": {"nvmlDeviceGetTotalEnergyConsumption": 1.5}}])
+    handle = fake.nvmlDeviceGetHandleByIndex(0)
+    clock.at(1.49)
+    assert fake.nvmlDeviceGetTotalEnergyConsumption(handle) > 0
+    clock.at(1.5)
+    with pytest.raises(FakeNvml.NVMLError_NotSupported):
+        fake.nvmlDeviceGetTotalEnergyConsumption(handle)
+    assert fake.nvmlDeviceGetPowerUsage(handle) == 100_000  # other functions still answer

@@ -93,13 +93,14 @@ def test_counter_reset_keeps_energy_monotonic_and_right(tmp_path: Path) -> None:
     rows = gpu_rows(tmp_path)
     assert result.error is None
     assert result.counter_resets == 1
-    assert set(rows["energy_source"]) == {"nvml_counter"}
-    energy = rows["energy_j"]
+    assert set(rows["energy_source"]) == {"nvml_counter", None}  # None: counter had not moved
+    energy = [e for e in rows["energy_j"] if e is not None]
     assert energy[0] == 0.0
-    assert all(b >= a for a, b in itertools.pairwise(energy))
+    assert all(b > a for a, b in itertools.pairwise(energy))
     # Every row equals the scripted integral within the counter's 100 ms granularity.
-    for got, want in zip(energy, expected_energy_j(fake, rows["ts_ns"]), strict=True):
-        assert got == pytest.approx(want, abs=0.1 * 250 + 1)
+    expected = expected_energy_j(fake, rows["ts_ns"])
+    for got, want in zip(rows["energy_j"], expected, strict=True):
+        assert got is None or got == pytest.approx(want, abs=0.1 * 250 + 1)
     total = fake.scripted_energy_j(0, 0.0, 3.0)  # 150 J + 2 s x 250 W = 650 J
     assert total == pytest.approx(650.0)
     assert result.energy_j == pytest.approx(total, rel=0.02)
@@ -148,7 +149,8 @@ def test_lost_gpu_keeps_rows_and_reports(tmp_path: Path) -> None:
     rows = gpu_rows(tmp_path)  # rows before the loss were flushed and are readable
     assert len(rows["ts_ns"]) == result.samples == 20
     assert max(rows["ts_ns"]) < 1_000_000_000
-    assert rows["energy_j"][-1] == pytest.approx(0.95 * 120, abs=120 * 0.1)
+    energy = [e for e in rows["energy_j"] if e is not None]
+    assert energy[-1] == pytest.approx(0.95 * 120, abs=120 * 0.1)
     assert event.clock.now_ns < 3_000_000_000  # stopped sampling at the loss
 
 
@@ -243,7 +245,107 @@ def test_spawned_gpu_sampler_main_with_fake_via_env(
     assert set(rows["gpu"]) == {1}
     assert set(rows["phase"]) == {"solo"} and set(rows["trial"]) == {1}
     assert set(rows["pipeline"]) == {None}
-    assert set(rows["energy_source"]) == {"nvml_counter"}
-    span_s = (rows["ts_ns"][-1] - rows["ts_ns"][0]) / 1e9
-    assert rows["energy_j"][-1] == pytest.approx(300.0 * span_s, abs=300 * 0.1 + 1)
+    assert set(rows["energy_source"]) - {None} == {"nvml_counter"}
+    energy = [(t, e) for t, e in zip(rows["ts_ns"], rows["energy_j"], strict=True) if e is not None]
+    span_s = (energy[-1][0] - rows["ts_ns"][0]) / 1e9
+    assert energy[-1][1] == pytest.approx(300.0 * span_s, abs=300 * 0.1 + 1)
     assert table.schema.field("energy_j").type == pa.float64()
+
+
+def test_counter_turning_unsupported_mid_run_continues_from_power(tmp_path: Path) -> None:
+    # The real backend over the fake pynvml: the counter answers NotSupported from 1.5 s on.
+    device = {
+        "power_w": [[0, 100.0], [2.0, 300.0]],
+        "not_supported_from_s": {"nvmlDeviceGetTotalEnergyConsumption": 1.5},
+    }
+    result, fake, _ = run_sampler(tmp_path, device, period_ms=10)
+    rows = gpu_rows(tmp_path)
+    late = [
+        (ts, energy, source)
+        for ts, energy, source in zip(
+            rows["ts_ns"], rows["energy_j"], rows["energy_source"], strict=True
+        )
+        if ts >= 1_500_000_000
+    ]
+    assert len(late) == 151
+    # Every row after the switch carries energy, integrated from power, in one series.
+    assert all(energy is not None for _, energy, _ in late)
+    assert {source for _, _, source in late} == {"nvml_power"}
+    assert result.energy_source == "nvml_power"
+    energy = [e for e in rows["energy_j"] if e is not None]
+    assert all(b >= a for a, b in itertools.pairwise(energy))
+    # No jump at the switch: each row still equals the true integral (counter lag <= 100 ms).
+    for ts, got, _ in late:
+        assert got == pytest.approx(fake.scripted_energy_j(0, 0.0, ts / 1e9), abs=100 * 0.1 + 1)
+    total = fake.scripted_energy_j(0, 0.0, 3.0)  # 2 s x 100 W + 1 s x 300 W = 500 J
+    assert result.energy_j == pytest.approx(total, abs=3.0)
+
+
+def interpolated_j(ts_ns: list[int], energy_j: list[float | None], t_ns: int) -> float:
+    """E(t) as the energy view computes it: linear between the rows that carry energy and
+    bracket t (the last at or before, the first at or after)."""
+    points = [(t, e) for t, e in zip(ts_ns, energy_j, strict=True) if e is not None]
+    before = max((p for p in points if p[0] <= t_ns), key=lambda p: p[0])
+    after = min((p for p in points if p[0] >= t_ns), key=lambda p: p[0])
+    if after[0] == before[0]:
+        return before[1]
+    return before[1] + (after[1] - before[1]) * (t_ns - before[0]) / (after[0] - before[0])
+
+
+def test_counter_rows_only_where_the_counter_moved(tmp_path: Path) -> None:
+    # The counter moves every 100 ms (3 ms before each 100 ms tick of the sampler's clock);
+    # the sampler samples every 10 ms and polls the counter every 50 ms.
+    clock = Clock()
+    script = {"start_ns": -3_000_000, "devices": [{"power_w": 200.0}]}
+    fake = FakeNvml(script, clock_ns=clock)
+    sampler = GpuSampler(
+        NvmlBackend(fake), 0, ChunkWriter(tmp_path, "gpu_samples", "gpu0", KEYS), clock_ns=clock
+    )
+    run_periodic(sampler.sample, SteppingEvent(clock, 3.0), 10.0, clock_ns=clock)
+    result = sampler.close()
+    rows = gpu_rows(tmp_path)
+    assert len(rows["ts_ns"]) == result.samples == 301
+    assert None not in rows["power_w"]  # power and the rest stay on every row
+    energy_ts = [t for t, e in zip(rows["ts_ns"], rows["energy_j"], strict=True) if e is not None]
+    # The first row (the series' origin) and one row per counter update: 30 in 3 s.
+    assert len(energy_ts) == 31
+    assert {b - a for a, b in itertools.pairwise(energy_ts[1:])} == {100_000_000}
+    sources = {s for s, e in zip(rows["energy_source"], rows["energy_j"], strict=True) if e}
+    assert sources == {"nvml_counter"}
+    # Short windows anywhere in the run see the true 200 W (a stale value repeated at fresh
+    # timestamps made windows between two repeats read 0 W and the next one several times more).
+    window_ns = 30_000_000
+    powers_w = [
+        (
+            interpolated_j(rows["ts_ns"], rows["energy_j"], start_ns + window_ns)
+            - interpolated_j(rows["ts_ns"], rows["energy_j"], start_ns)
+        )
+        / (window_ns / 1e9)
+        for start_ns in range(200_000_000, 2_900_000_000, 7_000_000)
+    ]
+    assert min(powers_w) == pytest.approx(200.0, rel=0.01)
+    assert max(powers_w) == pytest.approx(200.0, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("fallback", "power_field", "power_at_1_25_s_w"),
+    [
+        ({}, "instant", 300.0),
+        # The field answers NOT_SUPPORTED in its own return code (the call itself succeeds).
+        ({"unsupported_fields": [186]}, "average", 150.0),
+        # An old driver without nvmlDeviceGetFieldValues at all.
+        ({"not_supported": ["nvmlDeviceGetFieldValues"]}, "average", 150.0),
+    ],
+)
+def test_instant_power_field_preferred_over_the_average(
+    tmp_path: Path, fallback: dict[str, Any], power_field: str, power_at_1_25_s_w: float
+) -> None:
+    # nvmlDeviceGetPowerUsage is a 1 s moving average here, as on Ampere and newer: right
+    # after a step from 100 W to 300 W it reads the mean of the last second.
+    device = {"power_w": [[0, 100.0], [1.0, 300.0]], "power_average_s": 1.0, **fallback}
+    result, _, _ = run_sampler(tmp_path, device, stop_at_s=2.0)
+    rows = gpu_rows(tmp_path)
+    power_w = dict(zip(rows["ts_ns"], rows["power_w"], strict=True))
+    assert result.power_field == power_field
+    assert power_w[1_250_000_000] == pytest.approx(power_at_1_25_s_w)
+    assert power_w[2_000_000_000] == pytest.approx(300.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 import threading
@@ -234,3 +235,65 @@ def test_run_periodic_skips_missed_deadlines_instead_of_bursting() -> None:
     # On the 50 ms grid; after the overrun (0.1 s .. 0.221 s) it resumes at 0.25 s.
     assert ticks[:5] == [0, 50_000_000, 100_000_000, 250_000_000, 300_000_000]
     assert ticks[-1] == 500_000_000  # the final sample at stop
+
+
+def test_harness_rows_count_its_helpers_never_the_workers(tmp_path: Path) -> None:
+    # This test process is the harness. Its pipeline worker only waits on a child that burns
+    # a core for 1 s (a worker's descendant); 1.2 s in, a helper of the harness burns 1.2 s.
+    worker = python(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {BUSY.format(s=1.0)!r}])"
+    )
+    helper: list[subprocess.Popen[bytes]] = []
+    helper_started_ns: list[int] = []
+
+    def start_helper() -> None:
+        helper_started_ns.append(time.monotonic_ns())
+        helper.append(python(BUSY.format(s=1.2)))
+
+    timer = threading.Timer(1.2, start_helper)
+    try:
+        deadline = time.monotonic() + 5
+        while not psutil.Process(worker.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sampler = HostSampler(
+            writer(tmp_path),
+            {"w": worker.pid},
+            harness_pid=os.getpid(),
+            children_refresh_s=0.25,
+            powercap_root=NO_RAPL,
+        )
+        started_ns = time.monotonic_ns()
+        timer.start()
+        sample_for(sampler, 2.6, period_ms=100)  # 100 ms rows: a 10 ms CPU tick is 10 %
+    finally:
+        timer.cancel()
+        for process in [*psutil.Process(worker.pid).children(recursive=True)]:
+            process.kill()
+        for process in [worker, *helper]:
+            process.kill()
+            process.wait()
+    rows = rows_of(tmp_path)
+    harness = [r for r in rows if r["scope"] == "harness"]
+    worker_rows = [r for r in rows if r["scope"] == "process"]
+    assert len(harness) == sum(r["scope"] == "host" for r in rows)  # one per sample
+    assert {(r["pid"], r["pipeline"]) for r in harness} == {(os.getpid(), None)}
+    assert min(r["rss_mib"] for r in harness) > 20  # at least this interpreter
+    # While the worker's child burns (the first 0.9 s), the worker's rows carry it and the
+    # harness rows do not.
+    worker_util = {r["ts_ns"]: r["cpu_util"] or 0 for r in worker_rows}
+    burning = [
+        (r["cpu_util"] or 0, worker_util[r["ts_ns"]])
+        for r in harness
+        if r["ts_ns"] < started_ns + 9e8
+    ]
+    assert len(burning) >= 8
+    # A core's worth of work; on a loaded 2-core machine the worker may get only part of it.
+    assert sum(w for _, w in burning) / len(burning) > 30
+    # The harness (this process, sampling) idles meanwhile: a stray CPU tick at most.
+    assert max(h for h, _ in burning) < 25
+    assert sum(h for h, _ in burning) / len(burning) < 10
+    # The helper is found at the next refresh and counted while it burns.
+    helper_ns = helper_started_ns[0]
+    helping = [r for r in harness if helper_ns + 4e8 <= r["ts_ns"] <= helper_ns + 1.15e9]
+    assert len(helping) >= 6
+    assert sum(r["cpu_util"] or 0 for r in helping) / len(helping) > 50
