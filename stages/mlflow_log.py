@@ -151,10 +151,11 @@ def trial_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     agree), as finite floats. Without a summary (a run launched without the analysis layer)
     only the worker's query counts are logged: no figure is computed a second way here."""
     summary = result.get("summary")
-    if isinstance(summary, Mapping):
-        values = summary.items()
-    else:
-        values = ((f"queries_{name}", result.get(name)) for name in _COUNT_FIELDS)
+    values: list[tuple[Any, Any]] = (
+        list(summary.items())
+        if isinstance(summary, Mapping)
+        else [(f"queries_{name}", result.get(name)) for name in _COUNT_FIELDS]
+    )
     metrics: dict[str, float] = {}
     for key, value in values:
         if isinstance(value, bool) or not isinstance(value, int | float):
