@@ -1,7 +1,7 @@
--- latency: end-to-end latency per (run_id, trial, phase, pipeline), warm-up excluded.
--- Latency counts from the scheduled arrival (completed_ns - scheduled_ns), never from issue, so
--- a backlog cannot hide (no coordinated omission in open loop). Every percentile is LoadGen's
--- (loadgen_quantile: sorted[floor(N * p)], an observed value).
+-- latency: end-to-end latency per (run_id, trial, phase, pipeline), warm-up excluded, from the
+-- per-query figures of `query_latency` (which defines them). Latency counts from the scheduled
+-- arrival, never from issue, so a backlog cannot hide (no coordinated omission in open loop).
+-- Every percentile is LoadGen's (loadgen_quantile: sorted[floor(N * p)], an observed value).
 --   latency_p*_ms     the verdict: every measured query of the window; one that did not
 --                     complete ok (error, dropped, timeout, not_issued) counts as +inf, as
 --                     LoadGen sees an over-latency query. Survivors alone would make an
@@ -20,22 +20,11 @@
 CREATE OR REPLACE VIEW latency AS
 WITH measured AS (
     SELECT
-        run_id,
-        trial,
-        phase,
-        pipeline,
-        status,
-        CASE
-            WHEN status = 'ok' THEN (completed_ns - scheduled_ns) / 1e6 ELSE 'inf'::DOUBLE
-        END AS verdict_ms,
-        CASE WHEN status = 'ok' THEN (completed_ns - scheduled_ns) / 1e6 END AS completed_ms,
-        CASE WHEN status = 'ok' THEN (completed_ns - issued_ns) / 1e6 END AS from_issue_ms,
-        (issued_ns - scheduled_ns) / 1e3 AS issue_delay_us,
+        *,
         ntile(ci_batches()) OVER (
             PARTITION BY run_id, trial, phase, pipeline ORDER BY scheduled_ns, query_id
         ) AS batch
-    FROM queries
-    WHERE NOT warmup
+    FROM query_latency
 ),
 whole AS (
     SELECT
