@@ -52,8 +52,8 @@ def make_run(
 def test_single_stream_reports_p90_and_server_p99_with_bounds(tmp_path: Path) -> None:
     """1000 ok queries of 1..1000 ms and one dropped (+inf): N = 1001 measured.
     p90: sorted[floor(1001 * 0.9) = 900] = 901 ms; LoadGen's p90 estimate at N = 1001 is
-    sorted[N - 78] (t = 78, as at N = 1000 in tests/test_early_stopping.py), p99's sorted[N - 2]
-    = 1000 ms."""
+    sorted[N - 78] (t = 78, as at N = 1000 in tests/test_early_stopping.py), p99 sorted[N - 3]
+    = 999 ms."""
     latencies = [float(i) for i in range(1, 1001)]
     (single,) = summarize_run(make_run(tmp_path / "a", "single_stream", latencies, 950))
     assert single.target_percentile == 0.9
@@ -68,7 +68,7 @@ def test_single_stream_reports_p90_and_server_p99_with_bounds(tmp_path: Path) ->
     assert server.target_percentile == 0.99
     assert server.latency_target_ms == 991.0  # sorted[floor(990.99) = 990]
     assert server.completed_p99_ms == 991.0  # sorted[990] of the ok ones: same here
-    assert server.latency_bound_ms == 1000.0
+    assert server.latency_bound_ms == 999.0  # t = 3 (h(3) + 3 = 1001): sorted[998]
     assert server.slo_met is False  # 11 over 990 ms in 1001 queries: LoadGen needs h(11) + 11
     assert server.queries_for_bound == 662
 
