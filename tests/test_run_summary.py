@@ -83,8 +83,11 @@ def test_summary_agrees_with_the_warehouse_views(tmp_path: Path) -> None:
     assert elapsed_s < 0.5
     db = tmp_path / "w.duckdb"
     load_runs([run_dir], db)
-    columns, rows = run_query(db, "SELECT * FROM latency JOIN throughput USING (run_id, trial, "
-                              "phase, pipeline) ORDER BY phase DESC")
+    columns, rows = run_query(
+        db,
+        "SELECT * FROM latency JOIN throughput USING (run_id, trial, "
+        "phase, pipeline) ORDER BY phase DESC",
+    )
     views = [dict(zip(columns, row, strict=True)) for row in rows]
     assert [s.phase for s in summaries] == [v["phase"] for v in views] == ["solo", "collocated"]
     for summary, view in zip(summaries, views, strict=True):

@@ -40,7 +40,9 @@ def test_stage_times_add_up_along_the_fast_branch(tmp_path: Path) -> None:
     run_dir = tmp_path / "diamond"
     run_dir.mkdir()
     keys = {"run_id": "diamond", "trial": 0, "phase": "solo", "pipeline": "d"}
-    result, _ = run_pipeline(PipelineSpec.model_validate(DIAMOND), seed=2, run_dir=run_dir, keys=keys)
+    result, _ = run_pipeline(
+        PipelineSpec.model_validate(DIAMOND), seed=2, run_dir=run_dir, keys=keys
+    )
     assert result.status == "ok"
     merge_parts(run_dir)
     (run_dir / "manifest.json").write_text(

@@ -96,4 +96,3 @@ def test_contention_shows_the_drops(run_dir: Path, tmp_path: Path) -> None:
     assert row["collocated_failed"] > 0
     assert row["p99_slowdown"] == float("inf")  # solo finite, collocated infinite
     assert row["p99_verdict"] == "slower"
-
