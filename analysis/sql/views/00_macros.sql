@@ -10,6 +10,14 @@ CREATE OR REPLACE MACRO loadgen_quantile(x, p) AS
         least(CAST(floor(count(x) * p) AS BIGINT), count(x) - 1) + 1
     ];
 
+-- loadgen_pick(sorted, p): the same percentile from a list already sorted ascending without
+-- NULLs (sorted_values(x)), so a view that needs several percentiles sorts once.
+CREATE OR REPLACE MACRO loadgen_pick(sorted, p) AS
+    sorted[least(CAST(floor(len(sorted) * p) AS BIGINT), len(sorted) - 1) + 1];
+
+-- sorted_values(x): the non-NULL values of x as a list sorted ascending (an aggregate).
+CREATE OR REPLACE MACRO sorted_values(x) AS list_sort(list(x) FILTER (WHERE x IS NOT NULL));
+
 -- t975(df): Student's t quantile 0.975 with df degrees of freedom (two-sided 95% intervals),
 -- tabulated for df 1..30 (scipy.stats.t.ppf, 4 decimals), then the normal 1.96. NULL for df < 1.
 CREATE OR REPLACE MACRO t975(df) AS

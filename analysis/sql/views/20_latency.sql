@@ -26,7 +26,7 @@ WITH measured AS (
         ) AS batch
     FROM query_latency
 ),
-whole AS (
+sorted AS (
     SELECT
         run_id,
         trial,
@@ -35,23 +35,39 @@ whole AS (
         count(*) AS measured_queries,
         count(*) FILTER (WHERE status = 'ok') AS ok_queries,
         count(*) FILTER (WHERE status <> 'ok') AS failed_queries,
-        loadgen_quantile(verdict_ms, 0.5) AS latency_p50_ms,
-        loadgen_quantile(verdict_ms, 0.9) AS latency_p90_ms,
-        loadgen_quantile(verdict_ms, 0.95) AS latency_p95_ms,
-        loadgen_quantile(verdict_ms, 0.99) AS latency_p99_ms,
-        loadgen_quantile(verdict_ms, 0.999) AS latency_p999_ms,
-        loadgen_quantile(completed_ms, 0.5) AS completed_p50_ms,
-        loadgen_quantile(completed_ms, 0.9) AS completed_p90_ms,
-        loadgen_quantile(completed_ms, 0.99) AS completed_p99_ms,
-        loadgen_quantile(completed_ms, 0.999) AS completed_p999_ms,
+        sorted_values(verdict_ms) AS verdict,
+        sorted_values(completed_ms) AS completed,
         avg(completed_ms) AS completed_mean_ms,
-        max(completed_ms) AS completed_max_ms,
-        loadgen_quantile(from_issue_ms, 0.5) AS from_issue_p50_ms,
-        loadgen_quantile(from_issue_ms, 0.99) AS from_issue_p99_ms,
-        loadgen_quantile(issue_delay_us, 0.5) AS issue_delay_p50_us,
-        loadgen_quantile(issue_delay_us, 0.99) AS issue_delay_p99_us
+        sorted_values(from_issue_ms) AS from_issue,
+        sorted_values(issue_delay_us) AS issue_delay
     FROM measured
     GROUP BY run_id, trial, phase, pipeline
+),
+whole AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        measured_queries,
+        ok_queries,
+        failed_queries,
+        loadgen_pick(verdict, 0.5) AS latency_p50_ms,
+        loadgen_pick(verdict, 0.9) AS latency_p90_ms,
+        loadgen_pick(verdict, 0.95) AS latency_p95_ms,
+        loadgen_pick(verdict, 0.99) AS latency_p99_ms,
+        loadgen_pick(verdict, 0.999) AS latency_p999_ms,
+        loadgen_pick(completed, 0.5) AS completed_p50_ms,
+        loadgen_pick(completed, 0.9) AS completed_p90_ms,
+        loadgen_pick(completed, 0.99) AS completed_p99_ms,
+        loadgen_pick(completed, 0.999) AS completed_p999_ms,
+        completed_mean_ms,
+        completed[len(completed)] AS completed_max_ms,
+        loadgen_pick(from_issue, 0.5) AS from_issue_p50_ms,
+        loadgen_pick(from_issue, 0.99) AS from_issue_p99_ms,
+        loadgen_pick(issue_delay, 0.5) AS issue_delay_p50_us,
+        loadgen_pick(issue_delay, 0.99) AS issue_delay_p99_us
+    FROM sorted
 ),
 batches AS (
     SELECT
@@ -60,14 +76,17 @@ batches AS (
         phase,
         pipeline,
         batch,
-        count(*) AS size,
-        loadgen_quantile(verdict_ms, 0.5) AS p50,
-        loadgen_quantile(verdict_ms, 0.9) AS p90,
-        loadgen_quantile(verdict_ms, 0.95) AS p95,
-        loadgen_quantile(verdict_ms, 0.99) AS p99,
-        loadgen_quantile(verdict_ms, 0.999) AS p999
-    FROM measured
-    GROUP BY run_id, trial, phase, pipeline, batch
+        len(verdict) AS size,
+        loadgen_pick(verdict, 0.5) AS p50,
+        loadgen_pick(verdict, 0.9) AS p90,
+        loadgen_pick(verdict, 0.95) AS p95,
+        loadgen_pick(verdict, 0.99) AS p99,
+        loadgen_pick(verdict, 0.999) AS p999
+    FROM (
+        SELECT run_id, trial, phase, pipeline, batch, sorted_values(verdict_ms) AS verdict
+        FROM measured
+        GROUP BY run_id, trial, phase, pipeline, batch
+    )
 ),
 spread AS (
     SELECT

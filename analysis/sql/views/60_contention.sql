@@ -15,7 +15,7 @@
 -- Energy comes from `energy_comparison` (energy per unit of work, per run and trial).
 -- Rows come from the collocated phase; solo figures are NULL when a baseline is missing.
 CREATE OR REPLACE VIEW contention AS
-WITH figures AS (
+WITH figures AS MATERIALIZED (
     SELECT
         t.run_id,
         t.trial,
