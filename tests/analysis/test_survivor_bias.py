@@ -77,6 +77,10 @@ def test_dropped_queries_make_the_slo_verdict_miss(run_dir: Path) -> None:
     assert len(completed) == loaded.ok
     assert slo_met(completed, SLO_MS)  # the survivors alone pass LoadGen's rule
     survivors_bound = early_stopping_percentile(completed, 0.99).latency
+    print(
+        f"dropped {loaded.dropped}/{loaded.measured}, completed p99 {loaded.completed_p99_ms:.1f}"
+        f" ms, survivors' bound {survivors_bound} ms, verdict p99 {loaded.latency_p99_ms}"
+    )
     assert survivors_bound is not None and survivors_bound < SLO_MS
     # Counting every measured query: the verdict p99 is infinite, no finite bound, SLO missed.
     assert loaded.latency_p99_ms == float("inf")
