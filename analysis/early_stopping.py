@@ -1,9 +1,14 @@
-"""LoadGen-style early stopping: an honest upper bound on a latency percentile from a short run.
+"""MLPerf LoadGen's early stopping, exactly: an honest upper bound on a latency percentile from a
+short run, and LoadGen's pass/fail rule for a latency target.
 
-With N latencies, the k-th smallest is an upper bound on the true p-quantile at confidence c
-when P(Binomial(N, p) <= k - 1) >= c (at least k of N draws must fall above the quantile for the
-bound to fail). We report the smallest such order statistic, so a short run reports a higher,
-honest figure instead of a lucky sample percentile; with too few queries there is no bound.
+Follows mlcommons/inference `loadgen/early_stopping.cc` and `PerformanceSummary::EarlyStopping`
+in `loadgen/results.cc` (commit b66003e, read for this port; no code copied). With confidence c
+and percentile p, h(t) is the fewest under-latency queries that, next to t over-latency ones,
+make P(at most t over-latency in h + t queries | true quantile is p) < 1 - c.
+- Estimate (SingleStream/MultiStream rule): needs N >= h(1) + 1 queries (662 for p99 at 99%);
+  t* = the largest t with h(t) + t <= N; the estimate is sorted(latencies)[N - t*].
+- SLO verdict (Server rule): with T queries over the target, the run passes when N >= h(T) + T.
+Every measured query counts: one that did not complete ok is passed in as +inf (over-latency).
 """
 
 from __future__ import annotations
@@ -11,55 +16,88 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+DEFAULT_CONFIDENCE = 0.99  # LoadGen's fixed early-stopping confidence
 
 
 @dataclass(frozen=True)
 class EarlyStoppingEstimate:
+    """LoadGen's early-stopping estimate of one percentile over one set of queries."""
+
     percentile: float  # e.g. 0.99
     confidence: float  # e.g. 0.99
-    queries: int
-    order_statistic: int | None  # 1-based rank of the reported latency; None: too few queries
-    latency: float | None  # the bound, in the unit of the input
-    sample_percentile: float | None  # the plain percentile of the sample, for comparison
-
-    @property
-    def queries_needed(self) -> int:
-        """Fewest queries for which any bound exists: the maximum then bounds the quantile."""
-        return math.ceil(math.log(1 - self.confidence) / math.log(self.percentile))
+    queries: int  # every measured query, failures included
+    queries_needed: int  # h(1) + 1: fewest queries for which an estimate exists
+    overlatency_allowed: int | None  # t*: the estimate is the t*-th largest latency
+    latency: float | None  # the estimate, in the unit of the input; None: too few queries
 
 
-def _binomial_cdf_rank(queries: int, percentile: float, confidence: float) -> int | None:
-    """Smallest k (1-based) with P(Bin(queries, percentile) <= k - 1) >= confidence."""
-    if queries == 0:
-        return None
-    log_p, log_q = math.log(percentile), math.log1p(-percentile)
-    cumulative = 0.0
-    log_choose = 0.0  # log C(queries, successes), updated incrementally
-    for successes in range(queries + 1):
-        if successes > 0:
-            log_choose += math.log(queries - successes + 1) - math.log(successes)
-        cumulative += math.exp(log_choose + successes * log_p + (queries - successes) * log_q)
-        if cumulative >= confidence:
-            rank = successes + 1
-            return rank if rank <= queries else None
-    return None
+def _overlatency_odds(under: int, over: int, percentile: float) -> float:
+    """P(at most `over` of `under + over` queries exceed the true `percentile` quantile):
+    the binomial CDF that LoadGen writes as BetaRegularized[p, h, 1 + t]."""
+    total = under + over
+    k = np.arange(1, over + 1, dtype=np.float64)
+    # log C(total, k) built incrementally, then every term in log space (no overflow at large N).
+    log_choose = np.concatenate(([0.0], np.cumsum(np.log((total - k + 1) / k))))
+    ks = np.arange(over + 1, dtype=np.float64)
+    log_terms = log_choose + ks * math.log1p(-percentile) + (total - ks) * math.log(percentile)
+    top = float(log_terms.max())
+    return math.exp(top) * float(np.exp(log_terms - top).sum())
+
+
+@cache
+def min_passing_queries(overlatency: int, percentile: float, confidence: float) -> int:
+    """h(t): the fewest under-latency queries that, next to `overlatency` over-latency ones,
+    bound the percentile at `confidence` (LoadGen's MinPassingQueriesFinder)."""
+    if overlatency == 0:  # odds = p^h: LoadGen's closed-form starting point
+        return math.ceil(math.log(1 - confidence) / math.log(percentile))
+    low, high = 1, 2
+    while _overlatency_odds(high, overlatency, percentile) >= 1 - confidence:
+        low, high = high + 1, high * 2
+    while low < high:  # smallest h in [low, high] with odds < 1 - c
+        middle = (low + high) // 2
+        if _overlatency_odds(middle, overlatency, percentile) < 1 - confidence:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def early_stopping_percentile(
-    latencies: Sequence[float], percentile: float = 0.99, confidence: float = 0.99
+    latencies: Sequence[float], percentile: float = 0.99, confidence: float = DEFAULT_CONFIDENCE
 ) -> EarlyStoppingEstimate:
-    """The early-stopping bound of `percentile` over `latencies` (warm-up already excluded)."""
+    """LoadGen's early-stopping estimate of `percentile` over every measured query's latency
+    (warm-up excluded; failures as +inf)."""
     if not 0 < percentile < 1 or not 0 < confidence < 1:
         raise ValueError("percentile and confidence must lie strictly between 0 and 1")
-    ordered = sorted(latencies)
-    count = len(ordered)
-    rank = _binomial_cdf_rank(count, percentile, confidence)
-    sample = ordered[min(count - 1, math.ceil(percentile * count) - 1)] if count else None
+    count = len(latencies)
+    needed = min_passing_queries(1, percentile, confidence) + 1
+    if count < needed:
+        return EarlyStoppingEstimate(percentile, confidence, count, needed, None, None)
+    # h(t) + t grows with t, so t* = max{t : h(t) + t <= N} by bisection (LoadGen scans t).
+    low, high = 1, count
+    while low < high:
+        middle = (low + high + 1) // 2
+        if min_passing_queries(middle, percentile, confidence) + middle <= count:
+            low = middle
+        else:
+            high = middle - 1
+    ordered = np.sort(np.asarray(latencies, dtype=np.float64))
     return EarlyStoppingEstimate(
-        percentile=percentile,
-        confidence=confidence,
-        queries=count,
-        order_statistic=rank,
-        latency=ordered[rank - 1] if rank is not None else None,
-        sample_percentile=sample,
+        percentile, confidence, count, needed, low, float(ordered[count - low])
     )
+
+
+def slo_met(
+    latencies: Sequence[float],
+    slo: float,
+    percentile: float = 0.99,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> bool:
+    """LoadGen's Server verdict: with T latencies over `slo` (failures, +inf, among them), the
+    percentile target is met at `confidence` when N >= h(T) + T."""
+    over = int(np.count_nonzero(np.asarray(latencies, dtype=np.float64) > slo))
+    return len(latencies) >= min_passing_queries(over, percentile, confidence) + over

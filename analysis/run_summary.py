@@ -1,107 +1,211 @@
-"""Per-pipeline, per-phase headline figures of one run directory, read straight from its
-Parquet files (the file contract; nothing of `stages` is imported).
+"""Per-pipeline, per-phase headline figures of one run directory, from the warehouse's views.
 
-Each scenario reports the figure MLPerf names for it (p90 for single_stream, p99 otherwise,
-throughput for offline), with the early-stopping bound and whether `slo_ms` was met.
+The run directory is loaded into an in-memory DuckDB with the warehouse's schema and view files,
+and the figures are read from `throughput` and `latency`: the console summary, the manifest,
+MLflow and `collobench report` therefore share one implementation of every figure. Each
+scenario reports the percentile MLPerf names for it (p90 for single_stream, p99 otherwise) over
+every measured query (failures as +inf), LoadGen's early-stopping estimate of it, and whether
+`slo_ms` is met by LoadGen's early-stopping rule.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+import duckdb
 
-from analysis.early_stopping import early_stopping_percentile
+from analysis.db import sql_text
+from analysis.early_stopping import early_stopping_percentile, slo_met
+from analysis.loader import ensure_schema, table_files
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99
+SUMMARY_TABLES = ("queries",)  # the only table the summary's views read
+PHASE_ORDER = {"solo": 0, "collocated": 1}
 
 
 @dataclass(frozen=True)
 class PhaseSummary:
+    """Headline figures of one pipeline in one phase of one trial (warm-up excluded).
+
+    latency_* are verdict percentiles (every measured query, failures as +inf); completed_*
+    count ok queries only. *_ci_low/_ci_high: 95% intervals (method in ci_method), None where
+    none could be computed."""
+
     trial: int
     phase: str
     pipeline: str
     scenario: str
+    measured: int  # every non-warm-up query of the window
     ok: int
+    failed: int  # measured - ok
     errors: int
     dropped: int
     timeouts: int
+    not_issued: int
     throughput_qps: float | None
+    throughput_ci_low: float | None
+    throughput_ci_high: float | None
     throughput_samples_per_s: float | None
     latency_p50_ms: float | None
+    latency_p50_ci_low_ms: float | None
+    latency_p50_ci_high_ms: float | None
+    latency_p99_ms: float | None
+    latency_p99_ci_low_ms: float | None
+    latency_p99_ci_high_ms: float | None
     target_percentile: float
-    latency_target_ms: float | None  # the sample percentile
-    latency_bound_ms: float | None  # early-stopping bound (99% confidence); None: too few
+    latency_target_ms: float | None  # the verdict percentile the scenario names
+    latency_target_ci_low_ms: float | None
+    latency_target_ci_high_ms: float | None
+    completed_p50_ms: float | None
+    completed_p99_ms: float | None
+    completed_target_ms: float | None  # the scenario's percentile over ok queries only
+    latency_bound_ms: float | None  # LoadGen's early-stopping estimate; None: too few queries
+    queries_for_bound: int  # LoadGen's minimum query count for an estimate (662 for p99)
     slo_ms: float | None
-    slo_met: bool | None
+    slo_met: bool | None  # LoadGen's early-stopping verdict on slo_ms; None without an SLO
     issue_delay_p50_us: float | None
     issue_delay_p99_us: float | None
+    from_issue_p50_ms: float | None
+    from_issue_p99_ms: float | None
+    ci_method: str | None  # batch_means_10 within one trial
 
 
-def read_queries(run_dir: Path) -> pd.DataFrame:
-    """The run's queries, merged or (for a cut-short run) from its chunk files."""
+def _open(run_dir: Path) -> duckdb.DuckDBPyConnection:
+    """An in-memory database holding the run directory's queries (merged or from parts/)."""
+    connection = duckdb.connect(":memory:")
+    ensure_schema(connection)
+    for table in SUMMARY_TABLES:
+        files, _ = table_files(run_dir, table)
+        if files:
+            # `table` comes from the fixed SUMMARY_TABLES tuple, never from input.
+            connection.execute(
+                f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)",
+                [[str(path) for path in files]],
+            )
+    return connection
+
+
+def _loadgens(run_dir: Path) -> dict[str, dict[str, Any]]:
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    return {p["name"]: p.get("loadgen", {}) for p in manifest["spec"]["pipelines"]}
+
+
+def _summaries(run_dir: Path, trial: int | None, phase: str | None) -> list[PhaseSummary]:
     run_dir = Path(run_dir)
-    paths = [
-        run_dir / "queries.parquet",
-        *sorted((run_dir / "parts" / "queries").glob("*.parquet")),
-    ]
-    tables = [pq.read_table(path) for path in paths if path.exists()]
-    if not tables:
-        return pd.DataFrame()
-    return pa.concat_tables(tables).to_pandas()
+    loadgens = _loadgens(run_dir)
+    parameters = {"trial": trial, "phase": phase}
+    connection = _open(run_dir)
+    try:
+        result = connection.execute(sql_text("summary_figures.sql"), parameters)
+        names = [column[0] for column in result.description or []]
+        rows = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+        verdicts = {
+            (row[0], row[1], row[2]): list(row[3])
+            for row in connection.execute(
+                sql_text("summary_verdict_latencies.sql"), parameters
+            ).fetchall()
+        }
+    finally:
+        connection.close()
+    summaries = [_summary(row, loadgens, verdicts) for row in rows]
+    return sorted(summaries, key=lambda s: (s.trial, PHASE_ORDER.get(s.phase, 2), s.pipeline))
 
 
-def _quantile(values: pd.Series, q: float) -> float | None:
-    return float(values.quantile(q)) if len(values) else None
+def _summary(
+    row: dict[str, Any],
+    loadgens: dict[str, dict[str, Any]],
+    verdicts: dict[tuple[int, str, str], list[float]],
+) -> PhaseSummary:
+    loadgen = loadgens.get(str(row["pipeline"]), {})
+    scenario = str(loadgen.get("type", "?"))
+    percentile = TARGET_PERCENTILE.get(scenario, 0.99)
+    target = "p90" if percentile == 0.90 else "p99"
+    latencies = verdicts.get((row["trial"], row["phase"], row["pipeline"]), [])
+    estimate = early_stopping_percentile(latencies, percentile)
+    slo = loadgen.get("slo_ms")
+    return PhaseSummary(
+        trial=int(row["trial"]),
+        phase=str(row["phase"]),
+        pipeline=str(row["pipeline"]),
+        scenario=scenario,
+        measured=int(row["measured_queries"]),
+        ok=int(row["ok_queries"]),
+        failed=int(row["failed_queries"]),
+        errors=int(row["errors"]),
+        dropped=int(row["dropped"]),
+        timeouts=int(row["timeouts"]),
+        not_issued=int(row["not_issued"]),
+        throughput_qps=row["queries_per_s"],
+        throughput_ci_low=row["queries_per_s_ci_low"],
+        throughput_ci_high=row["queries_per_s_ci_high"],
+        throughput_samples_per_s=row["samples_per_s"],
+        latency_p50_ms=row["latency_p50_ms"],
+        latency_p50_ci_low_ms=row["latency_p50_ci_low_ms"],
+        latency_p50_ci_high_ms=row["latency_p50_ci_high_ms"],
+        latency_p99_ms=row["latency_p99_ms"],
+        latency_p99_ci_low_ms=row["latency_p99_ci_low_ms"],
+        latency_p99_ci_high_ms=row["latency_p99_ci_high_ms"],
+        target_percentile=percentile,
+        latency_target_ms=row[f"latency_{target}_ms"],
+        latency_target_ci_low_ms=row[f"latency_{target}_ci_low_ms"],
+        latency_target_ci_high_ms=row[f"latency_{target}_ci_high_ms"],
+        completed_p50_ms=row["completed_p50_ms"],
+        completed_p99_ms=row["completed_p99_ms"],
+        completed_target_ms=row[f"completed_{target}_ms"],
+        latency_bound_ms=estimate.latency,
+        queries_for_bound=estimate.queries_needed,
+        slo_ms=slo,
+        slo_met=None if slo is None else slo_met(latencies, float(slo), percentile),
+        issue_delay_p50_us=row["issue_delay_p50_us"],
+        issue_delay_p99_us=row["issue_delay_p99_us"],
+        from_issue_p50_ms=row["from_issue_p50_ms"],
+        from_issue_p99_ms=row["from_issue_p99_ms"],
+        ci_method=row["latency_ci_method"] or row["throughput_ci_method"],
+    )
 
 
 def summarize_run(run_dir: Path) -> list[PhaseSummary]:
-    """One summary per (trial, phase, pipeline), warm-up excluded."""
-    manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
-    loadgens = {p["name"]: p["loadgen"] for p in manifest["spec"]["pipelines"]}
-    queries = read_queries(run_dir)
-    if queries.empty:
-        return []
-    queries = queries[~queries["warmup"]]
-    summaries = []
-    for (trial, phase, pipeline), group in queries.groupby(["trial", "phase", "pipeline"]):
-        loadgen = loadgens.get(str(pipeline), {})
-        scenario = str(loadgen.get("type", "?"))
-        percentile = TARGET_PERCENTILE.get(scenario, 0.99)
-        ok = group[group["status"] == "ok"]
-        latency_ms = (ok["completed_ns"] - ok["scheduled_ns"]) / 1e6
-        delay_us = (group["issued_ns"] - group["scheduled_ns"]).dropna() / 1e3
-        window_s = (ok["completed_ns"].max() - group["scheduled_ns"].min()) / 1e9 if len(ok) else 0
-        bound = early_stopping_percentile(latency_ms.tolist(), percentile, 0.99)
-        slo = loadgen.get("slo_ms")
-        counts = group["status"].value_counts()
-        summaries.append(
-            PhaseSummary(
-                trial=int(trial),
-                phase=str(phase),
-                pipeline=str(pipeline),
-                scenario=scenario,
-                ok=int(counts.get("ok", 0)),
-                errors=int(counts.get("error", 0)),
-                dropped=int(counts.get("dropped", 0)),
-                timeouts=int(counts.get("timeout", 0)),
-                throughput_qps=len(ok) / window_s if window_s > 0 else None,
-                throughput_samples_per_s=float(ok["samples"].sum()) / window_s
-                if window_s > 0
-                else None,
-                latency_p50_ms=_quantile(latency_ms, 0.5),
-                target_percentile=percentile,
-                latency_target_ms=_quantile(latency_ms, percentile),
-                latency_bound_ms=bound.latency,
-                slo_ms=slo,
-                slo_met=None if slo is None or bound.latency is None else bound.latency <= slo,
-                issue_delay_p50_us=_quantile(delay_us, 0.5),
-                issue_delay_p99_us=_quantile(delay_us, 0.99),
-            )
-        )
-    phase_order = {"solo": 0, "collocated": 1}
-    return sorted(summaries, key=lambda s: (s.trial, phase_order.get(s.phase, 2), s.pipeline))
+    """One summary per (trial, phase, pipeline) of the run, warm-up excluded."""
+    return _summaries(Path(run_dir), None, None)
+
+
+def summarize_phase(run_dir: Path, trial: int, phase: str) -> list[PhaseSummary]:
+    """The summaries of one phase of one trial (what the launcher shows at each phase end)."""
+    return _summaries(Path(run_dir), trial, phase)
+
+
+def headline_metrics(summary: PhaseSummary) -> dict[str, float]:
+    """What MLflow logs per child run: counts, queries/s and verdict and completed p50/p99 with
+    their interval bounds, the early-stopping bound; only finite values (MLflow rejects inf)."""
+    metrics: dict[str, float | int | None] = {
+        "queries_measured": summary.measured,
+        "queries_ok": summary.ok,
+        "queries_failed": summary.failed,
+        "queries_dropped": summary.dropped,
+        "queries_errors": summary.errors,
+        "queries_timeouts": summary.timeouts,
+        "queries_not_issued": summary.not_issued,
+        "queries_per_s": summary.throughput_qps,
+        "queries_per_s_ci_low": summary.throughput_ci_low,
+        "queries_per_s_ci_high": summary.throughput_ci_high,
+        "latency_p50_ms": summary.latency_p50_ms,
+        "latency_p50_ci_low_ms": summary.latency_p50_ci_low_ms,
+        "latency_p50_ci_high_ms": summary.latency_p50_ci_high_ms,
+        "latency_p99_ms": summary.latency_p99_ms,
+        "latency_p99_ci_low_ms": summary.latency_p99_ci_low_ms,
+        "latency_p99_ci_high_ms": summary.latency_p99_ci_high_ms,
+        "completed_p50_ms": summary.completed_p50_ms,
+        "completed_p99_ms": summary.completed_p99_ms,
+        "latency_bound_ms": summary.latency_bound_ms,
+    }
+    if summary.slo_met is not None:
+        metrics["slo_met"] = float(summary.slo_met)
+    return {
+        name: float(value)
+        for name, value in metrics.items()
+        if value is not None and math.isfinite(value)
+    }

@@ -169,20 +169,47 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "dropped",
         "errors",
         "timeouts",
+        "not_issued",
         "window_s",
         "queries_per_s",
+        "queries_per_s_ci_low",
+        "queries_per_s_ci_high",
         "samples_per_s",
     ],
     "latency": [
         "trial",
         "phase",
         "pipeline",
+        "measured_queries",
+        "failed_queries",
         "latency_p50_ms",
+        "latency_p50_ci_low_ms",
+        "latency_p50_ci_high_ms",
         "latency_p90_ms",
         "latency_p99_ms",
+        "latency_p99_ci_low_ms",
+        "latency_p99_ci_high_ms",
         "latency_p999_ms",
+        "completed_p99_ms",
+        "from_issue_p99_ms",
         "issue_delay_p50_us",
         "issue_delay_p99_us",
+        "ci_method",
+    ],
+    "latency_by_run": [
+        "phase",
+        "pipeline",
+        "trials",
+        "latency_p50_ms",
+        "latency_p50_ci_low_ms",
+        "latency_p50_ci_high_ms",
+        "latency_p99_ms",
+        "latency_p99_ci_low_ms",
+        "latency_p99_ci_high_ms",
+        "queries_per_s",
+        "queries_per_s_ci_low",
+        "queries_per_s_ci_high",
+        "ci_method",
     ],
     "stage_breakdown": [
         "trial",
@@ -190,6 +217,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "pipeline",
         "stage",
         "visits",
+        "join_wait_mean_ms",
         "queue_wait_p50_ms",
         "queue_wait_p99_ms",
         "service_p50_ms",
@@ -209,9 +237,30 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "trial",
         "pipeline",
         "throughput_ratio",
-        "p50_slowdown",
+        "throughput_ratio_ci_low",
+        "throughput_ratio_ci_high",
+        "throughput_verdict",
         "p99_slowdown",
-        "energy_saved_j",
+        "p99_slowdown_ci_low",
+        "p99_slowdown_ci_high",
+        "p99_verdict",
+        "solo_failed",
+        "collocated_failed",
+        "energy_per_query_ratio",
+        "ci_method",
+    ],
+    "contention_by_run": [
+        "pipeline",
+        "trials",
+        "throughput_ratio",
+        "throughput_ratio_ci_low",
+        "throughput_ratio_ci_high",
+        "throughput_verdict",
+        "p99_slowdown",
+        "p99_slowdown_ci_low",
+        "p99_slowdown_ci_high",
+        "p99_verdict",
+        "ci_method",
     ],
 }
 
@@ -399,41 +448,59 @@ class _ProgressDisplay:
 
 
 def _summary_table(result: Any) -> Table:
-    """Headline figures per pipeline and phase, computed from the run directory (warm-up
-    excluded): the scenario's percentile with its early-stopping bound, and the SLO verdict."""
+    """Headline figures per pipeline and phase, from the warehouse's views over the run
+    directory (warm-up excluded): ok and failed queries, q/s and the scenario's verdict
+    percentile (failures count as infinite) with their 95% intervals, the completed-only p99,
+    LoadGen's early-stopping bound and the SLO verdict by LoadGen's rule."""
     from analysis.run_summary import summarize_run  # the CLI is the one place stages meets analysis
 
+    def with_ci(value: float | None, low: float | None, high: float | None, pattern: str) -> str:
+        shown = _fmt(value, pattern)
+        if low is None or high is None:
+            return shown
+        return f"{shown} [{pattern.format(low)}, {pattern.format(high)}]"
+
     statuses = {(o.trial, o.phase, o.pipeline): o.status for o in result.results}
-    table = Table(title="summary (warm-up excluded; latency in ms)", title_justify="left")
+    table = Table(
+        title="summary (warm-up excluded; latency in ms, failures count as inf; [95% interval])",
+        title_justify="left",
+    )
     for column in (
         "trial",
         "phase",
         "pipeline",
         "status",
         "ok",
-        "drop",
-        "err",
+        "failed",
         "q/s",
-        "p50",
-        "target",
+        "verdict",
+        "completed p99",
         "bound",
         "SLO",
     ):
         table.add_column(column, no_wrap=True)
     for row in summarize_run(result.run_dir):
         slo = "-" if row.slo_met is None else ("met" if row.slo_met else "missed")
+        target = f"p{row.target_percentile * 100:g}"
         table.add_row(
             str(row.trial),
             row.phase,
             row.pipeline,
             statuses.get((row.trial, row.phase, row.pipeline), "?"),
             str(row.ok),
-            str(row.dropped),
-            str(row.errors + row.timeouts),
-            _fmt(row.throughput_qps),
-            _fmt(row.latency_p50_ms, "{:.2f}"),
-            f"p{row.target_percentile * 100:g}={_fmt(row.latency_target_ms, '{:.2f}')}",
-            _fmt(row.latency_bound_ms, "{:.2f}"),
+            str(row.failed),
+            with_ci(row.throughput_qps, row.throughput_ci_low, row.throughput_ci_high, "{:.1f}"),
+            f"{target} "
+            + with_ci(
+                row.latency_target_ms,
+                row.latency_target_ci_low_ms,
+                row.latency_target_ci_high_ms,
+                "{:.2f}",
+            ),
+            _fmt(row.completed_p99_ms, "{:.2f}"),
+            _fmt(row.latency_bound_ms, "{:.2f}")
+            if row.latency_bound_ms is not None
+            else f"- (<{row.queries_for_bound} q)",
             slo,
         )
     return table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,9 @@ def test_run_loads_into_duckdb_and_the_commands_read_it(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert "contention (collocated vs solo)" in completed.stdout
+    # The summary shows q/s with its batch-means interval, and the verdict percentile.
+    assert "failures count as inf" in completed.stdout
+    assert re.search(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", completed.stdout), completed.stdout
     assert f"loaded into {db}" in completed.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
 
@@ -59,6 +63,11 @@ def test_run_loads_into_duckdb_and_the_commands_read_it(tmp_path: Path) -> None:
     assert shown.exit_code == 0, shown.output
     for title in ("throughput", "latency", "stage_breakdown", "contention"):
         assert title in shown.output
+
+    verdicts = runner.invoke(
+        app, ["sql", "SELECT DISTINCT ci_method FROM contention", "--db", str(db)]
+    )
+    assert verdicts.exit_code == 0 and "batch_means_delta" in verdicts.output
 
     refused = runner.invoke(app, ["sql", "DROP TABLE runs", "--db", str(db)])
     assert refused.exit_code == 2 and "read-only" in refused.output

@@ -1,4 +1,4 @@
-"""`report()` returns each view for one run (the latest by default), with bootstrap CIs."""
+"""`report()` returns each view for one run (the latest by default), with the views' intervals."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analysis.loader import load_runs
-from analysis.report import VIEWS, bootstrap_mean_ci, report
+from analysis.report import VIEWS, report
 from tests.analysis.conftest import collocated_run, single_pipeline_run
 from tests.analysis.rundirs import SECOND_NS, RunBuilder
 
@@ -37,21 +37,22 @@ def test_report_of_unknown_run_or_empty_warehouse(tmp_path: Path, db_path: Path)
         report(db_path, "nope")
 
 
-def test_latency_confidence_intervals_need_three_trials(tmp_path: Path, db_path: Path) -> None:
+def test_latency_by_run_carries_t_intervals(tmp_path: Path, db_path: Path) -> None:
+    """Intervals come from the view (Student-t over trials), not from Python."""
     run = RunBuilder(tmp_path, "20260107-000000-ci", {"a": "server"})
     for trial, count in enumerate((100, 200, 400, 500)):
         run.uniform_queries(trial, "solo", "a", count, SECOND_NS, start_ns=trial * 10 * SECOND_NS)
     load_runs([run.write()], db_path)
     row = report(db_path)["latency_by_run"].iloc[0]
     per_trial = np.array([10.0, 5.0, 2.5, 2.0])
-    low, high = bootstrap_mean_ci(per_trial)
-    assert row["trial_mean_p50_ci_low_ms"] == pytest.approx(low)
-    assert row["trial_mean_p50_ci_high_ms"] == pytest.approx(high)
-    assert 2.0 <= low < per_trial.mean() < high <= 10.0
+    half = 3.1824 * per_trial.std(ddof=1) / 2  # t(0.975, 3) s / sqrt(4)
+    assert row["latency_p50_ci_low_ms"] == pytest.approx(per_trial.mean() - half)
+    assert row["latency_p50_ci_high_ms"] == pytest.approx(per_trial.mean() + half)
+    assert row["ci_method"] == "t_over_trials"
 
 
-def test_no_interval_from_a_single_trial(tmp_path: Path, db_path: Path) -> None:
+def test_no_interval_over_trials_from_a_single_trial(tmp_path: Path, db_path: Path) -> None:
     load_runs([single_pipeline_run(tmp_path).write()], db_path)
     row = report(db_path)["latency_by_run"].iloc[0]
-    assert np.isnan(row["trial_mean_p99_ci_low_ms"])
-    assert row["pooled_p50_ms"] == pytest.approx(5.5)
+    assert np.isnan(row["latency_p99_ci_low_ms"])
+    assert row["latency_p50_ms"] == pytest.approx(6.0)

@@ -10,7 +10,7 @@ import pytest
 from analysis.db import run_query
 from analysis.loader import load_runs
 from tests.analysis.conftest import BASE_NS, collocated_run, single_pipeline_run
-from tests.analysis.rundirs import SECOND_NS, RunBuilder
+from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder
 
 
 def rows_of(db_path: Path, sql: str) -> list[dict[str, Any]]:
@@ -42,24 +42,39 @@ def test_throughput_counts_ok_queries_over_the_window(single_db: Path) -> None:
     assert row["queries"] == 1010  # warm-up excluded
     assert row["ok_queries"] == 1000
     assert row["ok_samples"] == 2000
-    assert (row["dropped"], row["errors"], row["timeouts"]) == (5, 3, 2)
+    assert (row["dropped"], row["errors"], row["timeouts"], row["not_issued"]) == (5, 3, 2, 0)
     assert row["window_s"] == pytest.approx(10.0)
     assert row["queries_per_s"] == pytest.approx(100.0)
     assert row["samples_per_s"] == pytest.approx(200.0)
+    # Evenly spaced ok queries: every batch runs at ~100 q/s, so the interval is narrow.
+    assert row["ci_method"] == "batch_means_10"
+    assert row["queries_per_s_ci_low"] < 100.0 < row["queries_per_s_ci_high"]
+    assert row["queries_per_s_ci_high"] - row["queries_per_s_ci_low"] < 10.0
 
 
-def test_latency_percentiles_from_scheduled_time(single_db: Path) -> None:
+def test_latency_counts_failures_as_infinite(single_db: Path) -> None:
+    """1000 ok queries (100 each of 1..10 ms) and 10 failed ones (+inf) among 1010 measured.
+    LoadGen's index floor(N p): p50 -> sorted[505] = 6 ms, p90 -> [909] = 10 ms, p99 -> [999] =
+    10 ms, p99.9 -> [1008], a failure: +inf. Completed-only p50 -> sorted[500] of 1000 = 6 ms."""
     row = one(single_db, "SELECT * FROM latency")
-    assert row["ok_queries"] == 1000
-    # 100 each of 1..10 ms; linear interpolation between order statistics.
-    assert row["latency_p50_ms"] == pytest.approx(5.5)
-    assert row["latency_p90_ms"] == pytest.approx(9.1)
+    assert (row["measured_queries"], row["ok_queries"], row["failed_queries"]) == (1010, 1000, 10)
+    assert row["latency_p50_ms"] == pytest.approx(6.0)
+    assert row["latency_p90_ms"] == pytest.approx(10.0)
     assert row["latency_p99_ms"] == pytest.approx(10.0)
-    assert row["latency_p999_ms"] == pytest.approx(10.0)
-    assert row["latency_mean_ms"] == pytest.approx(5.5)
-    assert row["latency_max_ms"] == pytest.approx(10.0)  # the 100 ms warm-up is left out
+    assert row["latency_p999_ms"] == float("inf")
+    assert row["completed_p50_ms"] == pytest.approx(6.0)
+    assert row["completed_p999_ms"] == pytest.approx(10.0)
+    assert row["completed_mean_ms"] == pytest.approx(5.5)
+    assert row["completed_max_ms"] == pytest.approx(10.0)  # the 100 ms warm-up is left out
+    assert row["from_issue_p50_ms"] == pytest.approx(5.95)  # 6 ms less the 50 us issue delay
     assert row["issue_delay_p50_us"] == pytest.approx(50.0)
     assert row["issue_delay_p99_us"] == pytest.approx(50.0)
+    # All ten failures fall in the first batch: its p99 is infinite, so p99 has no interval,
+    # while p50 has one (101 queries per batch, 2 needed).
+    assert row["ci_method"] == "batch_means_10"
+    assert row["latency_p50_ci_low_ms"] <= 6.0 <= row["latency_p50_ci_high_ms"]
+    assert row["latency_p99_ci_low_ms"] is None and row["latency_p99_se_ms"] is None
+    assert row["latency_p999_ci_low_ms"] is None
 
 
 def test_stage_breakdown_splits_queue_wait_and_service(single_db: Path) -> None:
@@ -69,6 +84,33 @@ def test_stage_breakdown_splits_queue_wait_and_service(single_db: Path) -> None:
     assert row["queue_wait_p99_ms"] == pytest.approx(1.0)
     assert row["service_p50_ms"] == pytest.approx(2.0)
     assert row["busy_s"] == pytest.approx(0.02)
+    assert row["join_wait_mean_ms"] is None  # no join
+
+
+def test_stage_breakdown_splits_join_wait_from_queue_wait(tmp_path: Path, db_path: Path) -> None:
+    """A join visit: first branch at 0, merge at 4 ms, started at 5 ms, finished at 6 ms."""
+    run = RunBuilder(tmp_path, "20260110-000000-join", {"a": "server"})
+    run.uniform_queries(0, "solo", "a", 1, 10 * MS_NS, start_ns=BASE_NS)
+    run.add(
+        "stage_events",
+        0,
+        "solo",
+        "a",
+        query_id=0,
+        stage="join",
+        visit=0,
+        enqueued_ns=BASE_NS,
+        joined_ns=BASE_NS + 4 * MS_NS,
+        started_ns=BASE_NS + 5 * MS_NS,
+        finished_ns=BASE_NS + 6 * MS_NS,
+        status="ok",
+    )
+    load_runs([run.write()], db_path)
+    row = one(db_path, "SELECT * FROM stage_breakdown")
+    assert row["join_wait_mean_ms"] == pytest.approx(4.0)
+    assert row["join_wait_p99_ms"] == pytest.approx(4.0)
+    assert row["queue_wait_mean_ms"] == pytest.approx(1.0)  # from the merge, not the arrival
+    assert row["service_mean_ms"] == pytest.approx(1.0)
 
 
 def test_contention_compares_collocated_with_solo(colloc_db: Path) -> None:
@@ -85,15 +127,19 @@ def test_contention_compares_collocated_with_solo(colloc_db: Path) -> None:
     assert a["p99_slowdown"] == pytest.approx(2.0)
     assert b["throughput_ratio"] == pytest.approx(1.0)
     assert b["p50_slowdown"] == pytest.approx(1.0)
-    # Energy over the load windows (see collocated_run): solo a 24.25 J + solo b 33.75 J (host
-    # only) vs collocated 41.25 J host + 200 J GPU. All exact in binary floating point.
-    assert a["solo_energy_j"] == 24.25
-    assert b["solo_energy_j"] == 33.75
-    assert a["solo_baselines_energy_j"] == 58.0
-    assert b["solo_baselines_energy_j"] == 58.0
-    assert a["collocated_energy_j"] == 241.25
-    assert a["energy_saved_j"] == 58.0 - 241.25
-    assert a["energy_source"] == "nvml_counter+rapl"
+    assert (a["solo_failed"], a["collocated_failed"]) == (0, 0)
+    # Uniform queries: every batch equals the whole, so the intervals collapse onto the ratio
+    # (zero spread) and b's 1.0 is "no measurable effect", a's halving "slower".
+    assert a["ci_method"] == "batch_means_delta"
+    assert a["throughput_ratio_ci_low"] == pytest.approx(0.5, rel=0.01)
+    assert a["throughput_verdict"] == "slower"
+    assert a["p50_verdict"] == "slower"
+    assert b["throughput_verdict"] == "no measurable effect"
+    assert b["p50_verdict"] == "no measurable effect"
+    # 50 and 40 queries per batch: too few for a p99 per batch, so no p99 interval or verdict.
+    assert a["p99_slowdown_ci_low"] is None and a["p99_verdict"] is None
+    # Energy comes from energy_comparison (no rows here: NULL, never invented).
+    assert a["energy_per_query_ratio"] is None and a["energy_source"] is None
 
 
 def test_energy_is_interpolated_over_each_load_window(colloc_db: Path) -> None:
@@ -237,15 +283,22 @@ def test_contention_without_solo_baseline_has_null_ratios(tmp_path: Path, db_pat
     found = rows_of(db_path, "SELECT * FROM contention ORDER BY pipeline")
     assert [row["pipeline"] for row in found] == ["a", "b"]
     assert all(row["throughput_ratio"] is None for row in found)
-    assert all(row["energy_saved_j"] is None for row in found)
+    assert all(row["throughput_verdict"] is None for row in found)
 
 
-def test_latency_by_run_pools_trials(tmp_path: Path, db_path: Path) -> None:
+def test_latency_by_run_averages_trials_with_a_t_interval(tmp_path: Path, db_path: Path) -> None:
     run = RunBuilder(tmp_path, "20260106-000000-trials", {"a": "server"})
     for trial, count in enumerate((100, 200, 400)):  # latencies 10, 5, 2.5 ms
         run.uniform_queries(trial, "solo", "a", count, SECOND_NS, start_ns=trial * 10 * SECOND_NS)
     load_runs([run.write()], db_path)
     row = one(db_path, "SELECT * FROM latency_by_run")
-    assert (row["trials"], row["ok_queries"]) == (3, 700)
-    assert row["pooled_p50_ms"] == pytest.approx(2.5)  # 400 of the 700 take 2.5 ms
-    assert row["trial_mean_p50_ms"] == pytest.approx((10 + 5 + 2.5) / 3)
+    assert (row["trials"], row["measured_queries"], row["failed_queries"]) == (3, 700, 0)
+    values = [10.0, 5.0, 2.5]
+    mean = sum(values) / 3
+    sd = (sum((v - mean) ** 2 for v in values) / 2) ** 0.5
+    half = 4.3027 * sd / 3**0.5  # t(0.975, 2)
+    assert row["latency_p50_ms"] == pytest.approx(mean)
+    assert row["latency_p50_ci_low_ms"] == pytest.approx(mean - half)
+    assert row["latency_p50_ci_high_ms"] == pytest.approx(mean + half)
+    assert row["queries_per_s"] == pytest.approx((100 + 200 + 400) / 3)
+    assert row["ci_method"] == "t_over_trials"

@@ -1,29 +1,170 @@
--- latency: end-to-end latency percentiles per (run_id, trial, phase, pipeline).
--- Latency = completed_ns - scheduled_ns of `ok`, non-warm-up queries (from the scheduled
--- arrival, never from issue: no coordinated omission). Percentiles interpolate linearly
--- (quantile_cont, like numpy's default). Issue delay = issued_ns - scheduled_ns over every
--- non-warm-up query that has an issue time (dropped ones included: their refusal time).
+-- latency: end-to-end latency per (run_id, trial, phase, pipeline), warm-up excluded, from the
+-- per-query figures of `query_latency` (which defines them). Latency counts from the scheduled
+-- arrival, never from issue, so a backlog cannot hide (no coordinated omission in open loop).
+-- Every percentile is LoadGen's (loadgen_quantile: sorted[floor(N * p)], an observed value).
+--   latency_p*_ms     the verdict: every measured query of the window; one that did not
+--                     complete ok (error, dropped, timeout, not_issued) counts as +inf, as
+--                     LoadGen sees an over-latency query. Survivors alone would make an
+--                     overloaded run that dropped half its queries look fast.
+--   completed_*_ms    the same over `ok` queries only, named so: what completed queries took.
+--   from_issue_p*_ms  completed_ns - issued_ns of ok queries: in closed loop (single_stream,
+--                     closed_loop) the schedule is "previous completion + think time", so this
+--                     separates the harness's reaction time from the query's own latency.
+--   issue_delay_p*_us issued_ns - scheduled_ns of every measured query with an issue time.
+-- Intervals (ci_method 'batch_means_10'): the measured queries in scheduled order are cut into
+-- 10 consecutive batches; each verdict percentile is computed per batch, and the interval is
+-- the full-sample value +- t975(9) * stddev(batch values) / sqrt(10). An interval is NULL when a
+-- batch is too small for its percentile (batch_min_size: p50 2, p90 10, p99 100, p99.9 1000
+-- queries) or a batch value is infinite. latency_p50_se_ms / latency_p99_se_ms are the standard
+-- errors, used by `contention`. ci_method is NULL when no interval could be computed.
 CREATE OR REPLACE VIEW latency AS
+WITH measured AS (
+    SELECT
+        *,
+        ntile(ci_batches()) OVER (
+            PARTITION BY run_id, trial, phase, pipeline ORDER BY scheduled_ns, query_id
+        ) AS batch
+    FROM query_latency
+),
+sorted AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        count(*) AS measured_queries,
+        count(*) FILTER (WHERE status = 'ok') AS ok_queries,
+        count(*) FILTER (WHERE status <> 'ok') AS failed_queries,
+        sorted_values(verdict_ms) AS verdict,
+        sorted_values(completed_ms) AS completed,
+        avg(completed_ms) AS completed_mean_ms,
+        sorted_values(from_issue_ms) AS from_issue,
+        sorted_values(issue_delay_us) AS issue_delay
+    FROM measured
+    GROUP BY run_id, trial, phase, pipeline
+),
+whole AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        measured_queries,
+        ok_queries,
+        failed_queries,
+        loadgen_pick(verdict, 0.5) AS latency_p50_ms,
+        loadgen_pick(verdict, 0.9) AS latency_p90_ms,
+        loadgen_pick(verdict, 0.95) AS latency_p95_ms,
+        loadgen_pick(verdict, 0.99) AS latency_p99_ms,
+        loadgen_pick(verdict, 0.999) AS latency_p999_ms,
+        loadgen_pick(completed, 0.5) AS completed_p50_ms,
+        loadgen_pick(completed, 0.9) AS completed_p90_ms,
+        loadgen_pick(completed, 0.99) AS completed_p99_ms,
+        loadgen_pick(completed, 0.999) AS completed_p999_ms,
+        completed_mean_ms,
+        completed[len(completed)] AS completed_max_ms,
+        loadgen_pick(from_issue, 0.5) AS from_issue_p50_ms,
+        loadgen_pick(from_issue, 0.99) AS from_issue_p99_ms,
+        loadgen_pick(issue_delay, 0.5) AS issue_delay_p50_us,
+        loadgen_pick(issue_delay, 0.99) AS issue_delay_p99_us
+    FROM sorted
+),
+batches AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        batch,
+        len(verdict) AS size,
+        loadgen_pick(verdict, 0.5) AS p50,
+        loadgen_pick(verdict, 0.9) AS p90,
+        loadgen_pick(verdict, 0.95) AS p95,
+        loadgen_pick(verdict, 0.99) AS p99,
+        loadgen_pick(verdict, 0.999) AS p999
+    FROM (
+        SELECT run_id, trial, phase, pipeline, batch, sorted_values(verdict_ms) AS verdict
+        FROM measured
+        GROUP BY run_id, trial, phase, pipeline, batch
+    )
+),
+spread AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        batch_se(
+            stddev_samp(p50), count(*), min(size), batch_min_size(0.5), bool_and(isfinite(p50))
+        ) AS p50_se,
+        batch_se(
+            stddev_samp(p90), count(*), min(size), batch_min_size(0.9), bool_and(isfinite(p90))
+        ) AS p90_se,
+        batch_se(
+            stddev_samp(p95), count(*), min(size), batch_min_size(0.95), bool_and(isfinite(p95))
+        ) AS p95_se,
+        batch_se(
+            stddev_samp(p99), count(*), min(size), batch_min_size(0.99), bool_and(isfinite(p99))
+        ) AS p99_se,
+        batch_se(
+            stddev_samp(p999),
+            count(*),
+            min(size),
+            batch_min_size(0.999),
+            bool_and(isfinite(p999))
+        ) AS p999_se
+    FROM batches
+    GROUP BY run_id, trial, phase, pipeline
+),
+-- An interval only around a finite full-sample value.
+finite_se AS (
+    SELECT
+        w.*,
+        CASE WHEN isfinite(w.latency_p50_ms) THEN s.p50_se END AS p50_se,
+        CASE WHEN isfinite(w.latency_p90_ms) THEN s.p90_se END AS p90_se,
+        CASE WHEN isfinite(w.latency_p95_ms) THEN s.p95_se END AS p95_se,
+        CASE WHEN isfinite(w.latency_p99_ms) THEN s.p99_se END AS p99_se,
+        CASE WHEN isfinite(w.latency_p999_ms) THEN s.p999_se END AS p999_se
+    FROM whole AS w
+    JOIN spread AS s USING (run_id, trial, phase, pipeline)
+)
 SELECT
     run_id,
     trial,
     phase,
     pipeline,
-    count(*) FILTER (WHERE status = 'ok') AS ok_queries,
-    quantile_cont((completed_ns - scheduled_ns) / 1e6, 0.5) FILTER (WHERE status = 'ok')
-        AS latency_p50_ms,
-    quantile_cont((completed_ns - scheduled_ns) / 1e6, 0.9) FILTER (WHERE status = 'ok')
-        AS latency_p90_ms,
-    quantile_cont((completed_ns - scheduled_ns) / 1e6, 0.95) FILTER (WHERE status = 'ok')
-        AS latency_p95_ms,
-    quantile_cont((completed_ns - scheduled_ns) / 1e6, 0.99) FILTER (WHERE status = 'ok')
-        AS latency_p99_ms,
-    quantile_cont((completed_ns - scheduled_ns) / 1e6, 0.999) FILTER (WHERE status = 'ok')
-        AS latency_p999_ms,
-    avg((completed_ns - scheduled_ns) / 1e6) FILTER (WHERE status = 'ok') AS latency_mean_ms,
-    max((completed_ns - scheduled_ns) / 1e6) FILTER (WHERE status = 'ok') AS latency_max_ms,
-    quantile_cont((issued_ns - scheduled_ns) / 1e3, 0.5) AS issue_delay_p50_us,
-    quantile_cont((issued_ns - scheduled_ns) / 1e3, 0.99) AS issue_delay_p99_us
-FROM queries
-WHERE NOT warmup
-GROUP BY run_id, trial, phase, pipeline;
+    measured_queries,
+    ok_queries,
+    failed_queries,
+    latency_p50_ms,
+    latency_p90_ms,
+    latency_p95_ms,
+    latency_p99_ms,
+    latency_p999_ms,
+    latency_p50_ms - t975(ci_batches() - 1) * p50_se AS latency_p50_ci_low_ms,
+    latency_p50_ms + t975(ci_batches() - 1) * p50_se AS latency_p50_ci_high_ms,
+    latency_p90_ms - t975(ci_batches() - 1) * p90_se AS latency_p90_ci_low_ms,
+    latency_p90_ms + t975(ci_batches() - 1) * p90_se AS latency_p90_ci_high_ms,
+    latency_p95_ms - t975(ci_batches() - 1) * p95_se AS latency_p95_ci_low_ms,
+    latency_p95_ms + t975(ci_batches() - 1) * p95_se AS latency_p95_ci_high_ms,
+    latency_p99_ms - t975(ci_batches() - 1) * p99_se AS latency_p99_ci_low_ms,
+    latency_p99_ms + t975(ci_batches() - 1) * p99_se AS latency_p99_ci_high_ms,
+    latency_p999_ms - t975(ci_batches() - 1) * p999_se AS latency_p999_ci_low_ms,
+    latency_p999_ms + t975(ci_batches() - 1) * p999_se AS latency_p999_ci_high_ms,
+    p50_se AS latency_p50_se_ms,
+    p99_se AS latency_p99_se_ms,
+    CASE
+        WHEN coalesce(p50_se, p90_se, p95_se, p99_se, p999_se) IS NOT NULL
+            THEN 'batch_means_10'
+    END AS ci_method,
+    completed_p50_ms,
+    completed_p90_ms,
+    completed_p99_ms,
+    completed_p999_ms,
+    completed_mean_ms,
+    completed_max_ms,
+    from_issue_p50_ms,
+    from_issue_p99_ms,
+    issue_delay_p50_us,
+    issue_delay_p99_us
+FROM finite_se;

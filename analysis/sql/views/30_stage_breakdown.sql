@@ -1,10 +1,18 @@
 -- stage_breakdown: where a pipeline's time goes, per (run_id, trial, phase, pipeline, stage).
--- queue wait = started_ns - enqueued_ns (waiting for the stage thread), service time =
--- finished_ns - started_ns (the stage's own work). Visits of warm-up queries are excluded
--- (matched by query id); visits whose query id has no queries row are kept.
+-- Per visit: join wait = joined_ns - enqueued_ns (join stages only: from the first branch's
+-- arrival to the merge, the wait for the slower sibling), queue wait = started_ns -
+-- coalesce(joined_ns, enqueued_ns) (waiting for the stage thread), service time = finished_ns
+-- - started_ns (the stage's own work). Along one path, issue delay + queue waits + join wait +
+-- service times add up to the end-to-end latency. Percentiles are LoadGen's (loadgen_quantile).
+-- Visits of warm-up queries are excluded (matched by query id); visits whose query id has no
+-- queries row are kept. join_wait_* are NULL for a stage that never joins.
 CREATE OR REPLACE VIEW stage_breakdown AS
 WITH measured AS (
-    SELECT e.*
+    SELECT
+        e.*,
+        (e.joined_ns - e.enqueued_ns) / 1e6 AS join_wait_ms,
+        (e.started_ns - coalesce(e.joined_ns, e.enqueued_ns)) / 1e6 AS queue_wait_ms,
+        (e.finished_ns - e.started_ns) / 1e6 AS service_ms
     FROM stage_events AS e
     ANTI JOIN (
         SELECT run_id, trial, phase, pipeline, query_id FROM queries WHERE warmup
@@ -24,12 +32,15 @@ SELECT
     count(*) AS visits,
     count(DISTINCT query_id) AS queries,
     count(*) FILTER (WHERE status = 'error') AS errors,
-    avg((started_ns - enqueued_ns) / 1e6) AS queue_wait_mean_ms,
-    quantile_cont((started_ns - enqueued_ns) / 1e6, 0.5) AS queue_wait_p50_ms,
-    quantile_cont((started_ns - enqueued_ns) / 1e6, 0.99) AS queue_wait_p99_ms,
-    avg((finished_ns - started_ns) / 1e6) AS service_mean_ms,
-    quantile_cont((finished_ns - started_ns) / 1e6, 0.5) AS service_p50_ms,
-    quantile_cont((finished_ns - started_ns) / 1e6, 0.99) AS service_p99_ms,
+    avg(join_wait_ms) AS join_wait_mean_ms,
+    loadgen_quantile(join_wait_ms, 0.5) AS join_wait_p50_ms,
+    loadgen_quantile(join_wait_ms, 0.99) AS join_wait_p99_ms,
+    avg(queue_wait_ms) AS queue_wait_mean_ms,
+    loadgen_quantile(queue_wait_ms, 0.5) AS queue_wait_p50_ms,
+    loadgen_quantile(queue_wait_ms, 0.99) AS queue_wait_p99_ms,
+    avg(service_ms) AS service_mean_ms,
+    loadgen_quantile(service_ms, 0.5) AS service_p50_ms,
+    loadgen_quantile(service_ms, 0.99) AS service_p99_ms,
     sum(finished_ns - started_ns) / 1e9 AS busy_s
 FROM measured
 GROUP BY run_id, trial, phase, pipeline, stage;

@@ -1,0 +1,7 @@
+-- Every measured query's verdict latency (failures as +inf, see `query_latency`) per
+-- (trial, phase, pipeline), for LoadGen's early stopping, which runs in Python
+-- (analysis/early_stopping.py). $trial / $phase NULL: all.
+SELECT trial, phase, pipeline, list(verdict_ms) AS verdict_ms
+FROM query_latency
+WHERE ($trial IS NULL OR trial = $trial) AND ($phase IS NULL OR phase = $phase)
+GROUP BY trial, phase, pipeline;

@@ -1,0 +1,74 @@
+-- Macros shared by the views (this file sorts first, so every view can use them).
+
+-- loadgen_quantile(x, p): MLPerf LoadGen's percentile, the one definition used everywhere:
+-- sort the non-NULL values ascending and take the one at 0-based index floor(N * p), clamped to
+-- N - 1, so the figure is always an observed value (+inf sorts last, so an over-latency query
+-- counts as the slowest). DuckDB's quantile_disc picks a different index for some N and p,
+-- hence the list. An aggregate macro: use it wherever an aggregate may stand. NULL when N = 0.
+CREATE OR REPLACE MACRO loadgen_quantile(x, p) AS
+    list_sort(list(x) FILTER (WHERE x IS NOT NULL))[
+        least(CAST(floor(count(x) * p) AS BIGINT), count(x) - 1) + 1
+    ];
+
+-- loadgen_pick(sorted, p): the same percentile from a list already sorted ascending without
+-- NULLs (sorted_values(x)), so a view that needs several percentiles sorts once.
+CREATE OR REPLACE MACRO loadgen_pick(sorted, p) AS
+    sorted[least(CAST(floor(len(sorted) * p) AS BIGINT), len(sorted) - 1) + 1];
+
+-- sorted_values(x): the non-NULL values of x as a list sorted ascending (an aggregate).
+CREATE OR REPLACE MACRO sorted_values(x) AS list_sort(list(x) FILTER (WHERE x IS NOT NULL));
+
+-- t975(df): Student's t quantile 0.975 with df degrees of freedom (two-sided 95% intervals),
+-- tabulated for df 1..30 (scipy.stats.t.ppf, 4 decimals), then the normal 1.96. NULL for df < 1.
+CREATE OR REPLACE MACRO t975(df) AS
+    CAST(CASE
+        WHEN df IS NULL OR df < 1 THEN NULL
+        WHEN df > 30 THEN 1.96
+        ELSE [
+            12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+            2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+            2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423
+        ][CAST(df AS BIGINT)]
+    END AS DOUBLE);
+
+-- Batch means within one trial: the measured queries, in scheduled order, are cut into
+-- CI_BATCHES consecutive batches (ntile), a statistic is computed per batch, and its standard
+-- error is stddev(batch statistics) / sqrt(batches). Consecutive batches keep the run's
+-- autocorrelation inside each batch, which a per-query bootstrap would ignore.
+CREATE OR REPLACE MACRO ci_batches() AS 10;
+
+-- batch_min_size(p): the fewest queries a batch needs for its p-quantile to be more than its
+-- maximum (p99 needs 100, p50 needs 2).
+CREATE OR REPLACE MACRO batch_min_size(p) AS CAST(round(1 / (1 - p)) AS BIGINT);
+
+-- batch_se(sd, batches, smallest, needed, finite): the batch-means standard error, or NULL when
+-- there are not CI_BATCHES batches, the smallest batch has fewer than `needed` queries, or a
+-- batch statistic is not finite (an infinite percentile has no spread).
+CREATE OR REPLACE MACRO batch_se(sd, batches, smallest, needed, finite) AS
+    CASE
+        WHEN batches = ci_batches() AND smallest >= needed AND finite
+            THEN sd / sqrt(batches)
+    END;
+
+-- ci_verdict(low, high, higher_is): what a ratio's interval says. 'no measurable effect' when it
+-- spans 1; otherwise 'slower' or 'faster', where higher_is names what a ratio above 1 means
+-- ('slower' for latency slowdowns, 'faster' for throughput ratios). NULL without an interval.
+CREATE OR REPLACE MACRO ci_verdict(low, high, higher_is) AS
+    CASE
+        WHEN low IS NULL OR high IS NULL THEN NULL
+        WHEN low <= 1 AND high >= 1 THEN 'no measurable effect'
+        WHEN low > 1 THEN higher_is
+        ELSE CASE WHEN higher_is = 'slower' THEN 'faster' ELSE 'slower' END
+    END;
+
+-- log_ratio_half(rv_a, rv_b): half-width of a 95% interval on log(a / b) by the delta method,
+-- from the relative variances (se / value)^2 of a and b, each a batch-means estimate with
+-- ci_batches() - 1 degrees of freedom; Welch-Satterthwaite combines them. 0 when neither
+-- side varies; NULL when either relative variance is NULL.
+CREATE OR REPLACE MACRO log_ratio_half(rv_a, rv_b) AS
+    CASE
+        WHEN rv_a + rv_b = 0 THEN 0.0
+        ELSE t975(floor(
+            (rv_a + rv_b) ** 2 / ((rv_a ** 2 + rv_b ** 2) / (ci_batches() - 1))
+        )) * sqrt(rv_a + rv_b)
+    END;
