@@ -78,9 +78,13 @@ def ensure_schema(connection: duckdb.DuckDBPyConnection) -> None:
         connection.execute(sql_text(f"views/{name}"))
 
 
-def _load_one(
-    connection: duckdb.DuckDBPyConnection, run_dir: Path, manifest: dict[str, Any]
+def load_run(
+    connection: duckdb.DuckDBPyConnection,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    tables: tuple[str, ...] = TABLES,
 ) -> LoadResult:
+    """Load one run directory (its `tables`) into `connection`, replacing the run's rows."""
     run_id: str = manifest["run_id"]
     existing = connection.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id])
     replaced = bool((existing.fetchone() or (0,))[0])
@@ -102,8 +106,9 @@ def _load_one(
                 "run_dir": str(run_dir.resolve()),
             },
         )
-        for table in TABLES:
-            # `table` comes from the fixed TABLES tuple, never from input.
+        for table in tables:
+            if table not in TABLES:
+                raise ValueError(f"unknown table {table!r}")
             connection.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
             files, used_parts = table_files(run_dir, table)
             from_parts = from_parts or used_parts
@@ -157,7 +162,7 @@ def load_runs(run_dirs: list[Path] | list[str], db_path: Path | str) -> list[Loa
     try:
         ensure_schema(connection)
         return [
-            _load_one(connection, directory, manifest)
+            load_run(connection, directory, manifest)
             for directory, manifest in zip(directories, manifests, strict=True)
         ]
     finally:

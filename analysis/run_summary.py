@@ -20,7 +20,7 @@ import duckdb
 
 from analysis.db import sql_text
 from analysis.early_stopping import early_stopping_percentile, slo_met
-from analysis.loader import ensure_schema, table_files
+from analysis.loader import ensure_schema, load_run, table_files
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99
 SUMMARY_TABLES = ("queries",)  # the only table the summary's views read
@@ -178,10 +178,17 @@ def summarize_phase(run_dir: Path, trial: int, phase: str) -> list[PhaseSummary]
     return _summaries(Path(run_dir), trial, phase)
 
 
-def headline_metrics(summary: PhaseSummary) -> dict[str, float]:
-    """What MLflow logs per child run: counts, queries/s and verdict and completed p50/p99 with
-    their interval bounds, the early-stopping bound; only finite values (MLflow rejects inf)."""
+def headline_metrics(summary: PhaseSummary, *, finite_only: bool = True) -> dict[str, float]:
+    """What the manifest records and MLflow logs per (trial, phase, pipeline): counts,
+    queries/s and verdict and completed p50/p99 with their interval bounds, the scenario's
+    target percentile, the early-stopping bound. MLflow rejects inf, so by default only finite
+    values; `finite_only=False` keeps infinite percentiles (a failure count past the rank)."""
     metrics: dict[str, float | int | None] = {
+        "target_percentile": summary.target_percentile,
+        "latency_target_ms": summary.latency_target_ms,
+        "latency_target_ci_low_ms": summary.latency_target_ci_low_ms,
+        "latency_target_ci_high_ms": summary.latency_target_ci_high_ms,
+        "completed_target_ms": summary.completed_target_ms,
         "queries_measured": summary.measured,
         "queries_ok": summary.ok,
         "queries_failed": summary.failed,
@@ -207,5 +214,27 @@ def headline_metrics(summary: PhaseSummary) -> dict[str, float]:
     return {
         name: float(value)
         for name, value in metrics.items()
-        if value is not None and math.isfinite(value)
+        if value is not None and (math.isfinite(value) or not finite_only)
     }
+
+
+def phase_warnings(run_dir: Path, trial: int, phase: str) -> list[str]:
+    """Warnings about one phase's load windows, from the `host_load` view: CPU taken by
+    something other than the benchmark's workers and harness (`foreign_cpu_warning`)."""
+    run_dir = Path(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    connection = duckdb.connect(":memory:")
+    try:
+        ensure_schema(connection)
+        load_run(connection, run_dir, manifest, tables=("queries", "host_samples"))
+        rows = connection.execute(
+            sql_text("summary_host_load.sql"), {"trial": trial, "phase": phase}
+        ).fetchall()
+    finally:
+        connection.close()
+    return [
+        f"trial {trial} {phase}{f' ({pipeline})' if pipeline else ''}: {foreign:.2f} cores of "
+        f"foreign CPU load in the load window (host {host:.2f}, workers {workers:.2f}, harness "
+        f"{harness:.2f}); its figures may be disturbed"
+        for pipeline, host, workers, harness, foreign in rows
+    ]

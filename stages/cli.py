@@ -130,6 +130,7 @@ def run(
         cache_dir=settings.cache_dir(),
         mlflow_uri=settings.mlflow_tracking_uri() if mlflow else None,
         progress=display.update,
+        summarize_phase=summarize_phase,
     )
     try:
         with display:
@@ -158,6 +159,26 @@ def run(
 
 
 # The CLI is the one place where `stages` calls into `analysis` (lazily, per command).
+
+
+def summarize_phase(
+    run_dir: Path, trial: int, phase: str
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The launcher's phase summariser: each pipeline's figures from the analysis views
+    (infinite percentiles as the string "inf", so the manifest stays JSON), and the phase's
+    foreign-load warnings."""
+    from analysis.run_summary import headline_metrics, phase_warnings
+    from analysis.run_summary import summarize_phase as summaries_of
+
+    figures = {
+        summary.pipeline: {
+            name: "inf" if value == float("inf") else value
+            for name, value in headline_metrics(summary, finite_only=False).items()
+        }
+        for summary in summaries_of(run_dir, trial, phase)
+    }
+    return figures, phase_warnings(run_dir, trial, phase)
+
 
 # The columns `collobench report` shows per view (all of them stay available through `sql`).
 REPORT_COLUMNS: dict[str, list[str]] = {
@@ -415,21 +436,17 @@ class _ProgressDisplay:
             row = dict(event.data)
             row["status"] = row["status"] if event.kind == "done" else "running"
             self.rows[event.pipeline] = row
-        elif event.kind == "phase_end" and not self.interactive:
+        elif event.kind == "phase_end":
+            elapsed_s = time.monotonic() - self._phase_started
             for outcome in event.data["outcomes"]:
-                out.print(
-                    f"  {outcome['pipeline']}: {outcome['status']}, {outcome['ok']} ok, "
-                    f"{outcome['dropped']} dropped, {outcome['errors']} errors, "
-                    f"{_fmt(_rate(outcome))} q/s, p99 {_fmt(outcome['p99_ms'], '{:.2f}')} ms "
-                    f"({time.monotonic() - self._phase_started:.1f} s)",
-                    highlight=False,
-                )
+                out.print(f"  {_phase_line(outcome)} ({elapsed_s:.1f} s)", highlight=False)
         if self._live is not None:
             self._live.update(self._table())
 
     def _table(self) -> Table:
         table = Table(title=self.phase or "starting", title_justify="left")
-        for column in ("pipeline", "status", "issued", "ok", "dropped", "errors", "q/s", "p99 ms"):
+        columns = ("pipeline", "status", "issued", "ok", "dropped", "errors", "q/s", "live p99 ms")
+        for column in columns:
             table.add_column(
                 column, justify="left" if column in ("pipeline", "status") else "right"
             )
@@ -442,9 +459,42 @@ class _ProgressDisplay:
                 str(row.get("dropped", "")),
                 str(row.get("errors", "")),
                 _fmt(_rate(row)),
-                _fmt(row.get("p99_ms"), "{:.2f}"),
+                _fmt(row.get("live_p99_ms"), "{:.2f}"),
             )
         return table
+
+
+def _interval(figures: dict[str, Any], name: str, unit: str = "") -> str:
+    """`value [low, high]unit` from a summary's `<name>`, `<name>_ci_low`, `<name>_ci_high`
+    (a unit suffix such as `_ms` follows the ci part); `inf` for an infinite percentile."""
+    stem, suffix = (name[: -len(unit)], unit) if unit and name.endswith(unit) else (name, "")
+    value = figures.get(name)
+    low, high = figures.get(f"{stem}_ci_low{suffix}"), figures.get(f"{stem}_ci_high{suffix}")
+    text = _cell(float(value)) if isinstance(value, int | float) else str(value or "-")
+    if isinstance(low, int | float) and isinstance(high, int | float):
+        text += f" [{_cell(float(low))}, {_cell(float(high))}]"
+    return text
+
+
+def _phase_line(outcome: dict[str, Any]) -> str:
+    """One pipeline at the end of a phase: the figures the analysis views computed (the same
+    as the summary, the manifest and MLflow), or the worker's live counts without them."""
+    figures = outcome.get("summary")
+    if not figures:
+        return (
+            f"{outcome['pipeline']}: {outcome['status']}, {outcome['ok']} ok, "
+            f"{outcome['dropped']} dropped, {outcome['errors']} errors, {_fmt(_rate(outcome))} "
+            f"q/s, live p99 {_fmt(outcome.get('live_p99_ms'), '{:.2f}')} ms"
+        )
+    target = f"p{float(figures.get('target_percentile', 0.99)) * 100:g}"
+    return (
+        f"{outcome['pipeline']}: {outcome['status']}, {int(figures.get('queries_ok', 0))} ok of "
+        f"{int(figures.get('queries_measured', 0))} measured "
+        f"({int(figures.get('queries_failed', 0))} failed), "
+        f"{_interval(figures, 'queries_per_s')} q/s, "
+        f"{target} {_interval(figures, 'latency_target_ms', '_ms')} ms "
+        f"(completed only {_cell(figures.get('completed_target_ms'))} ms)"
+    )
 
 
 def _summary_table(result: Any) -> Table:

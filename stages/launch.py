@@ -213,6 +213,7 @@ class Launcher:
         )
         # When the harness's own work ran, so a reader can check it never overlapped a window.
         self.timeline: list[dict[str, Any]] = []
+        self._started: tuple[str, dict[str, int]] = ("", {})
 
     # ----------------------------------------------------------------- public
 
@@ -224,6 +225,7 @@ class Launcher:
         self.run_dir.mkdir(parents=True, exist_ok=False)
         clock = {"monotonic_ns": time.monotonic_ns(), "wall_time_ns": time.time_ns()}
         started_at = dt.datetime.now(dt.UTC).isoformat()
+        self._started = (started_at, clock)
         self._write_manifest("running", started_at, None, clock)
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -307,6 +309,10 @@ class Launcher:
                 "end_ns": end_ns,
             }
         )
+        # The manifest on disk holds everything so far (a killed launcher leaves it), and the
+        # environment the phase summary's host-load figures need.
+        started_at, clock = self._started
+        self._write_manifest("running", started_at, None, clock)
         self._summarize_phase(trial, phase, outcomes)
         self._emit(
             ProgressEvent(

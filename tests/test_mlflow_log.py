@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from stages.cli import summarize_phase
 from stages.mlflow_log import (
     artifact_location_for,
     default_tracking_uri,
@@ -67,7 +68,6 @@ class Group:
     n_dropped: int = 0
     n_timeout: int = 0
     samples: int = 1
-    energy_j: float | None = None
 
     def columns(self) -> dict[str, list[Any]]:
         """Five slow warm-up queries, then ok, error, dropped and timeout queries."""
@@ -91,27 +91,34 @@ class Group:
             "warmup": [warmup for _, _, warmup in rows],
         }
 
-    def expected(self) -> dict[str, float]:
-        """The metrics, computed here independently of stages.mlflow_log."""
+    def expected(self) -> dict[str, Any]:
+        """Figures computed here, independently of the analysis views: counts, queries/s over
+        first scheduled .. last completion, and LoadGen's percentile (sorted[floor(N p)]) of
+        every measured query, a failed one counting as +inf ("inf" in the manifest)."""
         n_warmup = 5
         n_ok = len(self.ok_latency_ms)
         scheduled = [BASE_NS + (n_warmup + i) * SPACING_NS for i in range(n_ok + self.n_error)]
         latencies = list(self.ok_latency_ms) + [3.0] * self.n_error
         last_completed = max(s + int(ms * MS) for s, ms in zip(scheduled, latencies, strict=True))
         window_s = (last_completed - BASE_NS - n_warmup * SPACING_NS) / 1e9
-        expected = {
-            "queries_ok": float(n_ok),
-            "queries_error": float(self.n_error),
-            "queries_dropped": float(self.n_dropped),
-            "queries_timeout": float(self.n_timeout),
-            "throughput_qps": n_ok / window_s,
-            "throughput_samples_per_s": n_ok * self.samples / window_s,
-            "latency_p50_ms": float(np.percentile(self.ok_latency_ms, 50)),
-            "latency_p99_ms": float(np.percentile(self.ok_latency_ms, 99)),
+        failed = self.n_error + self.n_dropped + self.n_timeout
+        verdict = sorted(self.ok_latency_ms + [math.inf] * failed)
+
+        def percentile(p: float) -> float | str:
+            value = verdict[min(len(verdict) - 1, math.floor(len(verdict) * p))]
+            return "inf" if math.isinf(value) else value
+
+        return {
+            "queries_measured": n_ok + failed,
+            "queries_ok": n_ok,
+            "queries_failed": failed,
+            "queries_errors": self.n_error,
+            "queries_dropped": self.n_dropped,
+            "queries_timeouts": self.n_timeout,
+            "queries_per_s": n_ok / window_s,
+            "latency_p50_ms": percentile(0.5),
+            "latency_p99_ms": percentile(0.99),
         }
-        if self.energy_j is not None:
-            expected["energy_per_query_j"] = self.energy_j / n_ok
-        return expected
 
 
 GROUPS = [
@@ -123,7 +130,6 @@ GROUPS = [
         n_error=1,
         n_dropped=2,
         n_timeout=1,
-        energy_j=50.0,
     ),
     Group("classify", "collocated", 0, [2.0 * ms for ms in range(1, 51)], n_dropped=3),
     Group("classify", "collocated", 1, [3.0 * ms for ms in range(1, 51)], n_error=2),
@@ -167,12 +173,15 @@ def write_run_dir(run_dir: Path, *, merge: bool = True) -> None:
                 "status": "failed" if (g.pipeline, g.trial) == ("embed", 1) else "ok",
                 "error": "boom" if (g.pipeline, g.trial) == ("embed", 1) else None,
                 "exit_code": 0,
-                "queries": 0,
-                "energy_j": g.energy_j,
             }
             for g in GROUPS
         ],
     }
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    # As the launcher does at each phase end: the figures the analysis views compute.
+    for result in manifest["results"]:
+        figures, _ = summarize_phase(run_dir, result["trial"], result["phase"])
+        result["summary"] = figures[result["pipeline"]]
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -264,35 +273,77 @@ def test_one_nested_child_per_pipeline_and_phase(logged: Logged) -> None:
     assert logged.children[("classify", "solo")].info.status == "FINISHED"
 
 
-def test_metrics_match_independent_computation_per_trial(logged: Logged) -> None:
-    for group in GROUPS:
-        child = logged.children[(group.pipeline, group.phase)]
-        expected = group.expected()
-        logged_keys = {
-            key
-            for key in child.data.metrics
-            if any(
-                m.step == group.trial
-                for m in logged.client.get_metric_history(child.info.run_id, key)
-            )
+def _logged_at_trial(logged: Logged, child: Run, trial: int) -> dict[str, float]:
+    values = {}
+    for key in child.data.metrics:
+        history = logged.client.get_metric_history(child.info.run_id, key)
+        at_trial = [m.value for m in history if m.step == trial]
+        if at_trial:
+            (values[key],) = at_trial
+    return values
+
+
+def test_metrics_are_the_manifests_figures_per_trial(logged: Logged) -> None:
+    """Finding 9: MLflow logs exactly the figures the manifest holds (the views' figures), not
+    a second computation; infinite percentiles are not logged (MLflow rejects inf)."""
+    manifest = json.loads((logged.run_dir / "manifest.json").read_text())
+    for result in manifest["results"]:
+        child = logged.children[(result["pipeline"], result["phase"])]
+        expected = {
+            key: value
+            for key, value in result["summary"].items()
+            if isinstance(value, int | float) and math.isfinite(value)
         }
-        assert logged_keys == set(expected), (group, logged_keys ^ set(expected))
-        for key, value in expected.items():
-            history = logged.client.get_metric_history(child.info.run_id, key)
-            at_trial = [m.value for m in history if m.step == group.trial]
-            assert at_trial == [pytest.approx(value, rel=1e-9)], (group, key)
+        assert _logged_at_trial(logged, child, result["trial"]) == pytest.approx(expected)
 
 
-def test_latency_percentiles_of_1_to_100_ms(logged: Logged) -> None:
+def test_figures_match_independent_computation(logged: Logged) -> None:
+    manifest = json.loads((logged.run_dir / "manifest.json").read_text())
+    for group in GROUPS:
+        (result,) = [
+            r
+            for r in manifest["results"]
+            if (r["trial"], r["phase"], r["pipeline"]) == (group.trial, group.phase, group.pipeline)
+        ]
+        for key, value in group.expected().items():
+            assert result["summary"][key] == (
+                value if isinstance(value, str) else pytest.approx(value, rel=1e-9)
+            ), (group, key)
+
+
+def test_a_failed_tail_is_infinite_and_not_logged(logged: Logged) -> None:
     solo = logged.children[("classify", "solo")]
-    assert solo.data.metrics["latency_p50_ms"] == pytest.approx(50.5)
-    assert solo.data.metrics["latency_p99_ms"] == pytest.approx(99.01)
-    assert solo.data.metrics["energy_per_query_j"] == pytest.approx(0.5)
+    # 100 ok (1..100 ms) and 4 failed: p50 is sorted[52] = 53 ms, p99 lands on a failure.
+    assert solo.data.metrics["latency_p50_ms"] == pytest.approx(53.0)
+    assert "latency_p99_ms" not in solo.data.metrics
+    assert solo.data.metrics["completed_p99_ms"] == pytest.approx(100.0)
 
 
-def test_energy_is_never_invented(logged: Logged) -> None:
-    for pair in [("classify", "collocated"), ("embed", "collocated")]:
-        assert "energy_per_query_j" not in logged.children[pair].data.metrics
+def test_a_result_without_figures_logs_only_its_counts(logged: Logged, tmp_path: Path) -> None:
+    run_dir = tmp_path / "no-figures"
+    run_dir.mkdir()
+    write_run_dir(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["run_id"] = "no-figures"
+    for result in manifest["results"]:
+        del result["summary"]
+        result.update(ok=7, errors=1, dropped=2, timeouts=0, not_issued=3)
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+
+    parent_id = log_run_to_mlflow(run_dir, logged.tracking_uri, experiment="no-figures")
+
+    assert parent_id is not None
+    (child,) = logged.client.search_runs(
+        [logged.client.get_run(parent_id).info.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.pipeline = 'embed'",
+    )
+    assert _logged_at_trial(logged, child, 0) == {
+        "queries_ok": 7,
+        "queries_errors": 1,
+        "queries_dropped": 2,
+        "queries_timeouts": 0,
+        "queries_not_issued": 3,
+    }
 
 
 def test_run_files_are_artifacts_of_the_parent(logged: Logged) -> None:
