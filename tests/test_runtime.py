@@ -46,7 +46,7 @@ DIAMOND = [
 
 
 def test_diamond_completes_every_query_exactly_once() -> None:
-    spec = pipeline(DIAMOND, concurrency=8, max_queries=400, min_queries=400, duration_s=60)
+    spec = pipeline(DIAMOND, concurrency=8, max_queries=400, min_queries=400, duration_s=10)
     result, recorder = run_pipeline(spec)
     assert result.status == "ok"
     queries = rows(recorder, "queries")
@@ -71,7 +71,7 @@ def test_join_never_mixes_query_ids() -> None:
 
     tag.run = spy  # type: ignore[method-assign]
     try:
-        spec = pipeline(DIAMOND, concurrency=16, max_queries=300, min_queries=300, duration_s=60)
+        spec = pipeline(DIAMOND, concurrency=16, max_queries=300, min_queries=300, duration_s=10)
         result, _ = run_pipeline(spec)
     finally:
         tag.run = original_run  # type: ignore[method-assign]
@@ -94,7 +94,7 @@ def test_loop_records_visits_one_to_three() -> None:
         },
         {"id": "done", "type": "noop"},
     ]
-    spec = pipeline(stages, concurrency=4, max_queries=50, min_queries=50, duration_s=60)
+    spec = pipeline(stages, concurrency=4, max_queries=50, min_queries=50, duration_s=10)
     result, recorder = run_pipeline(spec)
     assert result.status == "ok"
     events = rows(recorder, "stage_events")
@@ -118,7 +118,7 @@ def test_max_visits_bounds_a_runaway_loop() -> None:
         },
         {"id": "c", "type": "noop"},
     ]
-    spec = pipeline(stages, max_queries=5, min_queries=5, duration_s=60)
+    spec = pipeline(stages, max_queries=5, min_queries=5, duration_s=10)
     result, recorder = run_pipeline(spec)
     queries = rows(recorder, "queries")
     assert {q["status"] for q in queries} == {"error"}
@@ -147,7 +147,7 @@ def test_failures_become_error_rows_and_the_run_goes_on(tmp_path: Path) -> None:
         {"id": "flaky", "type": "fail", "config": {"every": 4}, "outputs": ["after"]},
         {"id": "after", "type": "noop"},
     ]
-    spec = pipeline(stages, max_queries=200, min_queries=200, duration_s=60)
+    spec = pipeline(stages, max_queries=200, min_queries=200, duration_s=10)
     keys = {"run_id": "r", "trial": 0, "phase": "solo", "pipeline": "p"}
     result, _ = run_pipeline(spec, run_dir=tmp_path, keys=keys)
     assert result.status == "ok"  # 50 failures stay within the default budget of 100
@@ -188,7 +188,7 @@ def test_hang_is_cut_off_by_the_timeout_and_nothing_is_left_running() -> None:
         {"id": "first", "type": "noop", "outputs": ["stuck"]},
         {"id": "stuck", "type": "fail", "config": {"at_query": 3, "mode": "hang"}},
     ]
-    spec = pipeline(stages, duration_s=30, timeout_s=1.0)
+    spec = pipeline(stages, duration_s=0.5, timeout_s=1.0)
     started = time.monotonic()
     result, recorder = run_pipeline(spec)
     assert time.monotonic() - started < 5
@@ -272,7 +272,7 @@ def test_priority_pipeline_runs_end_to_end() -> None:
             "priorities": ["fast", "slow"],
         },
     ]
-    spec = pipeline(stages, concurrency=4, max_queries=100, min_queries=100, duration_s=60)
+    spec = pipeline(stages, concurrency=4, max_queries=100, min_queries=100, duration_s=10)
     result, recorder = run_pipeline(spec)
     assert result.status == "ok"
     assert len(rows(recorder, "queries")) == 100
@@ -317,3 +317,4 @@ def test_rows_reach_parquet_in_chunks_while_running(tmp_path: Path, flush_rows: 
     table = read_table(tmp_path, "stage_events")
     assert table.num_rows == result.counters.ok
     assert set(table.column("run_id").to_pylist()) == {"r"}
+

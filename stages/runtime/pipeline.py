@@ -26,7 +26,7 @@ from stages.runtime.channels import (
     PriorityInbox,
 )
 from stages.runtime.graph import StageGraph, StageNode
-from stages.runtime.query import DROPPED, ERROR, OK, TIMEOUT, Query
+from stages.runtime.query import DROPPED, ERROR, NOT_ISSUED, OK, TIMEOUT, Query
 from stages.runtime.recorder import CHUNK_ROWS, Recorder, RowBuffer
 from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import Stage, StageContext
@@ -241,6 +241,15 @@ class PipelineRuntime:
         if queries:
             self._idle.clear()
 
+    def unregister_offline(self, queries: list[Query]) -> None:
+        """Offline: take registered queries that will never be issued back out of the
+        in-flight table, so the drain neither waits for them nor records them `timeout`."""
+        inflight = self._inflight
+        for query in queries:
+            inflight.pop(query.query_id, None)
+        if not inflight:
+            self._idle.set()
+
     def issue_offline(self, queries: list[Query], scheduled_ns: int) -> None:
         """Offline: every query (registered with `register_offline`) is due at `scheduled_ns`
         and enters at once, as MLPerf's Offline scenario issues them."""
@@ -276,6 +285,13 @@ class PipelineRuntime:
             )
         )
         self.issuer_tally.dropped += 1
+
+    def record_not_issued(
+        self, query_id: int, scheduled_ns: int, samples: int, warmup: bool, buffer: RowBuffer
+    ) -> None:
+        """An arrival that was due inside the window when the load stopped early (timeout,
+        pipeline stop): recorded `not_issued`, so it is in a table and not silently lost."""
+        buffer.query_rows.append((query_id, scheduled_ns, None, None, NOT_ISSUED, samples, warmup))
 
     def new_tally(self) -> Tally:
         tally = Tally()
