@@ -317,7 +317,9 @@ def test_closed_loop_clients_due_at_the_timeout_are_recorded() -> None:
 
 
 def offline_throughput_qps(measured_queries: int, warmup_queries: int) -> float:
-    stages = [{"id": "s", "type": "busy", "config": {"ms": 0.2}}]
+    # sleep, not busy: its cost does not depend on a per-run CPU calibration, so the two runs
+    # compared do the same work per query.
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 0.5}}]
     _, recorder = run_pipeline(
         spec(
             stages,
@@ -333,8 +335,8 @@ def offline_throughput_qps(measured_queries: int, warmup_queries: int) -> float:
 
 
 def test_offline_warmup_runs_before_the_measured_window() -> None:
-    alone = offline_throughput_qps(2000, 0)
-    with_warmup = offline_throughput_qps(2000, 2000)
+    alone = offline_throughput_qps(800, 0)
+    with_warmup = offline_throughput_qps(800, 800)  # half a run without warm-up before
     assert with_warmup == pytest.approx(alone, rel=0.15), (alone, with_warmup)
 
 
@@ -380,3 +382,55 @@ def test_min_queries_counts_measured_queries() -> None:
     )
     rows_ = queries(recorder)
     assert len(measured(rows_)) == 30 and len(rows_) == 50
+
+
+def test_offline_warmup_cut_by_the_timeout_leaves_the_measured_queries_not_issued() -> None:
+    # The warm-up needs 10 x 50 ms, the timeout allows 0.3 s: the window never opens.
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 50}}]
+    result, recorder = run_pipeline(
+        spec(
+            stages,
+            type="offline",
+            samples_per_query=30,
+            warmup_queries=10,
+            duration_s=0,
+            timeout_s=0.3,
+        )
+    )
+    outcome = result.outcome
+    assert outcome.stopped_by == "timeout"
+    assert (outcome.issued, outcome.not_issued) == (10, 20)
+    rows_ = queries(recorder)
+    assert [q["query_id"] for q in rows_] == list(range(30))
+    assert {q["status"] for q in rows_ if q["warmup"]} <= {"ok", "timeout"}
+    rest = measured(rows_)
+    assert {q["status"] for q in rest} == {"not_issued"}
+    assert all(q["scheduled_ns"] >= outcome.start_ns + 0.3e9 for q in rest)
+
+
+def test_error_budget_stop_records_the_arrivals_due_while_backlogged() -> None:
+    # Every query fails after 20 ms; the budget is spent on the 5th, while the backlogged
+    # issuer waits for room: the arrivals that fell due meanwhile are recorded.
+    stages = [
+        {"id": "wait", "type": "sleep", "config": {"ms": 20}, "outputs": ["bad"]},
+        {"id": "bad", "type": "fail", "config": {"every": 1}},
+    ]
+    doc = {
+        "name": "p",
+        "error_budget": 5,
+        "loadgen": {
+            "type": "constant",
+            "rate": 500,
+            "duration_s": 1,
+            "queue_depth": 1,
+            "on_full": "backlog",
+            "timeout_s": 20,
+        },
+        "stages": stages,
+    }
+    result, recorder = run_pipeline(PipelineSpec.model_validate(doc))
+    outcome = result.outcome
+    assert result.status == "failed" and outcome.stopped_by == "pipeline"
+    rows_ = queries(recorder)
+    assert outcome.not_issued == sum(q["status"] == "not_issued" for q in rows_) > 10
+    assert [q["query_id"] for q in rows_] == list(range(outcome.issued + outcome.not_issued))
