@@ -337,7 +337,7 @@ def busy_service_ms(release_gil: bool) -> float:
     )
 
 
-@pytest.mark.parametrize("release_gil", [False, True], ids=["python", "hashlib"])
+@pytest.mark.parametrize("release_gil", [False, True], ids=["gil_held", "gil_released"])
 def test_busy_does_fixed_work_so_cpu_contention_shows(release_gil: bool) -> None:
     """A busy stage sharing its core with a CPU burner takes about twice as long: it does a
     calibrated amount of work, not a wall-clock wait (which gave 20.0 ms alone, 23.9 ms
@@ -369,7 +369,7 @@ def test_busy_does_fixed_work_so_cpu_contention_shows(release_gil: bool) -> None
     assert rate_contended >= 0.8 * rate_alone, (rate_alone, rate_contended)
 
 
-@pytest.mark.parametrize("release_gil", [False, True], ids=["python", "hashlib"])
+@pytest.mark.parametrize("release_gil", [False, True], ids=["gil_held", "gil_released"])
 def test_busy_query_costs_its_milliseconds_of_cpu(release_gil: bool) -> None:
     """Timed on the thread's CPU clock (so other load on the machine does not matter), one
     query of a 10 ms busy stage costs 10 ms of CPU."""

@@ -51,37 +51,44 @@ class BusyConfig(StageConfig):
     )
     release_gil: bool = Field(
         False,
-        description="Burn CPU in C with the GIL released (hashing) instead of in Python.",
+        description="Hash with the GIL released (other threads run meanwhile) instead of "
+        "holding it, as Python code does.",
     )
 
 
-_HASH_BLOCK = bytes(16 * 1024)  # hashlib releases the GIL for inputs above 2 KiB; ~10 us each
+# hashlib releases the GIL while hashing inputs of 2 KiB and more, and holds it below that.
+_HASH_BLOCK = bytes(16 * 1024)  # GIL released, ~10 us a call
+_HELD_BLOCK = bytes(1024)  # GIL held, < 1 us a call
 CALIBRATION_TRIALS = 5
 CALIBRATION_TRIAL_NS = 30_000_000  # CPU time per trial
 
 
-def _python_work(iterations: int) -> None:
-    # repeat() yields one object over and over: no int allocated per step, a steadier rate.
+def _gil_held_work(iterations: int) -> None:
+    """A Python loop that holds the GIL, as pure-Python work does (the interpreter hands it
+    over between calls every switch interval). Its step is a small hash, not an empty
+    iteration: an empty loop's rate varied by +-25% between processes on these VMs, a
+    hash's by a few percent, so the work stays the same from one phase's process to the next."""
+    sha256, block = hashlib.sha256, _HELD_BLOCK
     for _ in itertools.repeat(None, iterations):
-        pass
+        sha256(block)
 
 
-def _hash_work(iterations: int) -> None:
+def _gil_released_work(iterations: int) -> None:
     sha256, block = hashlib.sha256, _HASH_BLOCK
-    for _ in range(iterations):
+    for _ in itertools.repeat(None, iterations):
         sha256(block)
 
 
 def _work_loop(release_gil: bool) -> Callable[[int], None]:
-    return _hash_work if release_gil else _python_work
+    return _gil_released_work if release_gil else _gil_held_work
 
 
 def calibrate_iterations_per_ms(release_gil: bool) -> float:
     """Iterations of the work loop per millisecond of CPU: the median of a few ~30 ms trials.
     Timed on this thread's CPU clock, so time the thread spent preempted (another pipeline
     preparing on the same core) does not count, and a preempted trial cannot shrink the work.
-    The median, not the best: on the CPU clock the fastest trial is an outlier (up to 1.6x the
-    typical Python-loop rate on these VMs), and the work calibrated from it would overshoot."""
+    The median, not the best: on the CPU clock the fastest trial is an outlier on these VMs
+    (up to 1.6x the typical rate), and the work calibrated from it would overshoot."""
     work = _work_loop(release_gil)
     iterations = 1
     while True:  # size a trial: double until one pass takes at least a millisecond
