@@ -142,13 +142,26 @@ class OpenLoopScenario(Scenario):
         stopped_by = "schedule_end"
         not_issued = 0
         stop_issuing = runtime.stop_issuing
+        deadline_ns = start_ns + end.timeout_ns
         numbered = enumerate(arrivals.schedule(random.Random(self.seed)))
         for index, (offset_ns, samples) in numbered:
             reason = end.reached(offset_ns, issued, measured)
-            if reason is None and time.monotonic_ns() - start_ns >= end.timeout_ns:
+            if reason is None and time.monotonic_ns() >= deadline_ns:
                 reason = "timeout"  # the pipeline fell so far behind that real time ran out
             if reason is None and stop_issuing.is_set():
                 reason = "pipeline"
+            if reason is None:
+                scheduled_ns = start_ns + offset_ns
+                warmup = end.is_warmup(index, offset_ns)
+                query = runtime.new_query(index, scheduled_ns, samples, warmup)
+                clock.sleep_until(scheduled_ns)
+                if runtime.issue(query, block, deadline_ns):
+                    last_issue_ns = query.issued_ns
+                elif block:  # no room before the timeout, or the pipeline stopped meanwhile
+                    reason = "pipeline" if stop_issuing.is_set() else "timeout"
+                else:
+                    dropped += 1
+                    runtime.record_dropped(query, buffer, time.monotonic_ns())
             if reason is not None:
                 stopped_by = reason
                 if reason in EARLY_STOPS:
@@ -163,14 +176,6 @@ class OpenLoopScenario(Scenario):
                         measured,
                     )
                 break
-            scheduled_ns = start_ns + offset_ns
-            warmup = end.is_warmup(index, offset_ns)
-            query = runtime.new_query(index, scheduled_ns, samples, warmup)
-            clock.sleep_until(scheduled_ns)
-            if not runtime.issue(query, block):
-                dropped += 1
-                runtime.record_dropped(query, buffer, time.monotonic_ns())
-            last_issue_ns = query.issued_ns or last_issue_ns
             issued += 1
             measured += not warmup
             if len(buffer.query_rows) >= 4096 or last_issue_ns >= buffer.next_flush_ns:
@@ -218,7 +223,11 @@ class ClosedLoopScenario(Scenario):
                     clock.sleep_until(next_ns)
                     warmup = end.is_warmup(issued, next_ns - start_ns)
                     query = runtime.new_query(issued, next_ns, samples, warmup)
-                    runtime.issue(query, block=True)
+                    if not runtime.issue(query, True, start_ns + end.timeout_ns):
+                        # No room before the timeout, or the pipeline stopped: still due.
+                        stopped_by = "pipeline" if stop_issuing.is_set() else "timeout"
+                        heapq.heappush(due, next_ns)
+                        break
                     last_issue_ns = query.issued_ns
                     issued += 1
                     measured += not warmup
