@@ -23,7 +23,9 @@ recorded nanoseconds: one monotonic clock shared by every process of a Linux hos
     time-sliced on one core (`time_slice`, both cpus [0]). Per pipeline: throughput (ok,
     non-warm-up queries / their window) collocated / solo, and the CPU share its process got
     (mean `cpu_util` of its `host_samples` rows). Pinned on separate cores should stay ~1.0; two
-    CPU-bound pipelines sharing one core should each drop to ~0.5.
+    CPU-bound pipelines sharing one core should each drop to ~0.5: `busy` performs a fixed,
+    calibrated amount of work per query, so a query that is time-sliced takes longer (a
+    wall-clock busy-wait would "complete" while preempted and hide the contention).
 
 Why: collocation results are only worth something if the load windows really overlap and if a
 placement that promises isolation delivers it (and one that does not, shows contention).

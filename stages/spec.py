@@ -111,7 +111,22 @@ class LoadgenSpec(StrictModel):
                     "offline issues everything at time zero, so warmup_s would flag it all; "
                     "use warmup_queries"
                 )
+        self._timeout_covers_the_window()
         return self
+
+    def _timeout_covers_the_window(self) -> None:
+        """timeout_s ends the load whatever else happens, so one that cannot cover the warm-up
+        and the measured duration would cut every run short and silently shrink the window."""
+        terms = [f"duration_s {self.duration_s:g}", f"warmup_s {self.warmup_s:g}"]
+        needed_s = self.duration_s + self.warmup_s
+        if self.rate is not None and self.warmup_queries:
+            needed_s += self.warmup_queries / self.rate
+            terms.append(f"warmup_queries {self.warmup_queries} / rate {self.rate:g}")
+        if not self.timeout_s > needed_s:
+            raise ValueError(
+                f"timeout_s {self.timeout_s:g} cannot cover warm-up plus duration: it must "
+                f"exceed {' + '.join(terms)} = {needed_s:g} s"
+            )
 
 
 class PlacementSpec(StrictModel):

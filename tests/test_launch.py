@@ -202,7 +202,7 @@ def test_a_killed_worker_is_contained(tmp_path: Path) -> None:
 def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, list[psutil.Process]]:
     """A CLI run of two 60 s pipelines, returned once both have flushed rows to disk."""
     spec = tmp_path / "long.yaml"
-    doc = spec_doc({"type": "sleep", "config": {"ms": 1}}, duration_s=60)
+    doc = spec_doc({"type": "sleep", "config": {"ms": 1}}, duration_s=60, timeout_s=90)
     doc["pipelines"][1]["loadgen"]["duration_s"] = 60
     spec.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"

@@ -6,6 +6,7 @@ import itertools
 import random
 import statistics
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,14 @@ def test_offline_issues_everything_at_once() -> None:
             lambda n: n == 30,
         ),
         (
-            {"type": "constant", "rate": 1000, "duration_s": 10, "timeout_s": 0.3},
+            # min_queries keeps the window open, so the timeout (an offset of the schedule) ends it.
+            {
+                "type": "constant",
+                "rate": 1000,
+                "duration_s": 0.1,
+                "min_queries": 10**6,
+                "timeout_s": 0.3,
+            },
             "timeout",
             lambda n: 250 <= n <= 300,
         ),
@@ -223,7 +231,11 @@ def test_offline_issues_everything_at_once() -> None:
             "max_queries",
             lambda n: n == 40,
         ),
-        ({"type": "closed_loop", "duration_s": 10, "timeout_s": 0.3}, "timeout", lambda n: n > 0),
+        (
+            {"type": "closed_loop", "duration_s": 0.1, "min_queries": 10**6, "timeout_s": 0.3},
+            "timeout",
+            lambda n: n > 0,
+        ),
     ],
     ids=["max_queries", "duration", "min_queries", "timeout", "closed_max", "closed_timeout"],
 )
@@ -241,3 +253,211 @@ def test_warmup_is_flagged() -> None:
     flagged = [q["query_id"] for q in rows_ if q["warmup"]]
     assert flagged == list(range(20))  # the first 10 by count, up to 20 ms by time
     assert len(rows_) == 120  # duration counts after the warm-up window
+
+
+def measured(rows_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [q for q in rows_ if not q["warmup"]]
+
+
+def test_backlog_timeout_records_every_due_arrival_as_not_issued() -> None:
+    # 400 arrivals in the 1 s window; the pipeline takes ~190/s, so the backlogged issuer is
+    # still in the first half of the schedule when real time reaches timeout_s.
+    slow = [{"id": "slow", "type": "sleep", "config": {"ms": 5}}]
+    result, recorder = run_pipeline(
+        spec(
+            slow,
+            type="constant",
+            rate=400,
+            duration_s=1,
+            queue_depth=4,
+            on_full="backlog",
+            timeout_s=1.2,
+        )
+    )
+    outcome = result.outcome
+    assert outcome.stopped_by == "timeout"
+    rows_ = queries(recorder)
+    assert [q["query_id"] for q in rows_] == list(range(400))  # every scheduled arrival
+    missing = [q for q in rows_ if q["status"] == "not_issued"]
+    assert len(missing) == outcome.not_issued > 100
+    assert outcome.issued + outcome.not_issued == 400
+    assert all(q["issued_ns"] is None and q["completed_ns"] is None for q in missing)
+    issued = [q for q in rows_ if q["status"] != "not_issued"]
+    assert max(q["query_id"] for q in issued) < min(q["query_id"] for q in missing)
+    gap_ns = 2_500_000
+    assert [q["scheduled_ns"] - outcome.start_ns for q in missing] == [
+        q["query_id"] * gap_ns for q in missing
+    ]
+
+
+def test_closed_loop_clients_due_at_the_timeout_are_recorded() -> None:
+    # Four clients, one 300 ms slot and a one-place queue: queries 0-2 get in by 300 ms, the
+    # fourth client waits for room until timeout_s (0.5 s) and is still due then, and so is
+    # the client whose query ended at 300 ms.
+    slow = [{"id": "slow", "type": "sleep", "config": {"ms": 300}}]
+    result, recorder = run_pipeline(
+        spec(
+            slow,
+            type="closed_loop",
+            concurrency=4,
+            queue_depth=1,
+            duration_s=0.1,
+            min_queries=1000,
+            timeout_s=0.5,
+        )
+    )
+    outcome = result.outcome
+    assert outcome.stopped_by == "timeout"
+    rows_ = queries(recorder)
+    missing = [q for q in rows_ if q["status"] == "not_issued"]
+    assert (outcome.issued, outcome.not_issued, len(missing)) == (3, 2, 2)
+    assert sorted(q["query_id"] for q in rows_) == list(range(5))
+    for q in missing:
+        assert q["issued_ns"] is None and q["completed_ns"] is None
+        assert outcome.start_ns <= q["scheduled_ns"] <= outcome.start_ns + 0.5e9
+
+
+def offline_throughput_qps(measured_queries: int, warmup_queries: int) -> float:
+    # sleep, not busy: its cost does not depend on a per-run CPU calibration, so the two runs
+    # compared do the same work per query.
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 0.5}}]
+    _, recorder = run_pipeline(
+        spec(
+            stages,
+            type="offline",
+            samples_per_query=measured_queries + warmup_queries,
+            warmup_queries=warmup_queries,
+        )
+    )
+    ok = [q for q in measured(queries(recorder)) if q["status"] == "ok"]
+    assert len(ok) == measured_queries
+    window_ns = max(q["completed_ns"] for q in ok) - min(q["scheduled_ns"] for q in ok)
+    return len(ok) / (window_ns / 1e9)
+
+
+def test_offline_warmup_runs_before_the_measured_window() -> None:
+    alone = offline_throughput_qps(800, 0)
+    with_warmup = offline_throughput_qps(800, 800)  # half a run without warm-up before
+    assert with_warmup == pytest.approx(alone, rel=0.15), (alone, with_warmup)
+
+
+def test_offline_measured_queries_are_scheduled_when_the_warmup_has_ended() -> None:
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 1}}]
+    result, recorder = run_pipeline(
+        spec(stages, type="offline", samples_per_query=60, warmup_queries=20)
+    )
+    rows_ = queries(recorder)
+    warm = [q for q in rows_ if q["warmup"]]
+    rest = measured(rows_)
+    assert len(warm) == 20 and len(rest) == 40
+    assert {q["scheduled_ns"] for q in warm} == {result.outcome.start_ns}
+    assert len({q["scheduled_ns"] for q in rest}) == 1
+    assert rest[0]["scheduled_ns"] >= max(q["completed_ns"] for q in warm)
+
+
+def scheduled_span_s(rows_: list[dict[str, Any]]) -> float:
+    times = [q["scheduled_ns"] for q in measured(rows_)]
+    return (max(times) - min(times)) / 1e9
+
+
+def test_warmup_queries_do_not_shorten_the_measured_duration() -> None:
+    _, recorder = run_pipeline(spec(type="constant", rate=100, duration_s=1, warmup_queries=50))
+    rows_ = queries(recorder)
+    assert sum(q["warmup"] for q in rows_) == 50
+    assert scheduled_span_s(rows_) >= 0.95
+
+
+def test_closed_loop_warmup_does_not_shorten_the_measured_duration() -> None:
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 10}}]
+    _, recorder = run_pipeline(
+        spec(stages, type="single_stream", duration_s=0.5, warmup_queries=25)
+    )
+    rows_ = queries(recorder)
+    assert sum(q["warmup"] for q in rows_) == 25
+    assert scheduled_span_s(rows_) >= 0.4  # 0.5 s less the last cycles; 0.24 s before
+
+
+def test_min_queries_counts_measured_queries() -> None:
+    _, recorder = run_pipeline(
+        spec(type="constant", rate=1000, duration_s=0.01, min_queries=30, warmup_queries=20)
+    )
+    rows_ = queries(recorder)
+    assert len(measured(rows_)) == 30 and len(rows_) == 50
+
+
+def test_offline_warmup_cut_by_the_timeout_leaves_the_measured_queries_not_issued() -> None:
+    # The warm-up needs 10 x 50 ms, the timeout allows 0.3 s: the window never opens.
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 50}}]
+    result, recorder = run_pipeline(
+        spec(
+            stages,
+            type="offline",
+            samples_per_query=30,
+            warmup_queries=10,
+            duration_s=0,
+            timeout_s=0.3,
+        )
+    )
+    outcome = result.outcome
+    assert outcome.stopped_by == "timeout"
+    assert (outcome.issued, outcome.not_issued) == (10, 20)
+    rows_ = queries(recorder)
+    assert [q["query_id"] for q in rows_] == list(range(30))
+    assert {q["status"] for q in rows_ if q["warmup"]} <= {"ok", "timeout"}
+    rest = measured(rows_)
+    assert {q["status"] for q in rest} == {"not_issued"}
+    assert all(q["scheduled_ns"] >= outcome.start_ns + 0.3e9 for q in rest)
+
+
+def test_error_budget_stop_records_the_arrivals_due_while_backlogged() -> None:
+    # Every query fails after 20 ms; the budget is spent on the 5th, while the backlogged
+    # issuer waits for room: the arrivals that fell due meanwhile are recorded.
+    stages = [
+        {"id": "wait", "type": "sleep", "config": {"ms": 20}, "outputs": ["bad"]},
+        {"id": "bad", "type": "fail", "config": {"every": 1}},
+    ]
+    doc = {
+        "name": "p",
+        "error_budget": 5,
+        "loadgen": {
+            "type": "constant",
+            "rate": 500,
+            "duration_s": 1,
+            "queue_depth": 1,
+            "on_full": "backlog",
+            "timeout_s": 20,
+        },
+        "stages": stages,
+    }
+    result, recorder = run_pipeline(PipelineSpec.model_validate(doc))
+    outcome = result.outcome
+    assert result.status == "failed" and outcome.stopped_by == "pipeline"
+    rows_ = queries(recorder)
+    assert outcome.not_issued == sum(q["status"] == "not_issued" for q in rows_) > 10
+    assert [q["query_id"] for q in rows_] == list(range(outcome.issued + outcome.not_issued))
+
+
+def test_backlogged_issuer_behind_a_hung_stage_stops_at_the_timeout() -> None:
+    # Query 3 hangs with the entry queue full: the issuer waits for room only until timeout_s,
+    # then every arrival of the window that was due is recorded.
+    stages = [{"id": "stuck", "type": "fail", "config": {"at_query": 3, "mode": "hang"}}]
+    started = time.monotonic()
+    result, recorder = run_pipeline(
+        spec(
+            stages,
+            type="constant",
+            rate=200,
+            duration_s=1,
+            queue_depth=2,
+            on_full="backlog",
+            timeout_s=1.5,
+        )
+    )
+    assert time.monotonic() - started < 5
+    outcome = result.outcome
+    assert result.status == "timeout" and outcome.stopped_by == "timeout"
+    rows_ = queries(recorder)
+    assert [q["query_id"] for q in rows_] == list(range(200))
+    statuses = [q["status"] for q in rows_]
+    assert statuses[:3] == ["ok"] * 3 and statuses[3] == "timeout"
+    assert statuses.count("not_issued") == outcome.not_issued == 200 - outcome.issued

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -10,10 +14,13 @@ from typing import Any
 
 import pytest
 
+from stages.library.builtin import BusyStage, calibrate_iterations_per_ms
 from stages.rundir import merge_parts, read_table
 from stages.runtime.channels import Channel, PriorityInbox
 from stages.runtime.driver import run_pipeline
 from stages.runtime.graph import StageGraph
+from stages.runtime.query import Query
+from stages.runtime.stage import StageContext
 from stages.spec import PipelineSpec
 
 
@@ -46,7 +53,7 @@ DIAMOND = [
 
 
 def test_diamond_completes_every_query_exactly_once() -> None:
-    spec = pipeline(DIAMOND, concurrency=8, max_queries=400, min_queries=400, duration_s=60)
+    spec = pipeline(DIAMOND, concurrency=8, max_queries=400, min_queries=400, duration_s=10)
     result, recorder = run_pipeline(spec)
     assert result.status == "ok"
     queries = rows(recorder, "queries")
@@ -71,7 +78,7 @@ def test_join_never_mixes_query_ids() -> None:
 
     tag.run = spy  # type: ignore[method-assign]
     try:
-        spec = pipeline(DIAMOND, concurrency=16, max_queries=300, min_queries=300, duration_s=60)
+        spec = pipeline(DIAMOND, concurrency=16, max_queries=300, min_queries=300, duration_s=10)
         result, _ = run_pipeline(spec)
     finally:
         tag.run = original_run  # type: ignore[method-assign]
@@ -94,7 +101,7 @@ def test_loop_records_visits_one_to_three() -> None:
         },
         {"id": "done", "type": "noop"},
     ]
-    spec = pipeline(stages, concurrency=4, max_queries=50, min_queries=50, duration_s=60)
+    spec = pipeline(stages, concurrency=4, max_queries=50, min_queries=50, duration_s=10)
     result, recorder = run_pipeline(spec)
     assert result.status == "ok"
     events = rows(recorder, "stage_events")
@@ -118,7 +125,7 @@ def test_max_visits_bounds_a_runaway_loop() -> None:
         },
         {"id": "c", "type": "noop"},
     ]
-    spec = pipeline(stages, max_queries=5, min_queries=5, duration_s=60)
+    spec = pipeline(stages, max_queries=5, min_queries=5, duration_s=10)
     result, recorder = run_pipeline(spec)
     queries = rows(recorder, "queries")
     assert {q["status"] for q in queries} == {"error"}
@@ -147,7 +154,7 @@ def test_failures_become_error_rows_and_the_run_goes_on(tmp_path: Path) -> None:
         {"id": "flaky", "type": "fail", "config": {"every": 4}, "outputs": ["after"]},
         {"id": "after", "type": "noop"},
     ]
-    spec = pipeline(stages, max_queries=200, min_queries=200, duration_s=60)
+    spec = pipeline(stages, max_queries=200, min_queries=200, duration_s=10)
     keys = {"run_id": "r", "trial": 0, "phase": "solo", "pipeline": "p"}
     result, _ = run_pipeline(spec, run_dir=tmp_path, keys=keys)
     assert result.status == "ok"  # 50 failures stay within the default budget of 100
@@ -188,7 +195,7 @@ def test_hang_is_cut_off_by_the_timeout_and_nothing_is_left_running() -> None:
         {"id": "first", "type": "noop", "outputs": ["stuck"]},
         {"id": "stuck", "type": "fail", "config": {"at_query": 3, "mode": "hang"}},
     ]
-    spec = pipeline(stages, duration_s=30, timeout_s=1.0)
+    spec = pipeline(stages, duration_s=0.5, timeout_s=1.0)
     started = time.monotonic()
     result, recorder = run_pipeline(spec)
     assert time.monotonic() - started < 5
@@ -272,7 +279,7 @@ def test_priority_pipeline_runs_end_to_end() -> None:
             "priorities": ["fast", "slow"],
         },
     ]
-    spec = pipeline(stages, concurrency=4, max_queries=100, min_queries=100, duration_s=60)
+    spec = pipeline(stages, concurrency=4, max_queries=100, min_queries=100, duration_s=10)
     result, recorder = run_pipeline(spec)
     assert result.status == "ok"
     assert len(rows(recorder, "queries")) == 100
@@ -317,3 +324,61 @@ def test_rows_reach_parquet_in_chunks_while_running(tmp_path: Path, flush_rows: 
     table = read_table(tmp_path, "stage_events")
     assert table.num_rows == result.counters.ok
     assert set(table.column("run_id").to_pylist()) == {"r"}
+
+
+def busy_service_ms(release_gil: bool) -> float:
+    """Median service time of a 20 ms `busy` stage over 15 queries, one at a time."""
+    stages = [{"id": "b", "type": "busy", "config": {"ms": 20, "release_gil": release_gil}}]
+    spec = pipeline(stages, type="single_stream", max_queries=15, min_queries=15)
+    result, recorder = run_pipeline(spec)
+    assert result.status == "ok"
+    return statistics.median(
+        (e["finished_ns"] - e["started_ns"]) / 1e6 for e in rows(recorder, "stage_events")
+    )
+
+
+@pytest.mark.parametrize("release_gil", [False, True], ids=["gil_held", "gil_released"])
+def test_busy_does_fixed_work_so_cpu_contention_shows(release_gil: bool) -> None:
+    """A busy stage sharing its core with a CPU burner takes about twice as long: it does a
+    calibrated amount of work, not a wall-clock wait (which gave 20.0 ms alone, 23.9 ms
+    contended: the deadline passed while preempted). Its calibration, run on the contended
+    core, still measures the uncontended work rate."""
+    allowed = os.sched_getaffinity(0)
+    core = max(allowed)
+    os.sched_setaffinity(0, {core})  # this thread; the stage threads started later inherit it
+    burner = None
+    try:
+        alone_ms = busy_service_ms(release_gil)
+        rate_alone = calibrate_iterations_per_ms(release_gil)
+        burner = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass",
+            ]
+        )
+        time.sleep(0.2)  # let it start spinning
+        contended_ms = busy_service_ms(release_gil)
+        rate_contended = calibrate_iterations_per_ms(release_gil)
+    finally:
+        if burner is not None:
+            burner.kill()
+            burner.wait()
+        os.sched_setaffinity(0, allowed)
+    assert contended_ms >= 1.5 * alone_ms, (alone_ms, contended_ms)
+    assert rate_contended >= 0.8 * rate_alone, (rate_alone, rate_contended)
+
+
+@pytest.mark.parametrize("release_gil", [False, True], ids=["gil_held", "gil_released"])
+def test_busy_query_costs_its_milliseconds_of_cpu(release_gil: bool) -> None:
+    """Timed on the thread's CPU clock (so other load on the machine does not matter), one
+    query of a 10 ms busy stage costs 10 ms of CPU."""
+    config = BusyStage.config_model.model_validate({"ms": 10, "release_gil": release_gil})
+    stage = BusyStage(config, StageContext(stage_id="b"))
+    stage.prepare()
+    costs_ms = []
+    for query_id in range(5):
+        began_ns = time.thread_time_ns()
+        stage.run(Query(query_id, 0))
+        costs_ms.append((time.thread_time_ns() - began_ns) / 1e6)
+    assert statistics.median(costs_ms) == pytest.approx(10, rel=0.2), costs_ms

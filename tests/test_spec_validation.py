@@ -238,3 +238,29 @@ pipelines:
     code, output = validate(str(write(tmp_path, text)))
     assert code == 2
     assert "pipelines[0].stages[3].input_policy: join stage 'j' is on a loop" in output
+
+
+def test_timeout_must_cover_warmup_and_duration(tmp_path: Path) -> None:
+    short = VALID.replace(
+        "{type: server, rate: 50, duration_s: 1}",
+        "{type: server, rate: 50, duration_s: 1, warmup_s: 0.5, warmup_queries: 50, "
+        "timeout_s: 2.5}",
+    )
+    code, output = validate(str(write(tmp_path, short)))
+    assert code == 2
+    assert (
+        "pipelines[0].loadgen: timeout_s 2.5 cannot cover warm-up plus duration: it must exceed "
+        "duration_s 1 + warmup_s 0.5 + warmup_queries 50 / rate 50 = 2.5 s"
+    ) in output
+    longer = short.replace("timeout_s: 2.5", "timeout_s: 2.6")
+    assert validate(str(write(tmp_path, longer, "longer.yaml")))[0] == 0
+    closed = VALID.replace(
+        "{type: server, rate: 50, duration_s: 1}",
+        "{type: closed_loop, duration_s: 30, warmup_queries: 50, timeout_s: 20}",
+    )
+    code, output = validate(str(write(tmp_path, closed, "closed.yaml")))
+    assert code == 2
+    assert (
+        "timeout_s 20 cannot cover warm-up plus duration: it must exceed duration_s 30 + "
+        "warmup_s 0 = 30 s" in output
+    )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
+import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -41,32 +43,87 @@ class SleepStage(Stage):
 
 
 class BusyConfig(StageConfig):
-    ms: float = Field(1.0, ge=0, description="Milliseconds of CPU work per query.")
+    ms: float = Field(
+        1.0,
+        ge=0,
+        description="Milliseconds of CPU work per query, as calibrated at prepare on an "
+        "uncontended core.",
+    )
     release_gil: bool = Field(
         False,
-        description="Burn CPU in C with the GIL released (hashing) instead of in Python.",
+        description="Hash with the GIL released (other threads run meanwhile) instead of "
+        "holding it, as Python code does.",
     )
 
 
-_HASH_BLOCK = bytes(64 * 1024)  # hashlib releases the GIL for inputs above 2 KiB
+# hashlib releases the GIL while hashing inputs of 2 KiB and more, and holds it below that.
+_HASH_BLOCK = bytes(16 * 1024)  # GIL released, ~10 us a call
+_HELD_BLOCK = bytes(1024)  # GIL held, < 1 us a call
+CALIBRATION_TRIALS = 5
+CALIBRATION_TRIAL_NS = 30_000_000  # CPU time per trial
+
+
+def _gil_held_work(iterations: int) -> None:
+    """A Python loop that holds the GIL, as pure-Python work does (the interpreter hands it
+    over between calls every switch interval). Its step is a small hash, not an empty
+    iteration: an empty loop's rate varied by +-25% between processes on these VMs, a
+    hash's by a few percent, so the work stays the same from one phase's process to the next."""
+    sha256, block = hashlib.sha256, _HELD_BLOCK
+    for _ in itertools.repeat(None, iterations):
+        sha256(block)
+
+
+def _gil_released_work(iterations: int) -> None:
+    sha256, block = hashlib.sha256, _HASH_BLOCK
+    for _ in itertools.repeat(None, iterations):
+        sha256(block)
+
+
+def _work_loop(release_gil: bool) -> Callable[[int], None]:
+    return _gil_released_work if release_gil else _gil_held_work
+
+
+def calibrate_iterations_per_ms(release_gil: bool) -> float:
+    """Iterations of the work loop per millisecond of CPU: the median of a few ~30 ms trials.
+    Timed on this thread's CPU clock, so time the thread spent preempted (another pipeline
+    preparing on the same core) does not count, and a preempted trial cannot shrink the work.
+    The median, not the best: on the CPU clock the fastest trial is an outlier on these VMs
+    (up to 1.6x the typical rate), and the work calibrated from it would overshoot."""
+    work = _work_loop(release_gil)
+    iterations = 1
+    while True:  # size a trial: double until one pass takes at least a millisecond
+        began_ns = time.thread_time_ns()
+        work(iterations)
+        spent_ns = time.thread_time_ns() - began_ns
+        if spent_ns >= 1_000_000:
+            break
+        iterations *= 2
+    trial = max(1, iterations * CALIBRATION_TRIAL_NS // spent_ns)
+    rates = []
+    for _ in range(CALIBRATION_TRIALS):
+        began_ns = time.thread_time_ns()
+        work(trial)
+        rates.append(trial * 1e6 / max(1, time.thread_time_ns() - began_ns))
+    return statistics.median(rates)
 
 
 @stage_type("busy")
 class BusyStage(Stage):
-    """Burns CPU for a fixed time: a stand-in for compute-bound work."""
+    """Performs a fixed amount of CPU work, calibrated at `prepare`: a stand-in for
+    compute-bound work. A query that is preempted takes longer, so CPU contention shows in
+    its service time (a wall-clock deadline would hide it)."""
 
     config: BusyConfig
     config_model = BusyConfig
 
+    def prepare(self) -> None:
+        release_gil = self.config.release_gil
+        self._work = _work_loop(release_gil)
+        ms = self.config.ms
+        self._iterations = round(ms * calibrate_iterations_per_ms(release_gil)) if ms else 0
+
     def run(self, query: Query) -> Route:
-        deadline_ns = time.monotonic_ns() + int(self.config.ms * 1e6)
-        if self.config.release_gil:
-            while time.monotonic_ns() < deadline_ns:
-                hashlib.sha256(_HASH_BLOCK)
-        else:
-            spins = 0
-            while time.monotonic_ns() < deadline_ns:
-                spins += 1
+        self._work(self._iterations)
         return None
 
 

@@ -26,7 +26,7 @@ from stages.runtime.channels import (
     PriorityInbox,
 )
 from stages.runtime.graph import StageGraph, StageNode
-from stages.runtime.query import DROPPED, ERROR, OK, TIMEOUT, Query
+from stages.runtime.query import DROPPED, ERROR, NOT_ISSUED, OK, TIMEOUT, Query
 from stages.runtime.recorder import CHUNK_ROWS, Recorder, RowBuffer
 from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import Stage, StageContext
@@ -207,9 +207,11 @@ class PipelineRuntime:
     ) -> Query:
         return Query(query_id, scheduled_ns, samples, None, warmup, self.stage_count)
 
-    def issue(self, query: Query, block: bool) -> bool:
+    def issue(self, query: Query, block: bool, deadline_ns: int | None = None) -> bool:
         """Send a new query to the entry stages. Without `block`, a full entry queue refuses it
-        (the caller records it dropped); with it, waits for room (back-pressure)."""
+        (the caller records it dropped); with it, waits for room (back-pressure), but not past
+        `deadline_ns` nor once the load is stopped: then nothing was sent, False is returned
+        and the caller records the query `not_issued`."""
         channels = self.entry_channels
         if not block and any(channel.full() for channel in channels):
             return False
@@ -217,18 +219,40 @@ class PipelineRuntime:
         self._inflight[query.query_id] = query  # dict updates are atomic under the GIL
         if self._idle.is_set():
             self._idle.clear()
-        self.issued += 1
         issued_ns = time.monotonic_ns()
-        if not self.first_issue_ns:
-            self.first_issue_ns = issued_ns
         query.issued_ns = issued_ns
         query.enqueued_ns = issued_ns
-        if len(channels) == 1:
-            self._send(channels[0], query)
+        # Branches for further entries are copied before the query is visible to any stage.
+        branches = [query.branch() for _ in channels[1:]]
+        if block and deadline_ns is not None:
+            if not self._send_by(channels[0], query, deadline_ns):
+                # Nothing was sent, so no other thread has seen the query: take it back.
+                self._inflight.pop(query.query_id, None)
+                query.issued_ns = query.enqueued_ns = 0
+                if not self._inflight:
+                    self._idle.set()
+                return False
         else:
-            for position, channel in enumerate(channels):
-                self._send(channel, query if position == 0 else query.branch())
+            self._send(channels[0], query)
+        for channel, branch in zip(channels[1:], branches, strict=True):
+            self._send(channel, branch)
+        self.issued += 1
+        if not self.first_issue_ns:
+            self.first_issue_ns = issued_ns
         return True
+
+    def _send_by(self, channel: Channel, query: Query, deadline_ns: int) -> bool:
+        """Send, waiting for room until `deadline_ns` or a stop of the load; False if neither
+        room came nor anything was sent."""
+        if channel.put_nowait(query):
+            return True
+        while not self.stop_issuing.is_set():
+            remaining_s = (deadline_ns - time.monotonic_ns()) / 1e9
+            if remaining_s <= 0:
+                return False
+            if channel.put(query, timeout=min(IDLE_WAKE_S, remaining_s)):
+                return True
+        return False
 
     def register_offline(self, queries: list[Query]) -> None:
         """Offline, before the start: enter the queries in the in-flight table, so issuing
@@ -240,6 +264,15 @@ class PipelineRuntime:
             query.outstanding = fan_out
         if queries:
             self._idle.clear()
+
+    def unregister_offline(self, queries: list[Query]) -> None:
+        """Offline: take registered queries that will never be issued back out of the
+        in-flight table, so the drain neither waits for them nor records them `timeout`."""
+        inflight = self._inflight
+        for query in queries:
+            inflight.pop(query.query_id, None)
+        if not inflight:
+            self._idle.set()
 
     def issue_offline(self, queries: list[Query], scheduled_ns: int) -> None:
         """Offline: every query (registered with `register_offline`) is due at `scheduled_ns`
@@ -276,6 +309,13 @@ class PipelineRuntime:
             )
         )
         self.issuer_tally.dropped += 1
+
+    def record_not_issued(
+        self, query_id: int, scheduled_ns: int, samples: int, warmup: bool, buffer: RowBuffer
+    ) -> None:
+        """An arrival that was due inside the window when the load stopped early (timeout,
+        pipeline stop): recorded `not_issued`, so it is in a table and not silently lost."""
+        buffer.query_rows.append((query_id, scheduled_ns, None, None, NOT_ISSUED, samples, warmup))
 
     def new_tally(self) -> Tally:
         tally = Tally()
