@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from stages.cli import summarize_phase
 from tests.test_launch import run, spec_doc
 
 
@@ -32,7 +33,12 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def test_mlflow_ui_lists_parent_and_child_runs(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = run(spec_doc({"type": "noop"}, duration_s=0.5), tmp_path, mlflow_uri=store)
+    result = run(
+        spec_doc({"type": "noop"}, duration_s=0.5),
+        tmp_path,
+        mlflow_uri=store,
+        summarize_phase=summarize_phase,  # as `collobench run` does
+    )
     assert result.mlflow_run_id is not None
     port = free_port()
     server = subprocess.Popen(
@@ -79,7 +85,7 @@ def test_mlflow_ui_lists_parent_and_child_runs(tmp_path: Path) -> None:
         ]
         assert len(children) == 2  # victim and survivor, collocated (no solo baselines)
         metrics = {m["key"] for child in children for m in child["data"].get("metrics", [])}
-        assert {"throughput_qps", "latency_p99_ms", "queries_ok"} <= metrics
+        assert {"queries_per_s", "latency_p99_ms", "queries_ok"} <= metrics
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=20)

@@ -138,8 +138,10 @@ def test_contention_compares_collocated_with_solo(colloc_db: Path) -> None:
     assert b["p50_verdict"] == "no measurable effect"
     # 50 and 40 queries per batch: too few for a p99 per batch, so no p99 interval or verdict.
     assert a["p99_slowdown_ci_low"] is None and a["p99_verdict"] is None
-    # Energy comes from energy_comparison (no rows here: NULL, never invented).
-    assert a["energy_per_query_ratio"] is None and a["energy_source"] is None
+    # Energy comes from energy_comparison: the GPU was sampled in the collocated phase only, so
+    # the solo side has no complete figure and the ratio is NULL, never a partial sum.
+    assert a["energy_per_query_ratio"] is None
+    assert a["energy_source"] == "nvml_counter+rapl"
 
 
 def test_energy_is_interpolated_over_each_load_window(colloc_db: Path) -> None:
