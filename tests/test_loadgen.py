@@ -461,3 +461,15 @@ def test_backlogged_issuer_behind_a_hung_stage_stops_at_the_timeout() -> None:
     statuses = [q["status"] for q in rows_]
     assert statuses[:3] == ["ok"] * 3 and statuses[3] == "timeout"
     assert statuses.count("not_issued") == outcome.not_issued == 200 - outcome.issued
+
+
+def test_the_wait_out_after_a_wake_up_is_bounded_by_50_us() -> None:
+    """The issuer sleeps until `margin_ns` before an arrival and waits out what is left; on a
+    machine whose wake-ups are very late the learned margin must still not exceed 50 us."""
+    from stages.runtime.loadgen.timing import SPIN_LIMIT_NS, ArrivalClock
+
+    clock = ArrivalClock()
+    for _ in range(256):
+        clock._learn(400_000)  # 400 us late wake-ups
+    assert SPIN_LIMIT_NS == 50_000
+    assert clock.margin_ns == SPIN_LIMIT_NS
