@@ -12,8 +12,6 @@ from typing import Any
 
 import duckdb
 
-DEFAULT_DB_NAME = "results.duckdb"  # inside COLLOBENCH_HOME (`.collobench/` by default)
-
 
 class ReadOnlyRequired(RuntimeError):
     """A query was about to run on a connection that could write to the warehouse."""

@@ -326,8 +326,7 @@ def report(
         wanted = REPORT_COLUMNS.get(name)
         if frame.empty or wanted is None:
             continue
-        columns = [c for c in wanted if c in frame.columns]
-        out.print(_frame_table(name, columns, frame[columns].itertuples(index=False)))
+        out.print(_compact_table(name, frame, wanted))
     out.print('every column of every view: collobench sql "SELECT * FROM <view>"', highlight=False)
 
 
@@ -358,19 +357,21 @@ def _load_and_show_contention(run_dir: Path, run_id: str, db_path: Path) -> None
 
     try:
         load_runs([run_dir], db_path)
-        contention = build_report(db_path, run_id)["contention"]
+        tables = build_report(db_path, run_id)
     except Exception as error:
         err.print(f"warning: could not load the run into {db_path}: {error}", markup=False)
         return
-    if not contention.empty:
-        wanted = [c for c in REPORT_COLUMNS["contention"] if c in contention.columns]
-        out.print(
-            _frame_table(
-                "contention (collocated vs solo)",
-                wanted,
-                contention[wanted].itertuples(index=False),
-            )
-        )
+    titles = {
+        "contention": "contention per trial (collocated vs solo; [95% interval])",
+        "contention_by_run": "contention over the trials (geometric mean; [95% interval])",
+    }
+    for name, title in titles.items():
+        frame = tables.get(name)
+        if frame is None or frame.empty:
+            continue
+        if name == "contention_by_run" and int(frame["trials"].max()) < 2:
+            continue  # one trial: the per-trial table says it all
+        out.print(_compact_table(title, frame, REPORT_COLUMNS[name]))
     out.print(f"loaded into {db_path}; full report: collobench report {run_id}", highlight=False)
 
 
@@ -380,6 +381,41 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.0f}"
     return str(value)
+
+
+def _interval_columns(columns: list[str]) -> list[tuple[str, str | None, str | None]]:
+    """(column, its ci_low column, its ci_high column) for each column shown, the interval
+    columns folded into the value's (`x_ci_low` / `x_ci_low_ms` beside `x` / `x_ms`)."""
+    shown = set(columns)
+    folded: list[tuple[str, str | None, str | None]] = []
+    for column in columns:
+        if "_ci_low" in column or "_ci_high" in column:
+            continue
+        stem, unit = (column[:-3], "_ms") if column.endswith("_ms") else (column, "")
+        low, high = f"{stem}_ci_low{unit}", f"{stem}_ci_high{unit}"
+        if low in shown and high in shown:
+            folded.append((column, low, high))
+        else:
+            folded.append((column, None, None))
+    return folded
+
+
+def _compact_table(title: str | None, frame: Any, columns: list[str]) -> Table:
+    """A view's rows with each figure and its interval in one cell: `value [low, high]`."""
+    present = [c for c in columns if c in frame.columns]
+    table = Table(title=title, title_justify="left")
+    folded = _interval_columns(present)
+    for column, _, _ in folded:
+        table.add_column(column)
+    for row in frame.to_dict("records"):
+        cells = []
+        for column, low, high in folded:
+            text = _cell(row[column])
+            if low is not None and high is not None and _cell(row[low]) != "-":
+                text += f" [{_cell(row[low])}, {_cell(row[high])}]"
+            cells.append(text)
+        table.add_row(*cells)
+    return table
 
 
 def _frame_table(title: str | None, columns: list[str], rows: Any) -> Table:

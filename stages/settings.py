@@ -34,7 +34,3 @@ def mlflow_tracking_uri() -> str | None:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     return f"sqlite:///{home() / 'mlflow.db'}"
-
-
-def dagster_home() -> Path:
-    return home() / "dagster"

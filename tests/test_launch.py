@@ -87,6 +87,27 @@ def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None
     first = collocated.groupby("pipeline").scheduled_ns.min()
     assert abs(int(first["front"]) - int(first["back"])) < 5_000_000
     assert "mlflow run:" in completed.stdout
+    # Finding 9: the console's phase lines, the manifest and the warehouse's views agree (they
+    # are one computation; MLflow logs the manifest's figures, see test_mlflow_log).
+    import duckdb
+
+    db = duckdb.connect(str(Path(os.environ["COLLOBENCH_HOME"]) / "results.duckdb"), True)
+    views = {
+        (trial, phase, pipeline): (ok, measured, p99)
+        for trial, phase, pipeline, ok, measured, p99 in db.execute(
+            "SELECT trial, phase, pipeline, ok_queries, measured_queries, latency_p99_ms "
+            "FROM latency WHERE run_id = ?",
+            [run_dir.name],
+        ).fetchall()
+    }
+    db.close()
+    assert len(views) == 4
+    for result in manifest["results"]:
+        figures = result["summary"]
+        ok, measured, p99 = views[(result["trial"], result["phase"], result["pipeline"])]
+        assert (figures["queries_ok"], figures["queries_measured"]) == (ok, measured)
+        assert figures["latency_p99_ms"] == pytest.approx(p99, rel=1e-12)
+        assert f"{result['pipeline']}: ok, {ok} ok of {measured} measured" in completed.stdout
 
 
 def spec_doc(victim_stage: dict[str, Any], **victim_loadgen: Any) -> dict[str, Any]:

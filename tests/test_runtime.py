@@ -382,3 +382,33 @@ def test_busy_query_costs_its_milliseconds_of_cpu(release_gil: bool) -> None:
         stage.run(Query(query_id, 0))
         costs_ms.append((time.thread_time_ns() - began_ns) / 1e6)
     assert statistics.median(costs_ms) == pytest.approx(10, rel=0.2), costs_ms
+
+
+def _calibrate_in_child(cache_dir: str, results: Any) -> None:
+    from stages.library.builtin import machine_calibration
+
+    results.put(machine_calibration(Path(cache_dir), True))
+
+
+def test_busy_work_is_calibrated_once_per_machine(tmp_path: Path) -> None:
+    """Separate calibrations differ by a few percent, which would read as contention between a
+    solo and a collocated phase. Collocated workers preparing at once, and every later stage,
+    share the first calibration kept in the cache folder."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    results = context.SimpleQueue()
+    workers = [
+        context.Process(target=_calibrate_in_child, args=(str(tmp_path), results)) for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    first, second = results.get(), results.get()
+    assert first == second > 0
+    config = BusyStage.config_model.model_validate({"ms": 2, "release_gil": True})
+    stage = BusyStage(config, StageContext(stage_id="b", cache_dir=tmp_path))
+    stage.prepare()
+    assert stage._iterations == round(2 * first)
+    assert (tmp_path / "busy_calibration.json").exists()

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import itertools
+import json
 import os
+import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -46,8 +51,8 @@ class BusyConfig(StageConfig):
     ms: float = Field(
         1.0,
         ge=0,
-        description="Milliseconds of CPU work per query, as calibrated at prepare on an "
-        "uncontended core.",
+        description="Milliseconds of CPU work per query, as calibrated on this machine (once, "
+        "at the first prepare; kept in the cache folder) on an uncontended core.",
     )
     release_gil: bool = Field(
         False,
@@ -107,6 +112,36 @@ def calibrate_iterations_per_ms(release_gil: bool) -> float:
     return statistics.median(rates)
 
 
+CALIBRATION_FILE = "busy_calibration.json"
+
+
+def machine_calibration(cache_dir: Path, release_gil: bool) -> float:
+    """Iterations per millisecond for this machine and mode, calibrated once and kept in
+    `cache_dir`: every phase, trial and run on the machine then does the same work per query
+    (separate calibrations differ by a few percent, which would read as contention). A file
+    lock makes collocated workers preparing at once share one calibration. Delete the file to
+    calibrate again (after a hardware or Python change the key changes by itself)."""
+    key = "|".join(
+        (platform.node(), platform.processor() or platform.machine(), sys.version.split()[0])
+    ) + ("|released" if release_gil else "|held")
+    path = Path(cache_dir) / CALIBRATION_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            known = json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, ValueError):
+            known = {}  # unreadable: calibrate again and rewrite it
+        rate = known.get(key)
+        if not isinstance(rate, int | float) or rate <= 0:
+            rate = calibrate_iterations_per_ms(release_gil)
+            known[key] = rate
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(known, indent=1))
+            os.replace(temporary, path)
+    return float(rate)
+
+
 @stage_type("busy")
 class BusyStage(Stage):
     """Performs a fixed amount of CPU work, calibrated at `prepare`: a stand-in for
@@ -120,7 +155,8 @@ class BusyStage(Stage):
         release_gil = self.config.release_gil
         self._work = _work_loop(release_gil)
         ms = self.config.ms
-        self._iterations = round(ms * calibrate_iterations_per_ms(release_gil)) if ms else 0
+        rate = machine_calibration(self.context.cache_dir, release_gil) if ms else 0.0
+        self._iterations = round(ms * rate)
 
     def run(self, query: Query) -> Route:
         self._work(self._iterations)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from stages import settings
 from stages.runtime.query import Query
 from stages.spec import StrictModel
 
@@ -37,7 +38,7 @@ class StageContext:
     device: str = "cpu"
     seed: int = 0
     outputs: tuple[str, ...] = ()
-    cache_dir: Path = field(default_factory=lambda: Path(".collobench") / "cache")
+    cache_dir: Path = field(default_factory=settings.cache_dir)  # under $COLLOBENCH_HOME
     stop_event: threading.Event = field(default_factory=threading.Event)
     """Set at shutdown; a stage that waits (sleep, hang) waits on this so it can be released."""
 

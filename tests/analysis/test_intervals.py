@@ -120,6 +120,36 @@ def test_batch_means_interval_follows_the_spread_between_batches(
     assert row["ci_method"] == "batch_means_10"
 
 
+def test_a_latency_interval_never_reaches_below_zero(tmp_path: Path, db_path: Path) -> None:
+    """One slow batch among fast ones: the symmetric batch-means interval of p50 would reach
+    below 0 ms; a latency cannot, so its low end is truncated at 0 (coverage is kept)."""
+    run = RunBuilder(tmp_path, "20260111-000000-skewed", {"a": "server"})
+    for index in range(1000):
+        scheduled = index * 10 * MS_NS
+        latency_ns = 100 * MS_NS if index >= 900 else MS_NS // 10
+        run.add(
+            "queries",
+            0,
+            "solo",
+            "a",
+            query_id=index,
+            scheduled_ns=scheduled,
+            issued_ns=scheduled,
+            completed_ns=scheduled + latency_ns,
+            status="ok",
+            samples=1,
+            warmup=False,
+        )
+    load_runs([run.write()], db_path)
+    columns, rows = run_query(db_path, "SELECT * FROM latency")
+    row = dict(zip(columns, rows[0], strict=True))
+    half = 2.2622 * np.std([0.1] * 9 + [100.0], ddof=1) / np.sqrt(10)
+    assert row["latency_p50_ms"] == pytest.approx(0.1)
+    assert 0.1 - half < 0  # what the plain interval would say
+    assert row["latency_p50_ci_low_ms"] == 0.0
+    assert row["latency_p50_ci_high_ms"] == pytest.approx(0.1 + half)
+
+
 def test_contention_by_run_uses_log_t_over_trials(tmp_path: Path, db_path: Path) -> None:
     """Three trials: solo 100 queries/s; collocated 50, 40, 25 q/s: ratios 0.5, 0.4, 0.25.
     Geometric mean and a t interval on the logs; all below 1: 'slower'."""

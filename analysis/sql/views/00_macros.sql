@@ -72,3 +72,7 @@ CREATE OR REPLACE MACRO log_ratio_half(rv_a, rv_b) AS
             (rv_a + rv_b) ** 2 / ((rv_a ** 2 + rv_b ** 2) / (ci_batches() - 1))
         )) * sqrt(rv_a + rv_b)
     END;
+
+-- at_least_zero(x): x truncated at 0 for the low end of a latency interval (NULL stays NULL,
+-- which greatest() would turn into 0).
+CREATE OR REPLACE MACRO at_least_zero(x) AS CASE WHEN x IS NOT NULL THEN greatest(0.0, x) END;

@@ -13,7 +13,8 @@
 --   issue_delay_p*_us issued_ns - scheduled_ns of every measured query with an issue time.
 -- Intervals (ci_method 'batch_means_10'): the measured queries in scheduled order are cut into
 -- 10 consecutive batches; each verdict percentile is computed per batch, and the interval is
--- the full-sample value +- t975(9) * stddev(batch values) / sqrt(10). An interval is NULL when a
+-- the full-sample value +- t975(9) * stddev(batch values) / sqrt(10), its low end truncated at
+-- 0 (a latency cannot be negative; truncation keeps the coverage). An interval is NULL when a
 -- batch is too small for its percentile (batch_min_size: p50 2, p90 10, p99 100, p99.9 1000
 -- queries) or a batch value is infinite. latency_p50_se_ms / latency_p99_se_ms are the standard
 -- errors, used by `contention`. ci_method is NULL when no interval could be computed.
@@ -141,15 +142,15 @@ SELECT
     latency_p95_ms,
     latency_p99_ms,
     latency_p999_ms,
-    latency_p50_ms - t975(ci_batches() - 1) * p50_se AS latency_p50_ci_low_ms,
+    at_least_zero(latency_p50_ms - t975(ci_batches() - 1) * p50_se) AS latency_p50_ci_low_ms,
     latency_p50_ms + t975(ci_batches() - 1) * p50_se AS latency_p50_ci_high_ms,
-    latency_p90_ms - t975(ci_batches() - 1) * p90_se AS latency_p90_ci_low_ms,
+    at_least_zero(latency_p90_ms - t975(ci_batches() - 1) * p90_se) AS latency_p90_ci_low_ms,
     latency_p90_ms + t975(ci_batches() - 1) * p90_se AS latency_p90_ci_high_ms,
-    latency_p95_ms - t975(ci_batches() - 1) * p95_se AS latency_p95_ci_low_ms,
+    at_least_zero(latency_p95_ms - t975(ci_batches() - 1) * p95_se) AS latency_p95_ci_low_ms,
     latency_p95_ms + t975(ci_batches() - 1) * p95_se AS latency_p95_ci_high_ms,
-    latency_p99_ms - t975(ci_batches() - 1) * p99_se AS latency_p99_ci_low_ms,
+    at_least_zero(latency_p99_ms - t975(ci_batches() - 1) * p99_se) AS latency_p99_ci_low_ms,
     latency_p99_ms + t975(ci_batches() - 1) * p99_se AS latency_p99_ci_high_ms,
-    latency_p999_ms - t975(ci_batches() - 1) * p999_se AS latency_p999_ci_low_ms,
+    at_least_zero(latency_p999_ms - t975(ci_batches() - 1) * p999_se) AS latency_p999_ci_low_ms,
     latency_p999_ms + t975(ci_batches() - 1) * p999_se AS latency_p999_ci_high_ms,
     p50_se AS latency_p50_se_ms,
     p99_se AS latency_p99_se_ms,
