@@ -352,7 +352,7 @@ def measure_flatness(queries: int, work: Path) -> dict[str, Any]:
         concurrency=FLAT_CLIENTS,
         duration_s=3600,  # the run ends at max_queries
         max_queries=queries,
-        timeout_s=3600,
+        timeout_s=3700,  # must exceed duration_s (refused otherwise)
     )
     spec = noop_chain("flat", 1, loadgen)
     with RssSampler() as rss:

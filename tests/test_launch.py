@@ -472,3 +472,28 @@ def test_the_harness_stays_out_of_every_load_window(tmp_path: Path) -> None:
         before_start = samples.ts_ns.between(previous_end_ns, step["start_ns"])
         assert before_start.any(), step
         previous_end_ns = step["end_ns"]
+
+
+@pytest.mark.slow
+def test_foreign_cpu_load_in_a_window_is_a_manifest_warning(tmp_path: Path) -> None:
+    """Finding 8: a process outside the benchmark burning a core during the load windows shows
+    as foreign CPU (host - workers - harness) and reaches the manifest as a warning."""
+    from stages.cli import summarize_phase
+
+    loadgen = {"type": "server", "rate": 100, "duration_s": 1.0, "timeout_s": 20}
+    doc = {
+        "name": "neighbour",
+        "telemetry": {"host": {"period_ms": 50}},
+        "pipelines": [{"name": "a", "loadgen": loadgen, "stages": [{"id": "s", "type": "noop"}]}],
+    }
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        result = run(doc, tmp_path, summarize_phase=summarize_phase)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert result.status == "ok"
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    (warning,) = [w for w in manifest["warnings"] if "foreign CPU load" in w]
+    assert warning.startswith("trial 0 solo (a): ")
+    assert manifest["results"][0]["summary"]["queries_ok"] > 90

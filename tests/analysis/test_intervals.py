@@ -85,14 +85,9 @@ def test_t_over_trials_covers_95_percent_where_the_bootstrap_does_not(trials: in
     assert covered_t > covered_boot
 
 
-def test_batch_means_interval_follows_the_spread_between_batches(
-    tmp_path: Path, db_path: Path
-) -> None:
-    """1000 queries in scheduled order, batch k (100 queries) all taking 1 + k ms: each batch's
-    p50 is 1 + k, the full p50 sorted[500] = 6 ms; the interval is 6 +- t975(9) * sd(1..10) /
-    sqrt(10). p99 per batch is 1 + k too: 100 per batch is enough for it."""
-    run = RunBuilder(tmp_path, "20260111-000000-batches", {"a": "server"})
-    for index in range(1000):
+def add_ok_queries(run: RunBuilder, latencies_ns: list[int]) -> None:
+    """Trial 0 solo queries of pipeline a, one every 10 ms, all ok, with these latencies."""
+    for index, latency_ns in enumerate(latencies_ns):
         scheduled = index * 10 * MS_NS
         run.add(
             "queries",
@@ -102,11 +97,21 @@ def test_batch_means_interval_follows_the_spread_between_batches(
             query_id=index,
             scheduled_ns=scheduled,
             issued_ns=scheduled,
-            completed_ns=scheduled + (1 + index // 100) * MS_NS,
+            completed_ns=scheduled + latency_ns,
             status="ok",
             samples=1,
             warmup=False,
         )
+
+
+def test_batch_means_interval_follows_the_spread_between_batches(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """1000 queries in scheduled order, batch k (100 queries) all taking 1 + k ms: each batch's
+    p50 is 1 + k, the full p50 sorted[500] = 6 ms; the interval is 6 +- t975(9) * sd(1..10) /
+    sqrt(10). p99 per batch is 1 + k too: 100 per batch is enough for it."""
+    run = RunBuilder(tmp_path, "20260111-000000-batches", {"a": "server"})
+    add_ok_queries(run, [(1 + index // 100) * MS_NS for index in range(1000)])
     load_runs([run.write()], db_path)
     columns, rows = run_query(db_path, "SELECT * FROM latency")
     row = dict(zip(columns, rows[0], strict=True))
@@ -124,22 +129,7 @@ def test_a_latency_interval_never_reaches_below_zero(tmp_path: Path, db_path: Pa
     """One slow batch among fast ones: the symmetric batch-means interval of p50 would reach
     below 0 ms; a latency cannot, so its low end is truncated at 0 (coverage is kept)."""
     run = RunBuilder(tmp_path, "20260111-000000-skewed", {"a": "server"})
-    for index in range(1000):
-        scheduled = index * 10 * MS_NS
-        latency_ns = 100 * MS_NS if index >= 900 else MS_NS // 10
-        run.add(
-            "queries",
-            0,
-            "solo",
-            "a",
-            query_id=index,
-            scheduled_ns=scheduled,
-            issued_ns=scheduled,
-            completed_ns=scheduled + latency_ns,
-            status="ok",
-            samples=1,
-            warmup=False,
-        )
+    add_ok_queries(run, [100 * MS_NS if index >= 900 else MS_NS // 10 for index in range(1000)])
     load_runs([run.write()], db_path)
     columns, rows = run_query(db_path, "SELECT * FROM latency")
     row = dict(zip(columns, rows[0], strict=True))
