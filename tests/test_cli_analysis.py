@@ -43,7 +43,7 @@ def test_run_loads_into_duckdb_and_the_commands_read_it(tmp_path: Path) -> None:
         env={**os.environ, "COLUMNS": "200"},
     )
     assert completed.returncode == 0, completed.stderr
-    assert "contention (collocated vs solo)" in completed.stdout
+    assert "contention per trial" in completed.stdout
     # The summary shows q/s with its batch-means interval, and the verdict percentile.
     assert "failures count as inf" in completed.stdout
     assert re.search(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", completed.stdout), completed.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -322,7 +323,9 @@ def test_shipped_spec_loads() -> None:
 def test_lost_gpu_and_counter_reset_reach_the_manifest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_gpu(tmp_path, monkeypatch, power_w=120, energy_resets_at_s=[0.6], lost_at_s=1.2)
+    # Late enough that a sampler starting slowly on a loaded machine still sees the counter
+    # before its reset; early enough to fall inside the run (which lasts over 3 s).
+    fake_gpu(tmp_path, monkeypatch, power_w=120, energy_resets_at_s=[1.5], lost_at_s=2.5)
     doc = spec_doc({"type": "noop"}, duration_s=2)
     doc["pipelines"][1]["loadgen"]["duration_s"] = 2
     doc["telemetry"]["gpu"] = {"period_ms": 20}
@@ -486,12 +489,29 @@ def test_foreign_cpu_load_in_a_window_is_a_manifest_warning(tmp_path: Path) -> N
         "telemetry": {"host": {"period_ms": 50}},
         "pipelines": [{"name": "a", "loadgen": loadgen, "stages": [{"id": "s", "type": "noop"}]}],
     }
-    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    # Started through a parent that exits at once, so the burner is not a descendant of this
+    # process (which is the launcher here, and whose descendants count as the harness).
+    spawner = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys\n"
+            "burner = subprocess.Popen([sys.executable, '-c', 'while True: pass'],"
+            " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,"
+            " start_new_session=True)\n"
+            "print(burner.pid)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    burner = psutil.Process(int(spawner.stdout))
     try:
         result = run(doc, tmp_path, summarize_phase=summarize_phase)
     finally:
         burner.kill()
-        burner.wait()
+        with contextlib.suppress(psutil.Error):
+            burner.wait(timeout=10)
     assert result.status == "ok"
     manifest = json.loads((result.run_dir / "manifest.json").read_text())
     (warning,) = [w for w in manifest["warnings"] if "foreign CPU load" in w]
