@@ -170,3 +170,15 @@ def test_a_ratio_whose_interval_spans_one_is_no_measurable_effect() -> None:
         "ci_verdict(NULL, 0.8, 'faster')"
     ).fetchone()
     assert row == ("no measurable effect", "slower", "faster", "slower", None)
+
+
+def test_a_tight_interval_just_off_one_is_no_measurable_effect() -> None:
+    """Seen on the demo: an open-loop pipeline that keeps up had throughput ratios of 1.00002
+    in every trial, a tight interval excluding 1 that read 'faster'. Within 1 +- 1% it is no
+    effect; just outside that band it is one."""
+    connection = macros()
+    row = connection.execute(
+        "SELECT ci_verdict(1.00001, 1.00003, 'faster'), ci_verdict(0.992, 0.998, 'slower'), "
+        "ci_verdict(1.005, 1.02, 'faster'), ci_verdict(0.985, 0.995, 'faster')"
+    ).fetchone()
+    assert row == ("no measurable effect", "no measurable effect", "faster", "slower")

@@ -51,12 +51,16 @@ CREATE OR REPLACE MACRO batch_se(sd, batches, smallest, needed, finite) AS
     END;
 
 -- ci_verdict(low, high, higher_is): what a ratio's interval says. 'no measurable effect' when it
--- spans 1; otherwise 'slower' or 'faster', where higher_is names what a ratio above 1 means
--- ('slower' for latency slowdowns, 'faster' for throughput ratios). NULL without an interval.
+-- spans 1, or lies wholly within 1 +- 1% (an open-loop pipeline that keeps up has the same
+-- throughput in both phases to within a few microseconds of its last completion: a tight
+-- interval just off 1 is real but means nothing); otherwise 'slower' or 'faster', where
+-- higher_is names what a ratio above 1 means ('slower' for latency slowdowns, 'faster' for
+-- throughput ratios). NULL without an interval.
 CREATE OR REPLACE MACRO ci_verdict(low, high, higher_is) AS
     CASE
         WHEN low IS NULL OR high IS NULL THEN NULL
         WHEN low <= 1 AND high >= 1 THEN 'no measurable effect'
+        WHEN low >= 0.99 AND high <= 1.01 THEN 'no measurable effect'
         WHEN low > 1 THEN higher_is
         ELSE CASE WHEN higher_is = 'slower' THEN 'faster' ELSE 'slower' END
     END;
