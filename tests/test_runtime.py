@@ -412,3 +412,28 @@ def test_busy_work_is_calibrated_once_per_machine(tmp_path: Path) -> None:
     stage.prepare()
     assert stage._iterations == round(2 * first)
     assert (tmp_path / "busy_calibration.json").exists()
+
+
+def test_under_backlog_the_wait_for_room_is_issue_delay_not_queue_wait() -> None:
+    """With `on_full: backlog` the issuer waits for room in the entry queue. The issue time is
+    taken when the query goes in: before, it was taken before the wait, so a 5 ms stage behind a
+    queue of one showed ~10 ms of queue wait (the wait for room counted twice, as queue wait and
+    inside the latency) and the issue delay was understated by a service time."""
+    stages = [{"id": "s", "type": "sleep", "config": {"ms": 5}}]
+    spec = pipeline(
+        stages,
+        type="constant",
+        rate=400,
+        duration_s=0.5,
+        queue_depth=1,
+        on_full="backlog",
+    )
+    result, recorder = run_pipeline(spec)
+    assert result.status == "ok"
+    events = rows(recorder, "stage_events")
+    waits_ms = sorted((e["started_ns"] - e["enqueued_ns"]) / 1e6 for e in events)
+    median_wait_ms = waits_ms[len(waits_ms) // 2]
+    assert 2.0 < median_wait_ms < 7.5, median_wait_ms  # behind the one query in service
+    queries = [q for q in rows(recorder, "queries") if q["status"] == "ok"]
+    delays_ms = sorted((q["issued_ns"] - q["scheduled_ns"]) / 1e6 for q in queries)
+    assert delays_ms[-1] > 50  # overloaded 2x: the backlog grows as issue delay

@@ -46,19 +46,28 @@ class Channel:
 
     def put(self, item: Any, timeout: float | None = None) -> bool:
         """Append, waiting for room (back-pressure); False if `timeout` passed while full."""
+        if self._items.qsize() >= self.capacity and not self.wait_for_room(timeout):
+            return False
+        self._items.put(item)
+        return True
+
+    def wait_for_room(self, timeout: float | None = None) -> bool:
+        """Wait until the channel has room; False if `timeout` passed while full. Lets a sole
+        producer take a timestamp at the moment its item can go in (issue time under
+        back-pressure), then append with `put_unbounded`."""
         items = self._items
-        if items.qsize() >= self.capacity:
-            with self._not_full:
-                self._waiting_producers += 1
-                try:
-                    # Re-check under the lock: a consumer that took the last item before we
-                    # registered saw no waiter and will not notify.
-                    while items.qsize() >= self.capacity:
-                        if not self._not_full.wait(timeout):
-                            return False
-                finally:
-                    self._waiting_producers -= 1
-        items.put(item)
+        if items.qsize() < self.capacity:
+            return True
+        with self._not_full:
+            self._waiting_producers += 1
+            try:
+                # Re-check under the lock: a consumer that took the last item before we
+                # registered saw no waiter and will not notify.
+                while items.qsize() >= self.capacity:
+                    if not self._not_full.wait(timeout):
+                        return False
+            finally:
+                self._waiting_producers -= 1
         return True
 
     def put_nowait(self, item: Any) -> bool:

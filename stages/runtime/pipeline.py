@@ -211,9 +211,12 @@ class PipelineRuntime:
         """Send a new query to the entry stages. Without `block`, a full entry queue refuses it
         (the caller records it dropped); with it, waits for room (back-pressure), but not past
         `deadline_ns` nor once the load is stopped: then nothing was sent, False is returned
-        and the caller records the query `not_issued`."""
+        and the caller records the query `not_issued`. The issue time is taken when the query
+        goes in, so under back-pressure the wait for room is issue delay, not queue wait."""
         channels = self.entry_channels
         if not block and any(channel.full() for channel in channels):
+            return False
+        if block and not self._room_by(channels[0], deadline_ns):
             return False
         query.outstanding = len(channels)
         self._inflight[query.query_id] = query  # dict updates are atomic under the GIL
@@ -224,16 +227,9 @@ class PipelineRuntime:
         query.enqueued_ns = issued_ns
         # Branches for further entries are copied before the query is visible to any stage.
         branches = [query.branch() for _ in channels[1:]]
-        if block and deadline_ns is not None:
-            if not self._send_by(channels[0], query, deadline_ns):
-                # Nothing was sent, so no other thread has seen the query: take it back.
-                self._inflight.pop(query.query_id, None)
-                query.issued_ns = query.enqueued_ns = 0
-                if not self._inflight:
-                    self._idle.set()
-                return False
-        else:
-            self._send(channels[0], query)
+        # Room was there a moment ago and the load generator is the entry's only bounded
+        # producer (loop edges into it are unbounded), so this cannot overfill it.
+        channels[0].put_unbounded(query)
         for channel, branch in zip(channels[1:], branches, strict=True):
             self._send(channel, branch)
         self.issued += 1
@@ -241,16 +237,18 @@ class PipelineRuntime:
             self.first_issue_ns = issued_ns
         return True
 
-    def _send_by(self, channel: Channel, query: Query, deadline_ns: int) -> bool:
-        """Send, waiting for room until `deadline_ns` or a stop of the load; False if neither
-        room came nor anything was sent."""
-        if channel.put_nowait(query):
+    def _room_by(self, channel: Channel, deadline_ns: int | None) -> bool:
+        """Wait for room in `channel` until `deadline_ns` (None: no deadline) or a stop of the
+        load; False if neither room came."""
+        if channel.wait_for_room(0):
             return True
-        while not self.stop_issuing.is_set():
-            remaining_s = (deadline_ns - time.monotonic_ns()) / 1e9
-            if remaining_s <= 0:
-                return False
-            if channel.put(query, timeout=min(IDLE_WAKE_S, remaining_s)):
+        while not self.stop_issuing.is_set() and not self.stop_event.is_set():
+            wait_s = IDLE_WAKE_S
+            if deadline_ns is not None:
+                wait_s = min(wait_s, (deadline_ns - time.monotonic_ns()) / 1e9)
+                if wait_s <= 0:
+                    return False
+            if channel.wait_for_room(wait_s):
                 return True
         return False
 
