@@ -20,10 +20,10 @@ import duckdb
 
 from analysis.db import sql_text
 from analysis.early_stopping import early_stopping_percentile, slo_met
-from analysis.loader import ensure_schema, load_run, table_files
+from analysis.loader import ensure_schema, load_run
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99
-SUMMARY_TABLES = ("queries",)  # the only table the summary's views read
+SUMMARY_TABLES = ("queries",)  # the only table the summary's views read (host_load: + samples)
 PHASE_ORDER = {"solo": 0, "collocated": 1}
 
 
@@ -74,18 +74,13 @@ class PhaseSummary:
     ci_method: str | None  # batch_means_10 within one trial
 
 
-def _open(run_dir: Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory database holding the run directory's queries (merged or from parts/)."""
+def _open(run_dir: Path, tables: tuple[str, ...]) -> duckdb.DuckDBPyConnection:
+    """An in-memory warehouse holding these tables of the run directory (merged or from
+    parts/), loaded by the loader's own code path."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
     connection = duckdb.connect(":memory:")
     ensure_schema(connection)
-    for table in SUMMARY_TABLES:
-        files, _ = table_files(run_dir, table)
-        if files:
-            # `table` comes from the fixed SUMMARY_TABLES tuple, never from input.
-            connection.execute(
-                f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)",
-                [[str(path) for path in files]],
-            )
+    load_run(connection, run_dir, manifest, tables)
     return connection
 
 
@@ -98,7 +93,7 @@ def _summaries(run_dir: Path, trial: int | None, phase: str | None) -> list[Phas
     run_dir = Path(run_dir)
     loadgens = _loadgens(run_dir)
     parameters = {"trial": trial, "phase": phase}
-    connection = _open(run_dir)
+    connection = _open(run_dir, SUMMARY_TABLES)
     try:
         result = connection.execute(sql_text("summary_figures.sql"), parameters)
         names = [column[0] for column in result.description or []]
@@ -221,12 +216,8 @@ def headline_metrics(summary: PhaseSummary, *, finite_only: bool = True) -> dict
 def phase_warnings(run_dir: Path, trial: int, phase: str) -> list[str]:
     """Warnings about one phase's load windows, from the `host_load` view: CPU taken by
     something other than the benchmark's workers and harness (`foreign_cpu_warning`)."""
-    run_dir = Path(run_dir)
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    connection = duckdb.connect(":memory:")
+    connection = _open(Path(run_dir), ("queries", "host_samples"))
     try:
-        ensure_schema(connection)
-        load_run(connection, run_dir, manifest, tables=("queries", "host_samples"))
         rows = connection.execute(
             sql_text("summary_host_load.sql"), {"trial": trial, "phase": phase}
         ).fetchall()

@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -383,6 +384,20 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _ci_names(name: str) -> tuple[str, str]:
+    """The names of a figure's interval bounds, as the views and summaries spell them:
+    `x_ci_low` / `x_ci_high`, with a `_ms` unit kept last (`x_ms` -> `x_ci_low_ms`)."""
+    stem, unit = (name[:-3], "_ms") if name.endswith("_ms") else (name, "")
+    return f"{stem}_ci_low{unit}", f"{stem}_ci_high{unit}"
+
+
+def _with_interval(value: Any, low: Any, high: Any, fmt: Callable[[Any], str] = _cell) -> str:
+    """`value [low, high]`, or the value alone when a bound is missing (None or NaN)."""
+    if low is None or high is None or _cell(low) == "-" or _cell(high) == "-":
+        return fmt(value)
+    return f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
+
+
 def _interval_columns(columns: list[str]) -> list[tuple[str, str | None, str | None]]:
     """(column, its ci_low column, its ci_high column) for each column shown, the interval
     columns folded into the value's (`x_ci_low` / `x_ci_low_ms` beside `x` / `x_ms`)."""
@@ -391,8 +406,7 @@ def _interval_columns(columns: list[str]) -> list[tuple[str, str | None, str | N
     for column in columns:
         if "_ci_low" in column or "_ci_high" in column:
             continue
-        stem, unit = (column[:-3], "_ms") if column.endswith("_ms") else (column, "")
-        low, high = f"{stem}_ci_low{unit}", f"{stem}_ci_high{unit}"
+        low, high = _ci_names(column)
         if low in shown and high in shown:
             folded.append((column, low, high))
         else:
@@ -408,13 +422,12 @@ def _compact_table(title: str | None, frame: Any, columns: list[str]) -> Table:
     for column, _, _ in folded:
         table.add_column(column)
     for row in frame.to_dict("records"):
-        cells = []
-        for column, low, high in folded:
-            text = _cell(row[column])
-            if low is not None and high is not None and _cell(row[low]) != "-":
-                text += f" [{_cell(row[low])}, {_cell(row[high])}]"
-            cells.append(text)
-        table.add_row(*cells)
+        table.add_row(
+            *(
+                _with_interval(row[column], low and row[low], high and row[high])
+                for column, low, high in folded
+            )
+        )
     return table
 
 
@@ -500,16 +513,10 @@ class _ProgressDisplay:
         return table
 
 
-def _interval(figures: dict[str, Any], name: str, unit: str = "") -> str:
-    """`value [low, high]unit` from a summary's `<name>`, `<name>_ci_low`, `<name>_ci_high`
-    (a unit suffix such as `_ms` follows the ci part); `inf` for an infinite percentile."""
-    stem, suffix = (name[: -len(unit)], unit) if unit and name.endswith(unit) else (name, "")
-    value = figures.get(name)
-    low, high = figures.get(f"{stem}_ci_low{suffix}"), figures.get(f"{stem}_ci_high{suffix}")
-    text = _cell(float(value)) if isinstance(value, int | float) else str(value or "-")
-    if isinstance(low, int | float) and isinstance(high, int | float):
-        text += f" [{_cell(float(low))}, {_cell(float(high))}]"
-    return text
+def _interval(figures: dict[str, Any], name: str) -> str:
+    """A summary's figure `name` with its interval; `inf` for an infinite percentile."""
+    low, high = _ci_names(name)
+    return _with_interval(figures.get(name), figures.get(low), figures.get(high))
 
 
 def _phase_line(outcome: dict[str, Any]) -> str:
@@ -528,7 +535,7 @@ def _phase_line(outcome: dict[str, Any]) -> str:
         f"{int(figures.get('queries_measured', 0))} measured "
         f"({int(figures.get('queries_failed', 0))} failed), "
         f"{_interval(figures, 'queries_per_s')} q/s, "
-        f"{target} {_interval(figures, 'latency_target_ms', '_ms')} ms "
+        f"{target} {_interval(figures, 'latency_target_ms')} ms "
         f"(completed only {_cell(figures.get('completed_target_ms'))} ms)"
     )
 
@@ -540,11 +547,11 @@ def _summary_table(result: Any) -> Table:
     LoadGen's early-stopping bound and the SLO verdict by LoadGen's rule."""
     from analysis.run_summary import summarize_run  # the CLI is the one place stages meets analysis
 
-    def with_ci(value: float | None, low: float | None, high: float | None, pattern: str) -> str:
-        shown = _fmt(value, pattern)
-        if low is None or high is None:
-            return shown
-        return f"{shown} [{pattern.format(low)}, {pattern.format(high)}]"
+    def one_decimal(value: Any) -> str:
+        return _fmt(value, "{:.1f}")
+
+    def two_decimals(value: Any) -> str:
+        return _fmt(value, "{:.2f}")
 
     statuses = {(o.trial, o.phase, o.pipeline): o.status for o in result.results}
     table = Table(
@@ -575,13 +582,15 @@ def _summary_table(result: Any) -> Table:
             statuses.get((row.trial, row.phase, row.pipeline), "?"),
             str(row.ok),
             str(row.failed),
-            with_ci(row.throughput_qps, row.throughput_ci_low, row.throughput_ci_high, "{:.1f}"),
+            _with_interval(
+                row.throughput_qps, row.throughput_ci_low, row.throughput_ci_high, one_decimal
+            ),
             f"{target} "
-            + with_ci(
+            + _with_interval(
                 row.latency_target_ms,
                 row.latency_target_ci_low_ms,
                 row.latency_target_ci_high_ms,
-                "{:.2f}",
+                two_decimals,
             ),
             _fmt(row.completed_p99_ms, "{:.2f}"),
             _fmt(row.latency_bound_ms, "{:.2f}")

@@ -1,5 +1,6 @@
 """Builders of small run directories with known numbers, written with pyarrow against the
-run-directory contract (stages.rundir.SCHEMAS), so each view's expected value is exact."""
+run-directory contract (stages.rundir.SCHEMAS), so each view's expected value is exact; and
+read-only queries of a loaded warehouse as rows."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analysis.db import run_query
 from stages.rundir import SCHEMAS
 
 SECOND_NS = 1_000_000_000
@@ -141,3 +143,14 @@ class RunBuilder:
                     pq.write_table(piece, folder / f"w-{number:06d}.parquet")
         (self.run_dir / "manifest.json").write_text(json.dumps(self.manifest()))
         return self.run_dir
+
+
+def rows_of(db_path: Path, sql: str) -> list[dict[str, Any]]:
+    columns, rows = run_query(db_path, sql)
+    return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def one(db_path: Path, sql: str) -> dict[str, Any]:
+    found = rows_of(db_path, sql)
+    assert len(found) == 1, found
+    return found[0]

@@ -5,28 +5,15 @@ known numbers."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from analysis.db import run_query
 from analysis.loader import load_runs
 from tests.analysis.conftest import BASE_NS, collocated_run
-from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder
+from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder, one, rows_of
 
 TEN_S = 10 * SECOND_NS
 HALF_S = 500 * MS_NS
-
-
-def rows_of(db_path: Path, sql: str) -> list[dict[str, Any]]:
-    columns, rows = run_query(db_path, sql)
-    return [dict(zip(columns, row, strict=True)) for row in rows]
-
-
-def one(db_path: Path, sql: str) -> dict[str, Any]:
-    found = rows_of(db_path, sql)
-    assert len(found) == 1, found
-    return found[0]
 
 
 def constant_power(

@@ -9,23 +9,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from analysis.db import run_query
 from analysis.loader import load_runs
 from stages.rundir import ChunkWriter
 from stages.telemetry.host_sampler import HostSampler
 from tests.analysis.conftest import BASE_NS
-from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder
+from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder, rows_of
 
 TEN_S = 10 * SECOND_NS
-
-
-def rows_of(db_path: Path, sql: str) -> list[dict[str, Any]]:
-    columns, rows = run_query(db_path, sql)
-    return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
 def with_logical_cores(run_dir: Path, logical_cores: int) -> Path:
