@@ -2,7 +2,7 @@
 
 A real in-process run: Poisson at 400 q/s into a 5 ms `sleep` stage (capacity ~200 q/s) with
 queue_depth 8, so about half the queries are dropped. Judged by its survivors (the old views)
-the completed queries' p99 stays under a 100 ms SLO and the run read "SLO met"; counting every
+the completed queries' p99 stays under the SLO and the run read "SLO met"; counting every
 measured query, with the drops as over-latency, it misses, and contention shows the drops."""
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from stages.rundir import merge_parts, read_table
 from stages.runtime.driver import run_pipeline
 from stages.spec import PipelineSpec
 
-SLO_MS = 100.0
+# Far above what a completed query can take here (8 queued x 5 ms, plus issuer stalls that
+# reached ~70 ms on a loaded CI machine), so only the drops can make the verdict miss.
+SLO_MS = 500.0
 
 
 def overloaded(rate: float) -> dict[str, Any]:
