@@ -31,10 +31,10 @@ import numpy as np
 import psutil
 import pyarrow as pa
 
-from stages.rundir import read_table
+from stages.rundir.tables import read_table
 from stages.runtime.driver import PhaseResult, run_pipeline
 from stages.runtime.loadgen.timing import set_timer_slack_ns
-from stages.spec import PipelineSpec
+from stages.spec.models import PipelineSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

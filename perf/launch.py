@@ -52,10 +52,10 @@ import pyarrow as pa
 import yaml
 from common import REPO_ROOT, BackgroundLoad, report_header, wait_for_quiet
 
-from stages.rundir import read_table
+from stages.rundir.tables import read_table
 from stages.runtime.driver import arrival_seed
 from stages.runtime.loadgen.arrivals import ARRIVAL_PROCESSES
-from stages.spec import LoadgenSpec
+from stages.spec.models import LoadgenSpec
 
 TARGET_SKEW_MS = 5.0
 SERVER_RATE_QPS = 1000
@@ -169,7 +169,7 @@ def startup_once(index: int, work: Path) -> dict[str, Any]:
 def environment_capture_ms() -> float:
     """What the launcher's manifest probe (versions, git, CPU, torch in a subprocess) costs:
     part of `launcher_to_common_start_ms`, measured here once in this process."""
-    from stages.environment import capture_environment
+    from stages.collocation.environment import capture_environment
 
     started = time.monotonic()
     capture_environment(REPO_ROOT)

@@ -56,7 +56,7 @@ from common import (
 
 from stages.runtime.driver import PhaseResult
 from stages.runtime.loadgen.timing import set_timer_slack_ns, timer_slack_ns
-from stages.spec import LoadgenSpec, PipelineSpec, StageSpec
+from stages.spec.models import LoadgenSpec, PipelineSpec, StageSpec
 
 RATES_QPS = (1000, 5000)
 TARGET_P50_US = 10.0

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from stages.rundir import ChunkWriter, read_table
+from stages.rundir.tables import ChunkWriter, read_table
 from stages.telemetry.fake_nvml import FakeNvml
 from stages.telemetry.gpu_sampler import GpuSampler
 from stages.telemetry.nvml_backend import NvmlBackend

@@ -63,7 +63,7 @@ from common import (
 )
 
 from stages.runtime.driver import PhaseResult
-from stages.spec import LoadgenSpec, PipelineSpec, StageSpec
+from stages.spec.models import LoadgenSpec, PipelineSpec, StageSpec
 
 DEPTHS = (1, 10, 50)
 PLACEMENTS = ("one_core", "two_cores")

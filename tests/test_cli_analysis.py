@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from stages.cli import app
+from stages.cli.app import app
 from tests.helpers import REPO
 
 runner = CliRunner()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stages import environment
-from stages.environment import capture_environment, redact_secrets
+from stages.collocation import environment
+from stages.collocation.environment import capture_environment, redact_secrets
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_capture_environment_reports_machine_and_filters_env(
 def test_capture_environment_never_imports_torch_in_process() -> None:
     code = (
         "import json, sys; from pathlib import Path; "
-        "from stages.environment import capture_environment; "
+        "from stages.collocation.environment import capture_environment; "
         "env = capture_environment(Path('.')); "
         "print(json.dumps({'torch_loaded': 'torch' in sys.modules}))"
     )

@@ -16,9 +16,9 @@ import psutil
 import pytest
 import yaml
 
-from stages.launch import LaunchError, ProgressEvent, RunOptions, run_benchmark
-from stages.rundir import read_table
-from stages.spec_loading import load_spec, validate_document
+from stages.collocation.launcher import LaunchError, ProgressEvent, RunOptions, run_benchmark
+from stages.rundir.tables import read_table
+from stages.spec.loading import load_spec, validate_document
 from tests.helpers import REPO
 
 KEYS = ("run_id", "trial", "phase", "pipeline")
@@ -229,7 +229,16 @@ def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, list[ps
     spec.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"
     process = subprocess.Popen(
-        [sys.executable, "-m", "stages.cli", "run", str(spec), "--out", str(out), "--no-mlflow"],
+        [
+            sys.executable,
+            "-m",
+            "stages.cli",
+            "run",
+            str(spec),
+            "--out",
+            str(out),
+            "--no-mlflow",
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -399,7 +408,7 @@ def test_a_killed_launcher_takes_its_children_with_it(tmp_path: Path) -> None:
 
 
 def test_phase_order_alternates_between_trials() -> None:
-    from stages.launch import phases_of
+    from stages.collocation.launcher import phases_of
 
     doc = {
         "name": "abba",
@@ -481,7 +490,7 @@ def test_the_harness_stays_out_of_every_load_window(tmp_path: Path) -> None:
 def test_foreign_cpu_load_in_a_window_is_a_manifest_warning(tmp_path: Path) -> None:
     """Finding 8: a process outside the benchmark burning a core during the load windows shows
     as foreign CPU (host - workers - harness) and reaches the manifest as a warning."""
-    from stages.cli import summarize_phase
+    from stages.cli.app import summarize_phase
 
     loadgen = {"type": "server", "rate": 100, "duration_s": 1.0, "timeout_s": 20}
     doc = {

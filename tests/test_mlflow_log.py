@@ -15,14 +15,14 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from stages.cli import summarize_phase
-from stages.mlflow_log import (
+from stages.cli.app import summarize_phase
+from stages.cli.mlflow_log import (
     artifact_location_for,
     default_tracking_uri,
     flatten_params,
     log_run_to_mlflow,
 )
-from stages.rundir import ChunkWriter, merge_parts
+from stages.rundir.tables import ChunkWriter, merge_parts
 
 RUN_ID = "20261122-001500-vision-collocated-1a2b3c"
 BASE_NS = 1_000_000_000_000
@@ -390,7 +390,7 @@ def test_bad_tracking_uri_warns_and_returns_none(
     logged: Logged, tmp_path: Path, caplog: pytest.LogCaptureFixture, make_uri: Any
 ) -> None:
     (tmp_path / "a-file").write_text("not a directory")
-    with caplog.at_level(logging.WARNING, logger="stages.mlflow_log"):
+    with caplog.at_level(logging.WARNING, logger="stages.cli.mlflow_log"):
         assert log_run_to_mlflow(logged.run_dir, make_uri(tmp_path)) is None
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings and "could not log run" in warnings[0].getMessage()
@@ -400,7 +400,7 @@ def test_mlflow_import_error_warns_and_returns_none(
     logged: Logged, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setitem(sys.modules, "mlflow", None)  # makes `import mlflow` raise ImportError
-    with caplog.at_level(logging.WARNING, logger="stages.mlflow_log"):
+    with caplog.at_level(logging.WARNING, logger="stages.cli.mlflow_log"):
         assert log_run_to_mlflow(logged.run_dir, logged.tracking_uri) is None
     assert any("import of mlflow halted" in r.getMessage() for r in caplog.records)
 
@@ -408,7 +408,7 @@ def test_mlflow_import_error_warns_and_returns_none(
 def test_missing_manifest_warns_and_returns_none(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="stages.mlflow_log"):
+    with caplog.at_level(logging.WARNING, logger="stages.cli.mlflow_log"):
         result = log_run_to_mlflow(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert result is None
     assert any(r.levelno == logging.WARNING for r in caplog.records)

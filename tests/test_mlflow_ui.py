@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from stages.cli import summarize_phase
+from stages.cli.app import summarize_phase
 from tests.test_launch import run, spec_doc
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from stages.placement import (
+from stages.collocation.placement import (
     PlacementError,
     apply_cpu_affinity,
     check_collocation,
     torch_device,
     worker_environment,
 )
-from stages.spec import BenchmarkSpec, PipelineSpec
+from stages.spec.models import BenchmarkSpec, PipelineSpec
 
 
 def pipeline(**fields: object) -> PipelineSpec:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from stages.cli import app
+from stages.cli.app import app
 from stages.runtime.driver import run_pipeline
 from stages.runtime.registry import default_registry
-from stages.spec import PipelineSpec
+from stages.spec.models import PipelineSpec
 from tests.helpers import REPO
 from tests.test_runtime import rows
 

@@ -12,7 +12,7 @@ import pytest
 from analysis.db import run_query
 from analysis.loader import load_runs
 from analysis.run_summary import headline_metrics, summarize_phase, summarize_run
-from stages.rundir import ChunkWriter, merge_parts
+from stages.rundir.tables import ChunkWriter, merge_parts
 
 
 def make_run(

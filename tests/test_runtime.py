@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from stages.library.builtin import BusyStage, calibrate_iterations_per_ms
-from stages.rundir import merge_parts, read_table
+from stages.rundir.tables import merge_parts, read_table
 from stages.runtime.channels import Channel, PriorityInbox
 from stages.runtime.driver import run_pipeline
 from stages.runtime.graph import StageGraph
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext
-from stages.spec import PipelineSpec
+from stages.spec.models import PipelineSpec
 
 
 def pipeline(stages: list[dict[str, Any]], **loadgen: Any) -> PipelineSpec:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from stages.cli import app
+from stages.cli.app import app
 from tests.helpers import REPO
 
 runner = CliRunner()

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from stages.cli import app
-from stages.spec_loading import SpecError, load_spec
+from stages.cli.app import app
+from stages.spec.loading import SpecError, load_spec
 from tests.helpers import REPO
 
 runner = CliRunner()

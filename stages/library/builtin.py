@@ -19,11 +19,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from stages.runtime.query import Query
-from stages.runtime.registry import stage_type
 from stages.runtime.stage import Route, Stage, StageConfig
 
 
-@stage_type("noop")
 class NoopStage(Stage):
     """Does nothing: measures the runtime's own per-stage cost."""
 
@@ -35,7 +33,6 @@ class SleepConfig(StageConfig):
     ms: float = Field(1.0, ge=0, description="Milliseconds to sleep per query (releases the GIL).")
 
 
-@stage_type("sleep")
 class SleepStage(Stage):
     """Sleeps: a stand-in for I/O or a device call that frees the CPU."""
 
@@ -142,7 +139,6 @@ def machine_calibration(cache_dir: Path, release_gil: bool) -> float:
     return float(rate)
 
 
-@stage_type("busy")
 class BusyStage(Stage):
     """Performs a fixed amount of CPU work, calibrated at `prepare`: a stand-in for
     compute-bound work. A query that is preempted takes longer, so CPU contention shows in
@@ -167,7 +163,6 @@ class CopyConfig(StageConfig):
     bytes: int = Field(1024, ge=0, description="Size of the payload copied per query.")
 
 
-@stage_type("copy")
 class CopyStage(Stage):
     """Copies a payload of a given size: memory-bandwidth work, and a payload to pass on."""
 
@@ -204,7 +199,6 @@ class InjectedFailureError(RuntimeError):
     """Raised by the `fail` stage in `raise` mode."""
 
 
-@stage_type("fail")
 class FailStage(Stage):
     """Fault injection: fails on chosen queries in one of four ways."""
 
@@ -250,7 +244,6 @@ class RouteConfig(StageConfig):
         return self
 
 
-@stage_type("route")
 class RouteStage(Stage):
     """Routing decisions without work: forks, round-robin branches and bounded loops."""
 

@@ -16,7 +16,7 @@ from stages.runtime.loadgen.timing import set_timer_slack_ns
 from stages.runtime.pipeline import PipelineCounters, PipelineRuntime
 from stages.runtime.recorder import Recorder
 from stages.runtime.seeds import derive_seed
-from stages.spec import PipelineSpec
+from stages.spec.models import PipelineSpec
 
 
 @dataclass

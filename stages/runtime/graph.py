@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stages.spec import PipelineSpec, StageSpec
+from stages.spec.models import PipelineSpec, StageSpec
 
 
 @dataclass(frozen=True)

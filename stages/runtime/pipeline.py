@@ -30,7 +30,7 @@ from stages.runtime.query import DROPPED, ERROR, NOT_ISSUED, OK, TIMEOUT, Query
 from stages.runtime.recorder import CHUNK_ROWS, Recorder, RowBuffer
 from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import Stage, StageContext
-from stages.spec import PipelineSpec
+from stages.spec.models import PipelineSpec
 
 IDLE_WAKE_S = 0.25  # an idle stage thread wakes this often to flush rows and check for stop
 JOIN_SWEEP_NS = 100_000_000

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stages.rundir import ChunkWriter
+from stages.rundir.tables import ChunkWriter
 from stages.runtime.query import STATUS_NAMES
 
 CHUNK_ROWS = 65_536

@@ -1,7 +1,9 @@
 """Registry of stage types: specs may name only what is registered here (never import paths).
 
-Builtin and library stages register on import of `stages.library`; third-party packages add
-theirs through the `collobench.stages` entry point group (`name = "pkg.module:StageClass"`).
+Every stage type, builtin, library or third-party, comes in through the `collobench.stages`
+entry point group (`name = "pkg.module:StageClass"`); this distribution lists its own in
+pyproject.toml. The runtime therefore knows no concrete stage. `stage_type` registers a class
+by hand (tests, notebooks).
 """
 
 from __future__ import annotations
@@ -69,11 +71,10 @@ def stage_type(name: str) -> Callable[[StageT], StageT]:
 
 
 def default_registry() -> StageRegistry:
-    """The registry with the library and every installed entry-point stage loaded (once)."""
+    """The registry with every installed entry-point stage loaded (once)."""
     global _loaded
     if not _loaded:
         _loaded = True
-        importlib.import_module("stages.library")
         for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             stage_class = entry_point.load()
             if not (isinstance(stage_class, type) and issubclass(stage_class, Stage)):

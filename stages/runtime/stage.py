@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from stages import settings
 from stages.runtime.query import Query
-from stages.spec import StrictModel
+from stages.spec.models import StrictModel
 
 Route = Sequence[str] | None
 """What `run` returns: None sends the query to every output (or ends it at a pipeline output);

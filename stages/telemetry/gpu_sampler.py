@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from stages.rundir import ChunkWriter
+from stages.rundir.tables import ChunkWriter
 from stages.telemetry.gpu_backend import (
     GpuBackend,
     GpuError,

@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from stages.rundir import ChunkWriter
+from stages.rundir.tables import ChunkWriter
 
 log = logging.getLogger(__name__)
 

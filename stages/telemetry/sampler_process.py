@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from stages.rundir import ChunkWriter
+from stages.rundir.tables import ChunkWriter
 from stages.telemetry.fake_nvml import FakeNvml
 from stages.telemetry.gpu_backend import GpuBackend, GpuError, GpuUnavailableError
 from stages.telemetry.gpu_sampler import GpuSampler, GpuSamplerResult

@@ -17,8 +17,8 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 from typing import Any
 
-from stages.lifetime import die_with_parent
-from stages.spec import TelemetrySpec
+from stages.collocation.lifetime import die_with_parent
+from stages.spec.models import TelemetrySpec
 from stages.telemetry.sampler_process import SamplerSettings, gpu_sampler_main, host_sampler_main
 
 STOP_GRACE_S = 5.0

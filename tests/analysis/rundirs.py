@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.db import run_query
-from stages.rundir import SCHEMAS
+from stages.rundir.tables import SCHEMAS
 
 SECOND_NS = 1_000_000_000
 MS_NS = 1_000_000

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis.loader import load_runs
-from stages.rundir import ChunkWriter
+from stages.rundir.tables import ChunkWriter
 from stages.telemetry.host_sampler import HostSampler
 from tests.analysis.conftest import BASE_NS
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder, rows_of

@@ -14,9 +14,9 @@ import pytest
 
 from analysis.db import run_query
 from analysis.loader import load_runs
-from stages.rundir import merge_parts
+from stages.rundir.tables import merge_parts
 from stages.runtime.driver import run_pipeline
-from stages.spec import PipelineSpec
+from stages.spec.models import PipelineSpec
 
 DIAMOND: dict[str, Any] = {
     "name": "d",

@@ -17,9 +17,9 @@ from analysis.db import run_query
 from analysis.early_stopping import early_stopping_percentile, slo_met
 from analysis.loader import load_runs
 from analysis.run_summary import summarize_run
-from stages.rundir import merge_parts, read_table
+from stages.rundir.tables import merge_parts, read_table
 from stages.runtime.driver import run_pipeline
-from stages.spec import PipelineSpec
+from stages.spec.models import PipelineSpec
 
 # Far above what a completed query can take here (8 queued x 5 ms, plus issuer stalls that
 # reached ~70 ms on a loaded CI machine), so only the drops can make the verdict miss.

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from stages.rundir import ChunkWriter, part_files, read_table
+from stages.rundir.tables import ChunkWriter, part_files, read_table
 from stages.telemetry.fake_nvml import ENV_VAR, FakeNvml
 from stages.telemetry.gpu_sampler import GpuSampler, GpuSamplerResult
 from stages.telemetry.nvml_backend import NvmlBackend

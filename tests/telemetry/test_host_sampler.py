@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from stages.rundir import ChunkWriter, read_table
+from stages.rundir.tables import ChunkWriter, read_table
 from stages.telemetry import host_sampler
 from stages.telemetry.host_sampler import HostSampler, HostSamplerResult
 from stages.telemetry.sampler_process import SamplerSettings, host_sampler_main, run_periodic

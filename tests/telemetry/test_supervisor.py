@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.rundir import read_table
-from stages.spec import TelemetrySpec
+from stages.rundir.tables import read_table
+from stages.spec.models import TelemetrySpec
 from stages.telemetry.fake_nvml import ENV_VAR
 from stages.telemetry.supervisor import SamplerGroup
 

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 
-from stages.spec import LoadgenSpec
+from stages.spec.models import LoadgenSpec
 
 Arrival = tuple[int, int]
 """(offset_ns from the start of the load window, samples carried by the query)"""

@@ -27,7 +27,7 @@ from stages.runtime.loadgen.timing import ArrivalClock
 from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.query import Query
 from stages.runtime.recorder import RowBuffer
-from stages.spec import LoadgenSpec
+from stages.spec.models import LoadgenSpec
 
 
 @dataclass

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stages.rundir import MANIFEST, PARTS
+from stages.rundir.tables import MANIFEST, PARTS
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -30,13 +30,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from stages.placement import check_collocation
-from stages.rundir import MANIFEST, merge_parts, read_table
+from stages.collocation.placement import check_collocation
+from stages.collocation.worker import WorkerTask, worker_main
+from stages.rundir.tables import MANIFEST, merge_parts, read_table
 from stages.runtime.driver import arrival_seed
-from stages.spec import BenchmarkSpec, PipelineSpec
-from stages.spec_loading import LoadedSpec
+from stages.spec.loading import LoadedSpec
+from stages.spec.models import BenchmarkSpec, PipelineSpec
 from stages.telemetry.supervisor import SamplerGroup
-from stages.worker import WorkerTask, worker_main
 
 log = logging.getLogger(__name__)
 
@@ -487,7 +487,7 @@ class Launcher:
             raise LaunchError("; ".join(problems))
 
     def _capture_environment(self) -> None:
-        from stages.environment import capture_environment
+        from stages.collocation.environment import capture_environment
 
         started_ns = time.monotonic_ns()
         try:
@@ -618,7 +618,7 @@ class Launcher:
     def _log_to_mlflow(self) -> str | None:
         if not self.options.mlflow_uri:
             return None
-        from stages.mlflow_log import log_run_to_mlflow
+        from stages.cli.mlflow_log import log_run_to_mlflow
 
         return log_run_to_mlflow(self.run_dir, self.options.mlflow_uri)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stages.runtime.registry import StageRegistry, default_registry
-from stages.spec import BenchmarkSpec
+from stages.spec.models import BenchmarkSpec
 
 
 def spec_json_schema(registry: StageRegistry | None = None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from stages.runtime.graph import StageGraph
 from stages.runtime.registry import StageRegistry, default_registry
-from stages.spec import BenchmarkSpec, PipelineSpec
+from stages.spec.models import BenchmarkSpec, PipelineSpec
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from stages.spec import BenchmarkSpec, PipelineSpec
+from stages.spec.models import BenchmarkSpec, PipelineSpec
 
 MPS_DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 

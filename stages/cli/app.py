@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.table import Table
 
 from stages import settings
-from stages.spec_loading import LoadedSpec, SpecError, load_spec
+from stages.spec.loading import LoadedSpec, SpecError, load_spec
 
 app = typer.Typer(
     name="collobench",
@@ -79,7 +79,7 @@ def validate(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the spec (for editor autocompletion)."""
-    from stages.spec_schema import spec_json_schema
+    from stages.spec.schema import spec_json_schema
 
     sys.stdout.write(json.dumps(spec_json_schema(), indent=2) + "\n")
 
@@ -116,7 +116,7 @@ def run(
 ) -> None:
     """Run a benchmark: solo baselines, then the pipelines collocated; write a run directory,
     load it into DuckDB and record it in MLflow."""
-    from stages.launch import (
+    from stages.collocation.launcher import (
         LauncherInterruptedWithResult,
         LaunchError,
         RunOptions,
@@ -603,7 +603,3 @@ def _summary_table(result: Any) -> Table:
 
 def main() -> None:
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -12,8 +12,8 @@ import yaml
 from pydantic import ValidationError
 
 from stages.runtime.registry import default_registry
-from stages.spec import BenchmarkSpec
-from stages.spec_check import SpecProblem, check_spec, one_line, problems_from_validation_error
+from stages.spec.checks import SpecProblem, check_spec, one_line, problems_from_validation_error
+from stages.spec.models import BenchmarkSpec
 
 
 class SpecError(Exception):

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from stages.lifetime import die_with_parent
+from stages.collocation.lifetime import die_with_parent
 
 PROGRESS_PERIOD_S = 0.5
 
@@ -83,8 +83,8 @@ def worker_main(task: WorkerTask, connection: Connection) -> None:
 
 def _run(task: WorkerTask, connection: Connection) -> int:
     # Placement first: nothing below may have initialised torch or CUDA yet.
-    from stages.placement import apply_cpu_affinity, torch_device, worker_environment
-    from stages.spec import PipelineSpec
+    from stages.collocation.placement import apply_cpu_affinity, torch_device, worker_environment
+    from stages.spec.models import PipelineSpec
 
     pipeline = PipelineSpec.model_validate(task.pipeline)
     os.environ.update(worker_environment(pipeline, task.collocation_mode))

@@ -1,0 +1,5 @@
+"""`python -m stages.cli` runs the `collobench` command."""
+
+from stages.cli.app import app
+
+app()
