@@ -22,6 +22,11 @@ def cache_dir() -> Path:
     return home() / "cache"
 
 
+def artifacts_dir() -> Path:
+    """Built datasets and models: `<name>/<content-hash>/` with a `metadata.json` each."""
+    return home() / "artifacts"
+
+
 def duckdb_path() -> Path:
     return home() / "results.duckdb"
 

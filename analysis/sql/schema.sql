@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS stage_events (
     status VARCHAR NOT NULL,        -- ok | error
     first_token_ns BIGINT,          -- generation stages only
     tokens INTEGER,
-    joined_ns BIGINT                -- join stages: when every branch had arrived (merged)
+    joined_ns BIGINT,               -- join stages: when every branch had arrived (merged)
+    correct BOOLEAN                 -- stages that know the right answer: was this one right
 );
 
 -- Each distinct stage error once per (run, trial, phase, pipeline, stage), with its count.

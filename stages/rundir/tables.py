@@ -56,6 +56,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("first_token_ns", pa.int64()),  # generation stages only
             pa.field("tokens", pa.int32()),
             pa.field("joined_ns", pa.int64()),  # join stages: when every branch had arrived
+            pa.field("correct", pa.bool_()),  # stages that know the right answer (accuracy)
         ]
     ),
     "errors": pa.schema(

@@ -359,7 +359,7 @@ class PipelineRuntime:
         index = node.index
         max_visits = node.max_visits
         join = node.join
-        records_tokens = node.stage.records_tokens
+        records_outcome = node.stage.records_outcome
         is_exit = not node.outputs
         only_output = node.outputs[0][1] if len(node.outputs) == 1 else None
         inflight = self._inflight
@@ -429,7 +429,7 @@ class PipelineRuntime:
                     status = ERROR
                     self._note_error(node, query, f"{type(error).__name__}: {error}")
             finished_ns = monotonic_ns()
-            if records_tokens:
+            if records_outcome:
                 stage_rows_append(
                     (
                         query.query_id,
@@ -442,9 +442,10 @@ class PipelineRuntime:
                         query.first_token_ns,
                         query.tokens,
                         joined_ns,
+                        query.correct,
                     )
                 )
-                query.first_token_ns = query.tokens = None
+                query.first_token_ns = query.tokens = query.correct = None
             else:
                 stage_rows_append(
                     (
@@ -458,6 +459,7 @@ class PipelineRuntime:
                         None,
                         None,
                         joined_ns,
+                        None,
                     )
                 )
             if status != OK:

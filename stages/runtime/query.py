@@ -22,6 +22,7 @@ class Query:
 
     __slots__ = (
         "completed_ns",
+        "correct",
         "enqueued_ns",
         "first_token_ns",
         "issued_ns",
@@ -55,6 +56,7 @@ class Query:
         self.source = -1  # index of the stage that sent this record; -1 = the load generator
         self.first_token_ns: int | None = None  # generation stages set these two
         self.tokens: int | None = None
+        self.correct: bool | None = None  # a stage that knows the right answer sets this
         self.root: Query = self
         # root-only
         self.scheduled_ns = scheduled_ns
@@ -75,5 +77,6 @@ class Query:
         twin.source = self.source
         twin.first_token_ns = None
         twin.tokens = None
+        twin.correct = None
         twin.root = self.root
         return twin

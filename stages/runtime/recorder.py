@@ -31,7 +31,7 @@ FLUSH_PERIOD_NS = 1_000_000_000
 
 # Row layouts (tuples, in this order).
 # stage row: query_id, stage_index, visit, enqueued_ns, started_ns, finished_ns, status,
-#            first_token_ns, tokens, joined_ns
+#            first_token_ns, tokens, joined_ns, correct
 # query row: query_id, scheduled_ns, issued_ns, completed_ns, status, samples, warmup
 STAGE_COLUMNS = (
     "query_id",
@@ -44,6 +44,7 @@ STAGE_COLUMNS = (
     "first_token_ns",
     "tokens",
     "joined_ns",
+    "correct",
 )
 QUERY_COLUMNS = (
     "query_id",
@@ -68,6 +69,7 @@ _STAGE_ROW_TYPES = (
     pa.int64(),
     pa.int32(),
     pa.int64(),
+    pa.bool_(),
 )
 _QUERY_ROW_TYPES = (
     pa.int64(),

@@ -47,8 +47,10 @@ class Stage(ABC):
     """Base class of every stage type. Subclasses set `config_model` and implement `run`."""
 
     config_model: ClassVar[type[StageConfig]] = StageConfig
-    records_tokens: ClassVar[bool] = False
-    """Generation stages set this and fill `query.first_token_ns` / `query.tokens` in `run`."""
+    records_outcome: ClassVar[bool] = False
+    """Stages that report what a query produced set this and fill, in `run`, any of
+    `query.first_token_ns` / `query.tokens` (generation) and `query.correct` (a stage that knows
+    the right answer: accuracy beside performance). Off, the hot path skips them."""
 
     def __init__(self, config: StageConfig, context: StageContext) -> None:
         self.config = config

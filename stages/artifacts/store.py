@@ -1,0 +1,223 @@
+"""The artefact store: build once per recipe, keep by content hash, find again by recipe.
+
+A recipe is an artefact name, its builder version and its parameters (seed included). The first
+`ensure` of a recipe builds into a temporary folder, hashes every file it wrote (sha256 over
+relative paths and bytes, `metadata.json` excepted), and renames the folder to
+`<name>/<content-hash>/`; a small pointer file `<name>/recipes/<recipe-hash>` leads from the
+recipe to that folder. Builders are deterministic for a recipe, so two builds give one hash
+(a test checks it). A file lock per recipe lets collocated workers that need the same artefact
+wait for one build instead of racing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from stages import settings
+
+METADATA = "metadata.json"
+RECIPES = "recipes"
+
+
+class ArtifactError(Exception):
+    """An artefact is unknown, cannot be built, or its parameters are invalid (one line)."""
+
+
+class ArtifactParams(BaseModel):
+    """Base of builder parameter models: strict, like spec configs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class BuiltArtifact:
+    """A built artefact: its folder and its metadata."""
+
+    name: str
+    path: Path
+    content_hash: str
+    metadata: Mapping[str, Any]
+
+
+class ArtifactBuilder(ABC):
+    """Builds one kind of artefact. Subclasses set `name`, `version`, `params_model` and
+    write their files into `out_dir`; they import torch and friends inside `build`."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    """Bump when the builder's output changes for the same parameters."""
+    kind: ClassVar[str] = "dataset"  # dataset | model
+    params_model: ClassVar[type[ArtifactParams]] = ArtifactParams
+    description: ClassVar[str] = ""
+
+    def dependencies(self, params: ArtifactParams) -> list[tuple[str, dict[str, Any]]]:
+        """Artefacts this one is built from (name, params); built first, recorded in metadata."""
+        return []
+
+    @abstractmethod
+    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+        """Write the artefact's files into `out_dir`; return metadata (shape, size, source,
+        accuracy where known). Seed, parameters and builder version are added by the store."""
+
+
+def recipe_of(builder: ArtifactBuilder, params: ArtifactParams) -> dict[str, Any]:
+    return {
+        "name": builder.name,
+        "builder_version": builder.version,
+        "params": params.model_dump(mode="json"),
+    }
+
+
+def recipe_hash(recipe: Mapping[str, Any]) -> str:
+    text = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def content_hash(folder: Path) -> str:
+    """sha256 over every file's relative path and bytes, in path order (`metadata.json` out)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = path.relative_to(folder).as_posix()
+        if relative == METADATA:
+            continue
+        digest.update(relative.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class ArtifactStore:
+    """Artefacts under one root folder (default `$COLLOBENCH_HOME/artifacts`)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else settings.artifacts_dir()
+
+    def params(self, builder: ArtifactBuilder, params: Mapping[str, Any] | None) -> ArtifactParams:
+        try:
+            return builder.params_model.model_validate(dict(params or {}))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "params"
+            raise ArtifactError(f"artefact {builder.name}: {where}: {first['msg']}") from None
+
+    def find(self, builder: ArtifactBuilder, params: ArtifactParams) -> BuiltArtifact | None:
+        """The built artefact of this recipe, or None when it has not been built here."""
+        pointer = self.root / builder.name / RECIPES / recipe_hash(recipe_of(builder, params))
+        try:
+            digest = pointer.read_text().strip()
+        except FileNotFoundError:
+            return None
+        folder = self.root / builder.name / digest
+        try:
+            metadata = json.loads((folder / METADATA).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None  # removed by hand, or half-written: build again
+        return BuiltArtifact(builder.name, folder, digest, metadata)
+
+    def ensure(
+        self, builder: ArtifactBuilder, params: ArtifactParams, *, build: bool = True
+    ) -> BuiltArtifact:
+        """The artefact of this recipe, built now if needed (`build=False`: raise instead)."""
+        found = self.find(builder, params)
+        if found is not None:
+            return found
+        if not build:
+            raise ArtifactError(
+                f"artefact {builder.name} is not built; build it with "
+                f"`collobench artifacts build {builder.name}`"
+            )
+        recipe = recipe_of(builder, params)
+        digest_of_recipe = recipe_hash(recipe)
+        with _locked(self.root / builder.name / RECIPES / f".{digest_of_recipe}.lock"):
+            found = self.find(builder, params)  # another process built it while we waited
+            if found is not None:
+                return found
+            return self._build(builder, params, recipe, digest_of_recipe)
+
+    def _build(
+        self,
+        builder: ArtifactBuilder,
+        params: ArtifactParams,
+        recipe: dict[str, Any],
+        digest_of_recipe: str,
+    ) -> BuiltArtifact:
+        from stages.artifacts.catalog import ensure_artifact  # builders' dependencies
+
+        dependencies = {
+            name: ensure_artifact(name, dependency_params, store=self)
+            for name, dependency_params in builder.dependencies(params)
+        }
+        folder = self.root / builder.name
+        folder.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=folder))
+        try:
+            try:
+                extra = builder.build(params, scratch)
+            except ArtifactError:
+                raise
+            except Exception as error:  # one line, never a traceback wall
+                raise ArtifactError(
+                    f"artefact {builder.name} could not be built: {type(error).__name__}: {error}"
+                ) from error
+            digest = content_hash(scratch)
+            metadata = {
+                **recipe,
+                "kind": builder.kind,
+                "content_hash": digest,
+                "dependencies": {
+                    name: {"content_hash": built.content_hash, "path": str(built.path)}
+                    for name, built in dependencies.items()
+                },
+                "build_seconds": round(time.monotonic() - started, 3),
+                "files": {
+                    p.relative_to(scratch).as_posix(): p.stat().st_size
+                    for p in sorted(scratch.rglob("*"))
+                    if p.is_file()
+                },
+                **extra,
+            }
+            (scratch / METADATA).write_text(json.dumps(metadata, indent=2, sort_keys=True))
+            target = folder / digest
+            if target.exists():
+                shutil.rmtree(scratch)  # same bytes already here (another recipe built them)
+            else:
+                os.rename(scratch, target)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        pointer = folder / RECIPES / digest_of_recipe
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        temporary = pointer.with_name(pointer.name + ".tmp")
+        temporary.write_text(digest + "\n")
+        os.replace(temporary, pointer)
+        return BuiltArtifact(
+            builder.name, target, digest, json.loads((target / METADATA).read_text())
+        )
