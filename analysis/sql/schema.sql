@@ -53,7 +53,9 @@ CREATE TABLE IF NOT EXISTS stage_events (
     first_token_ns BIGINT,          -- generation stages only
     tokens INTEGER,
     joined_ns BIGINT,               -- join stages: when every branch had arrived (merged)
-    correct BOOLEAN                 -- stages that know the right answer: was this one right
+    graded INTEGER,                 -- stages that know the right answers: samples graded
+    correct INTEGER,                --   and samples answered right (accuracy = correct / graded)
+    loss DOUBLE                     -- training stages: the step's loss
 );
 
 -- Each distinct stage error once per (run, trial, phase, pipeline, stage), with its count.

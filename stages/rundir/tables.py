@@ -56,7 +56,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("first_token_ns", pa.int64()),  # generation stages only
             pa.field("tokens", pa.int32()),
             pa.field("joined_ns", pa.int64()),  # join stages: when every branch had arrived
-            pa.field("correct", pa.bool_()),  # stages that know the right answer (accuracy)
+            # stages that know the right answers: samples graded, samples answered right
+            pa.field("graded", pa.int32()),
+            pa.field("correct", pa.int32()),
+            pa.field("loss", pa.float64()),  # training stages: the step's loss
         ]
     ),
     "errors": pa.schema(

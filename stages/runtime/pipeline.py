@@ -442,10 +442,13 @@ class PipelineRuntime:
                         query.first_token_ns,
                         query.tokens,
                         joined_ns,
+                        query.graded,
                         query.correct,
+                        query.loss,
                     )
                 )
-                query.first_token_ns = query.tokens = query.correct = None
+                query.first_token_ns = query.tokens = query.graded = query.correct = None
+                query.loss = None
             else:
                 stage_rows_append(
                     (
@@ -459,6 +462,8 @@ class PipelineRuntime:
                         None,
                         None,
                         joined_ns,
+                        None,
+                        None,
                         None,
                     )
                 )

@@ -25,7 +25,9 @@ class Query:
         "correct",
         "enqueued_ns",
         "first_token_ns",
+        "graded",
         "issued_ns",
+        "loss",
         "outstanding",
         "payload",
         "query_id",
@@ -56,7 +58,10 @@ class Query:
         self.source = -1  # index of the stage that sent this record; -1 = the load generator
         self.first_token_ns: int | None = None  # generation stages set these two
         self.tokens: int | None = None
-        self.correct: bool | None = None  # a stage that knows the right answer sets this
+        # A stage that knows the right answers sets these two: samples graded, samples right.
+        self.graded: int | None = None
+        self.correct: int | None = None
+        self.loss: float | None = None  # a training stage: the step's loss
         self.root: Query = self
         # root-only
         self.scheduled_ns = scheduled_ns
@@ -77,6 +82,7 @@ class Query:
         twin.source = self.source
         twin.first_token_ns = None
         twin.tokens = None
-        twin.correct = None
+        twin.graded = twin.correct = None
+        twin.loss = None
         twin.root = self.root
         return twin

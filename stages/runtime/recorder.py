@@ -31,7 +31,7 @@ FLUSH_PERIOD_NS = 1_000_000_000
 
 # Row layouts (tuples, in this order).
 # stage row: query_id, stage_index, visit, enqueued_ns, started_ns, finished_ns, status,
-#            first_token_ns, tokens, joined_ns, correct
+#            first_token_ns, tokens, joined_ns, graded, correct, loss
 # query row: query_id, scheduled_ns, issued_ns, completed_ns, status, samples, warmup
 STAGE_COLUMNS = (
     "query_id",
@@ -44,7 +44,9 @@ STAGE_COLUMNS = (
     "first_token_ns",
     "tokens",
     "joined_ns",
+    "graded",
     "correct",
+    "loss",
 )
 QUERY_COLUMNS = (
     "query_id",
@@ -69,7 +71,9 @@ _STAGE_ROW_TYPES = (
     pa.int64(),
     pa.int32(),
     pa.int64(),
-    pa.bool_(),
+    pa.int32(),
+    pa.int32(),
+    pa.float64(),
 )
 _QUERY_ROW_TYPES = (
     pa.int64(),

@@ -49,8 +49,9 @@ class Stage(ABC):
     config_model: ClassVar[type[StageConfig]] = StageConfig
     records_outcome: ClassVar[bool] = False
     """Stages that report what a query produced set this and fill, in `run`, any of
-    `query.first_token_ns` / `query.tokens` (generation) and `query.correct` (a stage that knows
-    the right answer: accuracy beside performance). Off, the hot path skips them."""
+    `query.first_token_ns` / `query.tokens` (generation), `query.graded` / `query.correct`
+    (samples graded and samples right, by a stage that knows the answers: accuracy beside
+    performance) and `query.loss` (training). Off, the hot path skips them."""
 
     def __init__(self, config: StageConfig, context: StageContext) -> None:
         self.config = config
