@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.table import Table
 
 from stages import settings
+from stages.cli.artifacts import artifacts_app
 from stages.spec.loading import LoadedSpec, SpecError, load_spec
 
 app = typer.Typer(
@@ -29,6 +30,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.add_typer(artifacts_app, name="artifacts")
 out = Console()
 if not out.is_terminal:
     out = Console(width=160)  # logs and pipes: do not squeeze tables into 80 columns
