@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.cli.app import summarize_phase
+from stages.cli.mlflow_log import log_run_to_mlflow
 from tests.test_launch import run, spec_doc
 
 
@@ -38,6 +39,7 @@ def test_mlflow_ui_lists_parent_and_child_runs(tmp_path: Path) -> None:
         tmp_path,
         mlflow_uri=store,
         summarize_phase=summarize_phase,  # as `collobench run` does
+        log_to_mlflow=log_run_to_mlflow,
     )
     assert result.mlflow_run_id is not None
     port = free_port()

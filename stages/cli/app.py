@@ -134,6 +134,7 @@ def run(
         mlflow_uri=settings.mlflow_tracking_uri() if mlflow else None,
         progress=display.update,
         summarize_phase=summarize_phase,
+        log_to_mlflow=_log_to_mlflow,
     )
     try:
         with display:
@@ -162,6 +163,12 @@ def run(
 
 
 # The CLI is the one place where `stages` calls into `analysis` (lazily, per command).
+
+
+def _log_to_mlflow(run_dir: Path, tracking_uri: str) -> str | None:
+    from stages.cli.mlflow_log import log_run_to_mlflow  # mlflow takes seconds to import
+
+    return log_run_to_mlflow(run_dir, tracking_uri)
 
 
 def summarize_phase(

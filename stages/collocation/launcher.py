@@ -123,6 +123,9 @@ class RunOptions:
     summarize_phase: PhaseSummarizer | None = None
     """Computes a finished phase's figures from the run directory (injected by the CLI or
     Dagster, which may import the analysis layer; the launcher may not)."""
+    log_to_mlflow: Callable[[Path, str], str | None] | None = None
+    """Records the finished run at `mlflow_uri` and returns the MLflow run id (injected by the
+    composition root, as `summarize_phase` is)."""
 
 
 def new_run_id(spec_name: str) -> str:
@@ -616,11 +619,9 @@ class Launcher:
         os.replace(temporary, self.run_dir / MANIFEST)
 
     def _log_to_mlflow(self) -> str | None:
-        if not self.options.mlflow_uri:
+        if not self.options.mlflow_uri or self.options.log_to_mlflow is None:
             return None
-        from stages.cli.mlflow_log import log_run_to_mlflow
-
-        return log_run_to_mlflow(self.run_dir, self.options.mlflow_uri)
+        return self.options.log_to_mlflow(self.run_dir, self.options.mlflow_uri)
 
     def _emit(self, event: ProgressEvent) -> None:
         if self.options.progress is not None:

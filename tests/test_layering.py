@@ -1,0 +1,97 @@
+"""The architecture as a checked rule: which package may import which, and where torch may load.
+
+DESIGN's dependency direction: bench_defs -> analysis, stages; stages -> nothing of ours but
+itself (the CLI, the one composition root, also meets analysis); the runtime knows no concrete
+stage. Torch loads only where a model runs: never at module level in the spec, runtime, library,
+artefact or Dagster code, so validating a spec (and a Dagster code server) never pays for it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+HEAVY = ("torch", "torchvision", "transformers", "sklearn", "tokenizers", "safetensors")
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((REPO / package).rglob("*.py"))
+
+
+def _imports(path: Path, module_level_only: bool = False) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _offenders(
+    package: str, forbidden: tuple[str, ...], module_level_only: bool = False
+) -> list[str]:
+    found = []
+    for path in _modules(package):
+        for name in _imports(path, module_level_only):
+            if any(name == prefix or name.startswith(prefix + ".") for prefix in forbidden):
+                found.append(f"{path.relative_to(REPO)} imports {name}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        ("stages/runtime", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
+        ("stages/library", ("stages.collocation", "stages.cli", "analysis", "dagster")),
+        ("stages/telemetry", ("stages.library", "stages.cli", "analysis", "dagster")),
+        ("stages/artifacts", ("stages.library", "stages.cli", "analysis", "dagster")),
+        ("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
+        ("stages/collocation", ("stages.cli", "analysis", "dagster")),
+        ("analysis", ("stages", "bench_defs", "dagster")),
+    ],
+)
+def test_packages_import_only_what_the_layering_allows(
+    package: str, forbidden: tuple[str, ...]
+) -> None:
+    assert _offenders(package, forbidden) == []
+
+
+def test_nothing_in_stages_imports_dagster() -> None:
+    assert _offenders("stages", ("dagster",)) == []
+
+
+@pytest.mark.parametrize(
+    "package",
+    ["stages/spec", "stages/runtime", "stages/library", "stages/artifacts", "bench_defs"],
+)
+def test_no_heavy_import_at_module_level(package: str) -> None:
+    assert _offenders(package, HEAVY, module_level_only=True) == []
+
+
+def test_validating_and_registering_every_stage_loads_no_torch() -> None:
+    """The registry loads every stage class through its entry point; none may pull in torch."""
+    code = (
+        "import sys\n"
+        "from stages.runtime.registry import default_registry\n"
+        "from stages.spec.schema import spec_json_schema\n"
+        "from stages.artifacts import catalog\n"
+        "names = default_registry().names()\n"
+        "spec_json_schema()\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+        "print(len(names), heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    count, heavy = result.stdout.strip().split(" ", 1)
+    assert int(count) >= 6 and heavy == "[]", result.stdout
