@@ -312,8 +312,11 @@ class RagCorpusParams(ArtifactParams):
     size: int = Field(2000, ge=1, le=1_000_000, description="Number of documents.")
     seed: int = Field(0, description="Seed of the wording (topics rotate, so all are covered).")
     batch_size: int = Field(
-        64, ge=1, le=4096, description="Documents embedded per model call (part of the recipe: "
-        "padding depends on the batch, so a different batch size may change the last bits)."
+        64,
+        ge=1,
+        le=4096,
+        description="Documents embedded per model call (part of the recipe: "
+        "padding depends on the batch, so a different batch size may change the last bits).",
     )
 
 

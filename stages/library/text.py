@@ -354,9 +354,9 @@ class GenerateStage(Stage):
         generator = None
         if self.config.sampling == "sample":
             generator = torch.Generator(device=self.context.device)
-            generator.manual_seed(_query_seed(
-                    self.context.seed, query, query.visits[self.context.stage_index]
-                ))
+            generator.manual_seed(
+                _query_seed(self.context.seed, query, query.visits[self.context.stage_index])
+            )
         with torch.inference_mode(), self.profiler.around(query):
             generated, first_token_ns, counted = self._generate(texts, generator)
         decoded = self.tokenizer.batch_decode(generated.cpu(), skip_special_tokens=True)

@@ -33,8 +33,10 @@ def test_prompts_are_deterministic_and_cover_every_topic(tmp_path: Path) -> None
     columns = read_prompts(first.path)
     assert columns["prompt_id"] == list(range(48))
     assert len(set(columns["topic"])) == 12
-    assert all(text.endswith(("?", ".")) and reference for text, reference in
-               zip(columns["text"], columns["reference"], strict=True))
+    assert all(
+        text.endswith(("?", ".")) and reference
+        for text, reference in zip(columns["text"], columns["reference"], strict=True)
+    )
     assert first.metadata["size"] == 48 and first.metadata["seed"] == 3
     other = ensure_artifact("prompts", {"size": 48, "seed": 4}, store=ArtifactStore(tmp_path))
     assert other.content_hash != first.content_hash  # the seed changes the wording
@@ -68,9 +70,10 @@ def test_default_tiny_lm_size_is_small() -> None:
 
     defaults = TinyLmParams()
     # ~2M parameters: transformer blocks (12 d^2 each) plus token and position embeddings.
-    approx = defaults.n_layer * 12 * defaults.n_embd**2 + (
-        defaults.vocab_size + defaults.n_positions
-    ) * defaults.n_embd
+    approx = (
+        defaults.n_layer * 12 * defaults.n_embd**2
+        + (defaults.vocab_size + defaults.n_positions) * defaults.n_embd
+    )
     assert 1_000_000 <= approx <= 5_000_000
 
 
@@ -211,7 +214,11 @@ def test_hub_without_network_returns_within_seconds(tmp_path: Path) -> None:
     env.pop("TRANSFORMERS_OFFLINE", None)
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
         check=False,
     )
     elapsed = time.monotonic() - started
