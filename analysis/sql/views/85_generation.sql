@@ -1,0 +1,95 @@
+-- generation: token timings of generation stages (transformers.generate), per (run_id, trial,
+-- phase, pipeline, stage). Rows: the ok stage events that recorded first_token_ns and tokens,
+-- of measured queries only (inner join on the query id to a non-warm-up `queries` row: warm-up
+-- queries are left out, and only the window's scheduled arrivals have rows). A query that
+-- visits the stage several times (a loop) contributes every visit. Percentiles are LoadGen's
+-- (macro loadgen_quantile: sorted[floor(N * p)], an observed value).
+--   ttft_p*_ms        time to first token AS A USER SEES IT: first_token_ns - scheduled_ns, from
+--                     the query's scheduled arrival, so issue delay, queueing and upstream stages
+--                     count (no coordinated omission in open loop).
+--   stage_ttft_p*_ms  the stage's own time to first token: first_token_ns - started_ns (the
+--                     prefill pass of the model, without waiting).
+--   tpot_*_ms         time per output token after the first: (finished_ns - first_token_ns) /
+--                     (tokens - 1), over events with tokens > 1. For a batched query, `tokens`
+--                     counts the new tokens of every sequence, so TPOT is the time per token of
+--                     the batch (a decoding step's time / batch size).
+--   tokens_per_s      new tokens of the measured events / the pipeline's throughput window
+--                     (`throughput.window_s`: first scheduled measured query to last completion),
+--                     so it reads beside queries_per_s.
+CREATE OR REPLACE VIEW generation AS
+WITH events AS (
+    SELECT
+        e.run_id,
+        e.trial,
+        e.phase,
+        e.pipeline,
+        e.stage,
+        e.query_id,
+        e.tokens,
+        (e.first_token_ns - q.scheduled_ns) / 1e6 AS ttft_ms,
+        (e.first_token_ns - e.started_ns) / 1e6 AS stage_ttft_ms,
+        CASE
+            WHEN e.tokens > 1 THEN (e.finished_ns - e.first_token_ns) / 1e6 / (e.tokens - 1)
+        END AS tpot_ms
+    FROM stage_events AS e
+    JOIN queries AS q
+        ON e.run_id = q.run_id
+        AND e.trial = q.trial
+        AND e.phase = q.phase
+        AND e.pipeline IS NOT DISTINCT FROM q.pipeline
+        AND e.query_id = q.query_id
+    WHERE NOT q.warmup
+        AND e.status = 'ok'
+        AND e.first_token_ns IS NOT NULL
+        AND e.tokens IS NOT NULL
+),
+summary AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        stage,
+        count(DISTINCT query_id) AS queries,
+        count(*) AS generations,
+        CAST(sum(tokens) AS BIGINT) AS tokens,
+        avg(tokens) AS tokens_mean,
+        loadgen_quantile(ttft_ms, 0.5) AS ttft_p50_ms,
+        loadgen_quantile(ttft_ms, 0.9) AS ttft_p90_ms,
+        loadgen_quantile(ttft_ms, 0.99) AS ttft_p99_ms,
+        loadgen_quantile(stage_ttft_ms, 0.5) AS stage_ttft_p50_ms,
+        loadgen_quantile(stage_ttft_ms, 0.9) AS stage_ttft_p90_ms,
+        loadgen_quantile(stage_ttft_ms, 0.99) AS stage_ttft_p99_ms,
+        avg(tpot_ms) AS tpot_mean_ms,
+        loadgen_quantile(tpot_ms, 0.5) AS tpot_p50_ms,
+        loadgen_quantile(tpot_ms, 0.99) AS tpot_p99_ms
+    FROM events
+    GROUP BY run_id, trial, phase, pipeline, stage
+)
+SELECT
+    s.run_id,
+    s.trial,
+    s.phase,
+    s.pipeline,
+    s.stage,
+    s.queries,
+    s.generations,
+    s.tokens,
+    s.tokens_mean,
+    s.ttft_p50_ms,
+    s.ttft_p90_ms,
+    s.ttft_p99_ms,
+    s.stage_ttft_p50_ms,
+    s.stage_ttft_p90_ms,
+    s.stage_ttft_p99_ms,
+    s.tpot_mean_ms,
+    s.tpot_p50_ms,
+    s.tpot_p99_ms,
+    t.window_s,
+    s.tokens / nullif(t.window_s, 0) AS tokens_per_s
+FROM summary AS s
+LEFT JOIN throughput AS t
+    ON s.run_id = t.run_id
+    AND s.trial = t.trial
+    AND s.phase = t.phase
+    AND s.pipeline IS NOT DISTINCT FROM t.pipeline;
