@@ -178,7 +178,9 @@ class Recorder:
         columns; written by the writer thread as a chunk of their own, off the caller's path.
         This is `StageContext.write_rows` of every stage of the pipeline."""
         if table not in EXTRA_TABLES:
-            raise ValueError(f"{table!r} is not a table stages write (one of {sorted(EXTRA_TABLES)})")
+            raise ValueError(
+                f"{table!r} is not a table stages write (one of {sorted(EXTRA_TABLES)})"
+            )
         if rows:
             self._inbox.put((table, rows))
 

@@ -24,7 +24,6 @@ dict of that table's columns without the key columns (run_id, trial, phase, pipe
 the recorder adds."""
 
 
-
 def _drop_rows(table: str, rows: list[dict[str, Any]]) -> None:
     """The sink of a context built outside a pipeline runtime: rows go nowhere."""
 

@@ -95,8 +95,9 @@ def profiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_third_query_in_run_order_is_profiled(profiled_run: Path) -> None:
     spans = read_table(profiled_run, "operator_spans").to_pylist()
     events = read_table(profiled_run, "stage_events").to_pylist()
-    cnn_order = [e["query_id"] for e in sorted(events, key=lambda e: e["started_ns"])
-                 if e["stage"] == "cnn"]
+    cnn_order = [
+        e["query_id"] for e in sorted(events, key=lambda e: e["started_ns"]) if e["stage"] == "cnn"
+    ]
     assert len(cnn_order) == 10
     expected = {cnn_order[2], cnn_order[5], cnn_order[8]}  # the 3rd, 6th and 9th runs
     assert {s["query_id"] for s in spans} == expected
@@ -109,7 +110,12 @@ def test_every_third_query_in_run_order_is_profiled(profiled_run: Path) -> None:
         assert {"aten::conv2d", "aten::linear"} <= operators, operators
         conv = next(s for s in mine if s["operator"] == "aten::conv2d")
         assert conv["device_type"] == "cpu" and conv["thread_id"] is not None
-        assert 0 <= conv["self_cpu_ns"] <= conv["total_cpu_ns"] <= conv["end_ns"] - conv["start_ns"] + 1000
+        assert (
+            0
+            <= conv["self_cpu_ns"]
+            <= conv["total_cpu_ns"]
+            <= conv["end_ns"] - conv["start_ns"] + 1000
+        )
         assert conv["input_shapes"] is None  # off by default
 
 
