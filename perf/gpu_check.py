@@ -541,7 +541,11 @@ def open_backend() -> tuple[GpuBackend | None, str]:
     return backend, ""
 
 
-def run_checks(specs: list[str], spec_duration_s: float) -> tuple[list[Check], dict[str, Any]]:
+def run_checks(
+    specs: list[str], spec_duration_s: float, work_dir: Path | None = None
+) -> tuple[list[Check], dict[str, Any]]:
+    """Every check in order; the CLI runs' folders go under `work_dir` (default: a new
+    temporary folder, kept so their run directories can be inspected afterwards)."""
     names = list(CHECK_NAMES) + [f"spec.{name}" for name in specs]
     environment: dict[str, Any] = {"python": sys.version.split()[0]}
     os.environ.pop("COLLOBENCH_FAKE_NVML", None)  # the CLI runs below must see the real GPU
@@ -608,14 +612,15 @@ def run_checks(specs: list[str], spec_duration_s: float) -> tuple[list[Check], d
             checks.append(guarded("cuda.sync", lambda: check_sync(torch)))
     finally:
         backend.shutdown()
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:
-        work = Path(folder)
-        checks.append(guarded("sampler.end_to_end", lambda: check_sampler(work)))
-        checks.append(guarded("mps", lambda: check_mps(work)))
-        for name in specs:
-            checks.append(
-                guarded(f"spec.{name}", partial(check_model_spec, name, work, spec_duration_s))
-            )
+    work = work_dir or Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    environment["work_dir"] = str(work)
+    checks.append(guarded("sampler.end_to_end", lambda: check_sampler(work)))
+    checks.append(guarded("mps", lambda: check_mps(work)))
+    for name in specs:
+        checks.append(
+            guarded(f"spec.{name}", partial(check_model_spec, name, work, spec_duration_s))
+        )
     return checks, environment
 
 
@@ -641,9 +646,15 @@ def main(argv: list[str] | None = None) -> int:
         default=SPEC_DURATION_S,
         help="cap on each pipeline's loadgen.duration_s in those runs",
     )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where the CLI runs' run directories go (default: a new temporary folder, kept)",
+    )
     arguments = parser.parse_args(argv)
     started = time.monotonic()
-    checks, environment = run_checks(arguments.specs, arguments.spec_duration_s)
+    checks, environment = run_checks(arguments.specs, arguments.spec_duration_s, arguments.work_dir)
     for check in checks:
         print(check.line(), flush=True)
     failed = [check.name for check in checks if check.status == FAIL]
