@@ -7,7 +7,7 @@ export COLLOBENCH_HOME ?= $(CURDIR)/.collobench
 export DAGSTER_HOME ?= $(COLLOBENCH_HOME)/dagster
 CODE := stages analysis bench_defs tests perf
 
-.PHONY: install demo test lint typecheck unit perf soak clean
+.PHONY: install demo test lint typecheck unit perf soak gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,9 +40,16 @@ perf: install
 	$(BIN)/python perf/loadgen_accuracy.py
 	$(BIN)/python perf/sampler_cost.py
 	$(BIN)/python perf/launch.py
+	$(BIN)/python perf/profiling_cost.py
 
 soak: install
 	$(BIN)/python perf/stage_overhead.py --soak
+
+# On a machine with an NVIDIA GPU: NVML, CUDA sync and placement, the GPU sampler, MPS, and the
+# model specs on cuda; one line per check and a JSON line (also to $$GPU_CHECK_OUT when set).
+# Without a GPU every check is "skip" and it exits 0.
+gpu-check: install
+	$(BIN)/python perf/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .collobench .pytest_cache .mypy_cache .ruff_cache

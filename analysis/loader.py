@@ -29,6 +29,7 @@ TABLES = (
     "host_samples",
     "gpu_samples",
     "gpu_process_samples",
+    "operator_spans",
 )
 
 

@@ -120,3 +120,27 @@ CREATE TABLE IF NOT EXISTS gpu_process_samples (
     mem_util DOUBLE,
     mem_used_mib DOUBLE
 );
+
+-- Operator profiling (model stages with profile_every = N): one row per torch.profiler event of
+-- every Nth query's model call, and one row per profiled query with device_type 'window' (the
+-- profiler's whole window, operator '[profiler window]'), which marks the (query_id, stage,
+-- visit) as profiled. Times are on the same monotonic clock as stage_events; a span lies
+-- inside its stage visit's [started_ns, finished_ns]. Empty unless a stage profiled.
+CREATE TABLE IF NOT EXISTS operator_spans (
+    run_id VARCHAR NOT NULL,
+    trial INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    pipeline VARCHAR,
+    query_id BIGINT NOT NULL,
+    stage VARCHAR NOT NULL,
+    visit INTEGER NOT NULL,
+    operator VARCHAR NOT NULL,      -- aten::conv2d, a CUDA kernel's name, cudaLaunchKernel...
+    start_ns BIGINT NOT NULL,
+    end_ns BIGINT NOT NULL,
+    device_type VARCHAR NOT NULL,   -- cpu (operators, runtime calls) | cuda (kernels, copies) | window
+    device_index INTEGER,           -- device events only
+    thread_id BIGINT,               -- torch's id of the calling thread (cpu); the stream (cuda)
+    self_cpu_ns BIGINT,             -- cpu rows: CPU time minus child operators
+    total_cpu_ns BIGINT,            -- cpu rows: CPU time including child operators
+    input_shapes VARCHAR            -- JSON list of input shapes, when the stage records them
+);

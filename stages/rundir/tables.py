@@ -101,6 +101,26 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("throttle_reasons", pa.int64()),
         ]
     ),
+    # Operator profiling (`profile_every` of model stages): one row per profiler event of a
+    # sampled query's model call, plus one `window` row per profiled query (the profiler's own
+    # span), so the set of profiled (query_id, stage, visit) is known even without events.
+    "operator_spans": pa.schema(
+        [
+            *_KEY_FIELDS,
+            pa.field("query_id", pa.int64(), nullable=False),
+            pa.field("stage", pa.string(), nullable=False),
+            pa.field("visit", pa.int32(), nullable=False),
+            pa.field("operator", pa.string(), nullable=False),  # aten::conv2d, a kernel name...
+            pa.field("start_ns", pa.int64(), nullable=False),  # monotonic clock, like the rest
+            pa.field("end_ns", pa.int64(), nullable=False),
+            pa.field("device_type", pa.string(), nullable=False),  # cpu | cuda | window
+            pa.field("device_index", pa.int32()),
+            pa.field("thread_id", pa.int64()),  # torch's thread id (CPU), stream (CUDA)
+            pa.field("self_cpu_ns", pa.int64()),  # CPU time minus child operators (CPU ops)
+            pa.field("total_cpu_ns", pa.int64()),  # CPU time with child operators (CPU ops)
+            pa.field("input_shapes", pa.string()),  # JSON, only with record_shapes
+        ]
+    ),
     "gpu_process_samples": pa.schema(
         [
             *_KEY_FIELDS,

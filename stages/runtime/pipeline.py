@@ -149,6 +149,7 @@ class PipelineRuntime:
                 seed=seed * 1_000_003 + node.index,
                 outputs=tuple(node.spec.outputs),
                 stop_event=self.stop_event,
+                write_rows=recorder.write_rows,
                 **({"cache_dir": cache_dir} if cache_dir else {}),
             )
             inbox = _make_inbox(node, self.graph, capacity)

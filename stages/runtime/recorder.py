@@ -84,6 +84,9 @@ _QUERY_ROW_TYPES = (
     pa.int32(),
     pa.bool_(),
 )
+# Tables a stage may write through `Recorder.write_rows` (StageContext.write_rows): the run
+# directory's tables that no one else in a worker writes.
+EXTRA_TABLES = frozenset({"operator_spans"})
 _STATUS_STRINGS = pa.array(STATUS_NAMES, type=pa.string())
 SLICE_ROWS = 512  # rows converted per GIL hold in the writer thread (~0.15 ms here)
 
@@ -144,8 +147,11 @@ class Recorder:
         self.stage_names = list(stage_names)
         self._stage_strings = pa.array(self.stage_names, type=pa.string())
         self._keep_in_memory = keep_in_memory
-        self._inbox: queue.SimpleQueue[tuple[list[Any], list[Any]] | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[tuple[Any, list[Any]] | None] = queue.SimpleQueue()
         self._writers: dict[str, ChunkWriter] = {}
+        self._run_dir = run_dir
+        self._keys = keys
+        self._label = label
         if run_dir is not None:
             for table in ("queries", "stage_events", "errors"):
                 self._writers[table] = ChunkWriter(run_dir, table, label, keys)
@@ -153,6 +159,7 @@ class Recorder:
         self.kept_in_memory: dict[str, list[dict[str, list[Any]]]] = {
             "queries": [],
             "stage_events": [],
+            **{table: [] for table in EXTRA_TABLES},
         }
         self.write_errors: list[str] = []
         self.recent_latency_ns: collections.deque[int] = collections.deque(maxlen=LATENCY_WINDOW)
@@ -166,12 +173,30 @@ class Recorder:
     def submit(self, stage_rows: list[Any], query_rows: list[Any]) -> None:
         self._inbox.put((stage_rows, query_rows))
 
+    def write_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Rows of an extra table (`EXTRA_TABLES`), as dicts of its columns without the key
+        columns; written by the writer thread as a chunk of their own, off the caller's path.
+        This is `StageContext.write_rows` of every stage of the pipeline."""
+        if table not in EXTRA_TABLES:
+            raise ValueError(
+                f"{table!r} is not a table stages write (one of {sorted(EXTRA_TABLES)})"
+            )
+        if rows:
+            self._inbox.put((table, rows))
+
     def _write_loop(self) -> None:
         while True:
             item = self._inbox.get()
             if item is None:
                 return
-            stage_rows, query_rows = item
+            first, rows = item
+            if isinstance(first, str):
+                try:
+                    self._write_extra(first, rows)
+                except Exception as error:
+                    self.write_errors.append(f"{first}: {type(error).__name__}: {error}")
+                continue
+            stage_rows, query_rows = first, rows
             try:
                 if stage_rows:
                     self._write("stage_events", self._stage_arrays(stage_rows))
@@ -209,6 +234,18 @@ class Recorder:
         else:
             writer.write_arrays(columns)
 
+    def _write_extra(self, table: str, rows: list[dict[str, Any]]) -> None:
+        columns = {name: [row.get(name) for row in rows] for name in rows[0]}
+        if self._run_dir is None:
+            if self._keep_in_memory:
+                self.kept_in_memory[table].append(columns)
+            return
+        writer = self._writers.get(table)
+        if writer is None:  # created on first use: the table exists only when someone wrote it
+            writer = ChunkWriter(self._run_dir, table, self._label, self._keys)
+            self._writers[table] = writer
+        writer.write_columns(columns)
+
     def write_errors_table(self, errors: list[dict[str, Any]]) -> None:
         """One row per distinct stage error (stage, first_query_id, count, error)."""
         writer = self._writers.get("errors")
@@ -222,7 +259,7 @@ class Recorder:
         self._thread.join(timeout_s)
 
     def table(self, name: str) -> dict[str, list[Any]]:
-        """In-memory mode: all rows of `queries` or `stage_events` as columns."""
+        """In-memory mode: all rows of `queries`, `stage_events` or an extra table as columns."""
         merged: dict[str, list[Any]] = {}
         for chunk in self.kept_in_memory[name]:
             for column, values in chunk.items():

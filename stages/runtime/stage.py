@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from stages import settings
 from stages.runtime.query import Query
 from stages.spec.models import StrictModel
+
+RowSink = Callable[[str, list[dict[str, Any]]], None]
+"""Where a stage sends rows of an extra run-directory table: `sink(table, rows)`; each row is a
+dict of that table's columns without the key columns (run_id, trial, phase, pipeline), which
+the recorder adds."""
+
+
+def _drop_rows(table: str, rows: list[dict[str, Any]]) -> None:
+    """The sink of a context built outside a pipeline runtime: rows go nowhere."""
+
 
 Route = Sequence[str] | None
 """What `run` returns: None sends the query to every output (or ends it at a pipeline output);
@@ -41,6 +51,9 @@ class StageContext:
     cache_dir: Path = field(default_factory=settings.cache_dir)  # under $COLLOBENCH_HOME
     stop_event: threading.Event = field(default_factory=threading.Event)
     """Set at shutdown; a stage that waits (sleep, hang) waits on this so it can be released."""
+    write_rows: RowSink = _drop_rows
+    """Sink for rows of an extra table (e.g. `operator_spans`); the pipeline runtime wires it to
+    its recorder (chunk files under `parts/<table>/`). A context built by hand drops the rows."""
 
 
 class Stage(ABC):
