@@ -206,9 +206,9 @@ def parse_statement(sql: str) -> tuple[str, set[str]]:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as error:
-        raise ValueError(f"cannot parse: {str(error).splitlines()[0]}") from None
+        raise ValueError(f"sql: cannot parse: {str(error).splitlines()[0]}") from None
     if len(statements) != 1:
-        raise ValueError(f"one statement expected, got {len(statements)}")
+        raise ValueError(f"sql: one statement expected, got {len(statements)}")
     statement = statements[0]
     kind = statement.type.name
     return kind, set(statement.named_parameters)
@@ -268,7 +268,7 @@ class SqlConfig(CorpusConfig):
             raise ValueError("`corpus_params` need `corpus` (an artefact name)")
         kind, names = parse_statement(self.sql)
         if kind not in READ_ONLY_STATEMENTS:
-            raise ValueError(f"sql: only a read-only SELECT is allowed, got a {kind} statement")
+            raise ValueError(f"sql: only one read-only SELECT is allowed, not {kind}")
         positional = sorted(int(name) for name in names if name.isdigit())
         if positional:
             given = len(self.parameters or [])
@@ -345,6 +345,25 @@ def _bindable(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
+def _embedding_as_array(connection: Any) -> None:
+    """Parquet stores FLOAT[384] as a list, which DuckDB reads back as FLOAT[]: make it the
+    fixed-size array again, so SQL can use array_cosine_similarity on it."""
+    kind = connection.execute(
+        "SELECT data_type FROM information_schema.columns "
+        "WHERE table_name = 'documents' AND column_name = 'embedding'"
+    ).fetchone()
+    if kind is None or not str(kind[0]).endswith("[]"):
+        return
+    widths = connection.execute(
+        "SELECT min(len(embedding)), max(len(embedding)) FROM documents"
+    ).fetchone()
+    if widths and widths[0] and widths[0] == widths[1]:
+        element = str(kind[0])[:-2]
+        connection.execute(
+            f"ALTER TABLE documents ALTER embedding TYPE {element}[{int(widths[0])}]"
+        )
+
+
 def _corpus_database(parquet: Path, cache_dir: Path) -> Path:
     """A DuckDB file holding the corpus as table `documents`, built once per corpus content
     under the cache folder (a file lock lets collocated workers share one build). A table, not
@@ -369,6 +388,7 @@ def _corpus_database(parquet: Path, cache_dir: Path) -> Path:
                 connection.execute(
                     "CREATE TABLE documents AS SELECT * FROM read_parquet(?)", [str(parquet)]
                 )
+                _embedding_as_array(connection)
             finally:
                 connection.close()
             os.replace(scratch, target)
@@ -400,10 +420,18 @@ class SqlRetrievalStage(Stage):
         else:
             path = _corpus_database(corpus_file(config), self.context.cache_dir)
         self._duckdb = duckdb
-        connection = duckdb.connect(str(path), read_only=True)
-        connection.execute(f"SET threads = {int(config.threads)}")
-        connection.execute("SET enable_external_access = false")
-        connection.execute("SET lock_configuration = true")
+        # Settings at open, not SET afterwards: DuckDB shares one database instance between the
+        # connections of a process to the same file, and the first lock would refuse the
+        # second stage's SETs. Same settings -> one shared read-only instance.
+        settings = {
+            "threads": config.threads,
+            "enable_external_access": False,  # no other file, no network, no extension
+            "lock_configuration": True,  # and no statement can switch that back
+        }
+        try:
+            connection = duckdb.connect(str(path), read_only=True, config=settings)
+        except duckdb.Error as error:
+            raise RuntimeError(f"cannot open {path}: {str(error).splitlines()[0]}") from None
         self._connection = connection
         kind, names = parse_statement(config.sql)
         positional = any(name.isdigit() for name in names)
