@@ -39,7 +39,11 @@ class PromptsStandIn(Stage):
 
     def run(self, query: Query) -> Route:
         topic = ("kv cache", "batching", "attention")[query.query_id % 3]
-        query.payload = {"prompt": f"Question {query.query_id} on {topic}?", "prompt_id": query.query_id}
+        query.payload = {
+            "prompt": f"Question {query.query_id} on {topic}?",
+            "prompt_id": query.query_id,
+            "topic": topic,
+        }
         return None
 
 
