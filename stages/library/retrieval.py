@@ -423,7 +423,7 @@ class SqlRetrievalStage(Stage):
         # Settings at open, not SET afterwards: DuckDB shares one database instance between the
         # connections of a process to the same file, and the first lock would refuse the
         # second stage's SETs. Same settings -> one shared read-only instance.
-        settings = {
+        settings: dict[str, str | bool | int | float | list[str]] = {
             "threads": config.threads,
             "enable_external_access": False,  # no other file, no network, no extension
             "lock_configuration": True,  # and no statement can switch that back
@@ -433,7 +433,7 @@ class SqlRetrievalStage(Stage):
         except duckdb.Error as error:
             raise RuntimeError(f"cannot open {path}: {str(error).splitlines()[0]}") from None
         self._connection = connection
-        kind, names = parse_statement(config.sql)
+        _kind, names = parse_statement(config.sql)
         positional = any(name.isdigit() for name in names)
         self._positional = list(config.parameters or []) if positional else None
         self._named = sorted(names) if not positional else []

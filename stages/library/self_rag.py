@@ -25,7 +25,9 @@ from stages.runtime.stage import Route, Stage, StageConfig
 _TWO_TO_64 = float(1 << 64)
 
 
-def decision_uniform(seed: int, stage_id: str, query_id: int, visit: int, item: object = "") -> float:
+def decision_uniform(
+    seed: int, stage_id: str, query_id: int, visit: int, item: object = ""
+) -> float:
     """A uniform number in [0, 1) that depends only on its arguments (blake2b, 64 bits)."""
     key = f"{seed}\x1f{stage_id}\x1f{query_id}\x1f{visit}\x1f{item}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / _TWO_TO_64

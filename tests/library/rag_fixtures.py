@@ -48,9 +48,7 @@ def make_stage(
     """A prepared stage outside a pipeline (its config validated as a spec would)."""
     stage = stage_class(
         stage_class.config_model.model_validate(config),
-        StageContext(
-            stage_id=stage_id, seed=seed, outputs=outputs, cache_dir=tmp_path / "cache"
-        ),
+        StageContext(stage_id=stage_id, seed=seed, outputs=outputs, cache_dir=tmp_path / "cache"),
     )
     stage.prepare()
     return stage

@@ -144,7 +144,10 @@ class _FakeCorpusBuilder(ArtifactBuilder):
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"corpus_path": "x.parquet", "k": 0}, "config.k: Input should be greater than or equal to 1"),
+        (
+            {"corpus_path": "x.parquet", "k": 0},
+            "config.k: Input should be greater than or equal to 1",
+        ),
         (
             {"corpus_path": "x.parquet", "corpus": "fake_corpus"},
             "config: give exactly one of `corpus` (an artefact) or `corpus_path`",
@@ -162,7 +165,9 @@ def test_vector_bad_config_is_one_validation_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], message: str
 ) -> None:
     monkeypatch.setitem(catalog.BUILDERS, "fake_corpus", _FakeCorpusBuilder())
-    code, lines = validate_lines(tmp_path, {"id": "r", "type": "retrieval.vector", "config": config})
+    code, lines = validate_lines(
+        tmp_path, {"id": "r", "type": "retrieval.vector", "config": config}
+    )
     assert code == 2
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"{tmp_path / 'spec.yaml'}: pipelines[0].stages[0].config")
@@ -394,9 +399,7 @@ def test_sql_time_limit_interrupts_a_slow_statement(
     fast.close()
 
 
-def test_sql_row_limit_fails_or_truncates(
-    tmp_path: Path, corpus: tuple[Path, np.ndarray]
-) -> None:
+def test_sql_row_limit_fails_or_truncates(tmp_path: Path, corpus: tuple[Path, np.ndarray]) -> None:
     sql = "SELECT doc_id FROM documents ORDER BY doc_id"
     failing = sql_stage(tmp_path, corpus[0], sql=sql, max_rows=5)
     with pytest.raises(SqlRowLimitError, match="more than max_rows=5"):
@@ -420,7 +423,9 @@ def test_sql_on_a_database_file_and_a_missing_one(tmp_path: Path) -> None:
     connection.execute("CREATE TABLE facts AS SELECT range AS id FROM range(4)")
     connection.close()
     stage = make_stage(
-        SqlRetrievalStage, {"database": str(database), "sql": "SELECT sum(id) AS s FROM facts"}, tmp_path
+        SqlRetrievalStage,
+        {"database": str(database), "sql": "SELECT sum(id) AS s FROM facts"},
+        tmp_path,
     )
     query = query_with(None)
     stage.run(query)
@@ -428,7 +433,9 @@ def test_sql_on_a_database_file_and_a_missing_one(tmp_path: Path) -> None:
     stage.close()
     with pytest.raises(FileNotFoundError, match="does not exist"):
         make_stage(
-            SqlRetrievalStage, {"database": str(tmp_path / "none.duckdb"), "sql": "SELECT 1"}, tmp_path
+            SqlRetrievalStage,
+            {"database": str(tmp_path / "none.duckdb"), "sql": "SELECT 1"},
+            tmp_path,
         )
 
 
@@ -436,11 +443,15 @@ def test_sql_on_a_database_file_and_a_missing_one(tmp_path: Path) -> None:
 
 
 def test_fuse_ranks_by_reciprocal_rank_whatever_the_arrival_order(tmp_path: Path) -> None:
-    vector = {"prompt": "q", "embedding": [1.0], "documents": [
-        {"doc_id": 1, "score": 0.9, "text": "a"},
-        {"doc_id": 2, "score": 0.8, "text": "b"},
-        {"doc_id": 3, "score": 0.7, "text": "c"},
-    ]}
+    vector = {
+        "prompt": "q",
+        "embedding": [1.0],
+        "documents": [
+            {"doc_id": 1, "score": 0.9, "text": "a"},
+            {"doc_id": 2, "score": 0.8, "text": "b"},
+            {"doc_id": 3, "score": 0.7, "text": "c"},
+        ],
+    }
     keyword = {"prompt": "q", "documents": [{"doc_id": 3, "text": "c"}, {"doc_id": 4, "text": "d"}]}
     stage = make_stage(FuseStage, {"k": 3}, tmp_path)
     outcomes = []

@@ -187,7 +187,10 @@ def test_blocks_bad_configs_are_one_validation_line(tmp_path: Path) -> None:
         {"id": "a", "type": "noop"},
         {"id": "b", "type": "noop"},
     ]
-    spec = {"name": "s", "pipelines": [{"name": "p", "loadgen": {"type": "closed_loop"}, "stages": stages}]}
+    spec = {
+        "name": "s",
+        "pipelines": [{"name": "p", "loadgen": {"type": "closed_loop"}, "stages": stages}],
+    }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     result = CliRunner().invoke(app, ["validate", str(path)])
@@ -360,7 +363,9 @@ def test_shipped_spec_runs_with_fork_join_and_loop(tmp_path: Path) -> None:
     assert visits[("requery", 1)] == visits[("reembed", 1)] == visits[("rewrite", 1)]
     assert ("check", 4) not in visits
     table = recorder.table("stage_events")
-    joined = [j for stage, j in zip(table["stage"], table["joined_ns"], strict=True) if stage == "fuse"]
+    joined = [
+        j for stage, j in zip(table["stage"], table["joined_ns"], strict=True) if stage == "fuse"
+    ]
     assert all(j is not None for j in joined)
 
 
@@ -372,5 +377,9 @@ def test_shipped_spec_passes_the_spec_checks_but_for_the_text_branch_types() -> 
     from stages.spec.models import BenchmarkSpec
 
     problems = check_spec(BenchmarkSpec.model_validate(document))
-    allowed = ("unknown stage type 'dataset.prompts'", "unknown stage type 'transformers.", "unknown artefact 'rag_corpus'")
+    allowed = (
+        "unknown stage type 'dataset.prompts'",
+        "unknown stage type 'transformers.",
+        "unknown artefact 'rag_corpus'",
+    )
     assert all(any(text in problem.message for text in allowed) for problem in problems), problems
