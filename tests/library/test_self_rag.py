@@ -383,3 +383,17 @@ def test_shipped_spec_passes_the_spec_checks_but_for_the_text_branch_types() -> 
         "unknown artefact 'rag_corpus'",
     )
     assert all(any(text in problem.message for text in allowed) for problem in problems), problems
+
+
+@pytest.mark.parametrize("work", ["sleep", "busy"])
+def test_work_ms_stands_in_for_the_model_cost(tmp_path: Path, work: str) -> None:
+    import time
+
+    config = {"retrieve_to": "a", "answer_to": "b", "work_ms": 5, "work": work}
+    stage = make_stage(RouterStage, config, tmp_path, outputs=("a", "b"))
+    clock = time.thread_time_ns if work == "busy" else time.monotonic_ns
+    began = clock()
+    for query_id in range(4):
+        stage.run(query_with({}, query_id=query_id))
+    spent_ms = (clock() - began) / 1e6
+    assert spent_ms >= 4 * 5 * (0.6 if work == "busy" else 1.0), spent_ms
