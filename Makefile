@@ -40,6 +40,7 @@ perf: install
 	$(BIN)/python perf/loadgen_accuracy.py
 	$(BIN)/python perf/sampler_cost.py
 	$(BIN)/python perf/launch.py
+	$(BIN)/python perf/fidelity.py
 
 soak: install
 	$(BIN)/python perf/stage_overhead.py --soak
