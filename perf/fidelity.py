@@ -149,8 +149,12 @@ class BareLoop:
 
         from stages.artifacts.catalog import ensure_artifact
         from stages.artifacts.vision import load_digits_split, load_fake_images
-        from stages.library.vision import IMAGENET_MEAN, IMAGENET_STD, ModelChoiceConfig
-        from stages.library.vision import load_classifier
+        from stages.library.vision import (
+            IMAGENET_MEAN,
+            IMAGENET_STD,
+            ModelChoiceConfig,
+            load_classifier,
+        )
 
         self.torch = torch
         self.batch = batch
@@ -309,7 +313,9 @@ def main() -> None:
         "configs": configs,
         "profiling": profiling,
         "targets": {"ratio_min": TARGET_RATIO_MIN},
-        "met": {f"{c['model']}_b{c['batch']}": c["ratio_median"] >= TARGET_RATIO_MIN for c in configs},
+        "met": {
+            f"{c['model']}_b{c['batch']}": c["ratio_median"] >= TARGET_RATIO_MIN for c in configs
+        },
     }
     print(json.dumps(report), flush=True)
 

@@ -218,9 +218,7 @@ class _ModelStage(Stage):
 
     def _example_input(self) -> Any:
         side, channels = (8, 1) if self.config.model == DIGITS_CNN else (224, 3)
-        return self._torch.zeros(
-            (1, channels, side, side), device=self._device, dtype=self._dtype
-        )
+        return self._torch.zeros((1, channels, side, side), device=self._device, dtype=self._dtype)
 
     def _inputs(self, query: Query) -> Any:
         return images_of(query.payload).to(self._device, self._dtype, non_blocking=True)

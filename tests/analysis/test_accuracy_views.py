@@ -36,7 +36,9 @@ def query(run: RunBuilder, pipeline: str, query_id: int, warmup: bool, status: s
     return scheduled
 
 
-def event(run: RunBuilder, pipeline: str, stage: str, query_id: int, start_ns: int, **extra: object) -> None:  # noqa: E501
+def event(
+    run: RunBuilder, pipeline: str, stage: str, query_id: int, start_ns: int, **extra: object
+) -> None:
     run.add(
         "stage_events", 0, "solo", pipeline, query_id=query_id, stage=stage, visit=0,
         enqueued_ns=start_ns, started_ns=start_ns, finished_ns=start_ns + MS_NS,
@@ -50,7 +52,9 @@ def graded_run(root: Path) -> RunBuilder:
     query id with no queries row (excluded). Pipeline `z`: 10 measured, none right.
     Pipeline `t`: 2 warm-up steps (loss 10), then 20 steps with loss 3.0, 2.9, ... 1.1, whose
     rows are written in reverse order (the view orders by start time)."""
-    run = RunBuilder(root, "20260105-000000-accuracy", {"c": "server", "z": "server", "t": "closed_loop"})
+    run = RunBuilder(
+        root, "20260105-000000-accuracy", {"c": "server", "z": "server", "t": "closed_loop"}
+    )
     for query_id in range(10):
         start = query(run, "c", query_id, warmup=True)
         event(run, "c", "model", query_id, start, graded=4, correct=0)
@@ -122,7 +126,10 @@ pipelines:
     loadgen: {type: server, rate: 150, duration_s: 1.5, warmup_queries: 20, timeout_s: 30}
     stages:
       - {id: data, type: dataset.digits, config: {split: test, batch_size: 2}, outputs: [prep]}
-      - {id: prep, type: torchvision.preprocess, config: {mean: [0.0], std: [1.0]}, outputs: [model]}
+      - id: prep
+        type: torchvision.preprocess
+        config: {mean: [0.0], std: [1.0]}
+        outputs: [model]
       - {id: model, type: torchvision.classify, config: {model: digits_cnn}}
 """
 
@@ -145,9 +152,9 @@ def test_digits_cnn_under_load_reports_its_accuracy(tmp_path: Path) -> None:
     db_path = tmp_path / "results.duckdb"
     load_runs([run_dir], db_path)
     row = one(db_path, "SELECT * FROM accuracy")
-    measured = one(
-        db_path, "SELECT count(*) AS n FROM queries WHERE NOT warmup AND status = 'ok'"
-    )["n"]
+    measured = one(db_path, "SELECT count(*) AS n FROM queries WHERE NOT warmup AND status = 'ok'")[
+        "n"
+    ]
     assert row["stage"] == "model" and row["graded_visits"] == measured > 100
     assert row["graded"] == 2 * measured  # batch 2: every sample graded once
     assert row["accuracy"] >= 0.95

@@ -52,7 +52,7 @@ def test_digits_splits_match_the_stage_constants(tmp_path: Path) -> None:
         images, labels = vision.load_digits_split(built, split)
         assert images.shape == (size, 1, 8, 8) and images.dtype == np.float32
         assert labels.shape == (size,) and labels.dtype == np.int64
-        assert 0.0 <= images.min() and images.max() <= 1.0
+        assert images.min() >= 0.0 and images.max() <= 1.0
         assert set(labels.tolist()) == set(range(10))  # stratified: every class in each split
     assert sum(DIGITS_SPLIT_SIZES.values()) == 1797  # the two splits are the whole dataset
 
