@@ -172,7 +172,7 @@ def test_classify_grades_batches_and_reaches_the_accuracy_floor() -> None:
         data.run(query)
         labels = query.payload["labels"]
         assert classify.run(query) is None
-        assert query.graded == 40 and 0 <= query.correct <= 40
+        assert query.graded == 40 and query.correct is not None and 0 <= query.correct <= 40
         assert torch.equal(query.payload["labels"], labels)
         assert query.payload["predictions"].shape == (40,)
         graded += query.graded
