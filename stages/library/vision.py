@@ -281,7 +281,8 @@ class TrainStage(_ModelStage):
     records_outcome = True
 
     def prepare(self) -> None:
-        torch = self._torch_module()
+        import torch
+
         model = self._prepare_model(train=True)
         parameters = model.parameters()
         config = self.config
@@ -295,12 +296,6 @@ class TrainStage(_ModelStage):
             )
         self._model = torch.compile(model) if config.compile else model
         self._loss = torch.nn.functional.cross_entropy
-
-    @staticmethod
-    def _torch_module() -> Any:
-        import torch
-
-        return torch
 
     def run(self, query: Query) -> Route:
         labels = labels_of(query.payload)
