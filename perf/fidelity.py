@@ -21,7 +21,10 @@ longer per image and would only lengthen the run):
 Each repeat runs every configuration's two sides back to back, alternating which side goes
 first, so drift on the shared machine hits both; the figure per configuration is the median
 over repeats of the per-repeat ratio pipeline / bare (target: >= 0.98, i.e. within 2%), with
-the per-query overhead in microseconds (1/pipeline - 1/bare).
+the per-query overhead in microseconds (1/pipeline - 1/bare). Beside it, the same ratio in
+process CPU time per query (bare / pipeline), which time stolen by other processes on a shared
+machine does not distort; and the pipeline's stage service times, which split its time per
+query into the stages' own code and the rest (thread hand-offs, load generator, recording).
 
 Profiling cost: digits_cnn at batch 1 through the pipeline with `profile_every: 10` vs 0,
 interleaved the same way; reported as the throughput lost in percent. The profiler is a no-op
@@ -58,7 +61,13 @@ from typing import Any
 import common
 import numpy as np
 import pyarrow.compute as pc
-from common import BackgroundLoad, report_header, run_recorded_table, wait_for_quiet
+from common import (
+    BackgroundLoad,
+    PeriodicSampler,
+    report_header,
+    run_recorded_table,
+    wait_for_quiet,
+)
 
 from stages.rundir.tables import read_table
 from stages.spec.models import LoadgenSpec, PipelineSpec, StageSpec
@@ -106,9 +115,11 @@ def stage_specs(model: str, batch: int, profile_every: int = 0) -> list[StageSpe
 
 def pipeline_qps(
     model: str, batch: int, window_s: float, warmup: int, work: Path, profile_every: int = 0
-) -> tuple[float, dict[str, float]]:
-    """Closed-loop queries/s of the 3-stage pipeline, recorded as in a real run, and each
-    stage's mean service time (finished_ns - started_ns) in microseconds over the measured
+) -> tuple[float, float, dict[str, float]]:
+    """Closed-loop queries/s of the 3-stage pipeline, recorded as in a real run; the process's
+    CPU time per measured query in microseconds (every thread: stages, load generator,
+    recorder), read every 20 ms by a sampler thread and interpolated at the window's ends; and
+    each stage's mean service time (finished_ns - started_ns) in microseconds over the measured
     queries: what the stages' own code took, as opposed to the hand-offs between them."""
     spec = PipelineSpec(
         name=f"{model}-b{batch}",
@@ -123,7 +134,8 @@ def pipeline_qps(
         error_budget=None,
     )
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
-    result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=0)
+    with PeriodicSampler(time.process_time, 0.02, "cpu-sampler") as cpu:
+        result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=0)
     measured = table.filter(pc.invert(table.column("warmup")))
     ok = measured.filter(pc.equal(measured.column("status"), "ok"))
     if result.status != "ok" or ok.num_rows == 0:
@@ -138,7 +150,10 @@ def pipeline_qps(
     for stage in ("data", "prep", "model"):
         mask = pc.equal(events.column("stage"), stage)
         service_us[stage] = pc.mean(pc.filter(service_ns, mask)).as_py() / 1e3
-    return float(ok.num_rows / ((end_ns - start_ns) / 1e9)), service_us
+    at_ns, cpu_s = np.array(cpu.samples, dtype=np.float64).T
+    cpu_window_s = float(np.interp(end_ns, at_ns, cpu_s) - np.interp(start_ns, at_ns, cpu_s))
+    qps = float(ok.num_rows / ((end_ns - start_ns) / 1e9))
+    return qps, cpu_window_s / ok.num_rows * 1e6, service_us
 
 
 class BareLoop:
@@ -191,10 +206,12 @@ class BareLoop:
             predictions = self.model(x).argmax(1)
             return int((predictions == labels).sum())
 
-    def qps(self, window_s: float, warmup: int) -> float:
+    def qps(self, window_s: float, warmup: int) -> tuple[float, float]:
+        """(iterations/s, process CPU microseconds per iteration) over a window."""
         for _ in range(warmup):
             self.step()
         count = 0
+        cpu_started = time.process_time()
         started = time.perf_counter()
         deadline = started + window_s
         now = started
@@ -202,7 +219,7 @@ class BareLoop:
             self.step()
             count += 1
             now = time.perf_counter()
-        return count / (now - started)
+        return count / (now - started), (time.process_time() - cpu_started) / count * 1e6
 
 
 def measure_config(
@@ -212,21 +229,26 @@ def measure_config(
     bare = BareLoop(model, batch)
     pipeline_rates, bare_rates, ratios = [], [], []
     services: list[dict[str, float]] = []
+    cpu_us: dict[str, list[float]] = {"pipeline": [], "bare": []}
+    cpu_ratios = []
     for repeat in range(repeats):
         sides = ("pipeline", "bare") if repeat % 2 == 0 else ("bare", "pipeline")
         rates = {}
         for side in sides:
             if side == "pipeline":
-                rates[side], service_us = pipeline_qps(model, batch, window_s, warmup, work)
+                rates[side], cpu, service_us = pipeline_qps(model, batch, window_s, warmup, work)
                 services.append(service_us)
             else:
-                rates[side] = bare.qps(window_s, warmup)
+                rates[side], cpu = bare.qps(window_s, warmup)
+            cpu_us[side].append(cpu)
         pipeline_rates.append(rates["pipeline"])
         bare_rates.append(rates["bare"])
         ratios.append(rates["pipeline"] / rates["bare"])
+        cpu_ratios.append(cpu_us["bare"][-1] / cpu_us["pipeline"][-1])
         log(
             f"{model} b{batch} repeat {repeat}: pipeline {rates['pipeline']:.1f} q/s, "
-            f"bare {rates['bare']:.1f} q/s, ratio {ratios[-1]:.4f}"
+            f"bare {rates['bare']:.1f} q/s, ratio {ratios[-1]:.4f}, "
+            f"CPU ratio {cpu_ratios[-1]:.4f}"
         )
     pipeline_median = statistics.median(pipeline_rates)
     bare_median = statistics.median(bare_rates)
@@ -244,6 +266,14 @@ def measure_config(
         "ratio_median": round(statistics.median(ratios), 4),
         "ratio_min": round(min(ratios), 4),
         "ratio_max": round(max(ratios), 4),
+        # CPU time per query (bare / pipeline, so 1 = no cost, like the throughput ratio):
+        # time the process was preempted by other processes does not count, so this one holds
+        # on a shared machine where the wall-clock ratio swings.
+        "cpu_ratio_median": round(statistics.median(cpu_ratios), 4),
+        "cpu_ratio_min": round(min(cpu_ratios), 4),
+        "cpu_ratio_max": round(max(cpu_ratios), 4),
+        "pipeline_cpu_us_per_query": round(statistics.median(cpu_us["pipeline"]), 1),
+        "bare_cpu_us_per_query": round(statistics.median(cpu_us["bare"]), 1),
         "overhead_us_per_query": round(pipeline_us - 1e6 / bare_median, 1),
         "pipeline_us_per_query": round(pipeline_us, 1),
         "bare_us_per_query": round(1e6 / bare_median, 1),
