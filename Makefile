@@ -41,6 +41,7 @@ perf: install
 	$(BIN)/python perf/sampler_cost.py
 	$(BIN)/python perf/launch.py
 	$(BIN)/python perf/profiling_cost.py
+	$(BIN)/python perf/fidelity.py
 
 soak: install
 	$(BIN)/python perf/stage_overhead.py --soak

@@ -1,0 +1,354 @@
+"""Fidelity of the stage library: does a model measured through collobench run as fast as the
+same work in a bare PyTorch loop? And what does operator profiling cost?
+
+Prints ONE JSON line on stdout (progress on stderr). CPU, one torch thread (OMP_NUM_THREADS=1
+is set before torch loads, and every classify stage has `threads: 1`).
+
+For each configuration (digits_cnn at batch 1 and 8; resnet18 at batch 1 and 8 on 64x64
+images, so a window holds enough queries on these 2-core VMs: resnet18 at 224x224 takes ~12x
+longer per image and would only lengthen the run):
+
+- pipeline: a 3-stage pipeline `dataset.* -> torchvision.preprocess -> torchvision.classify`,
+  run in this process by `stages.runtime.driver.run_pipeline` with Parquet recording on, as in
+  a real run, under a closed-loop load (one client: the next query is issued when the previous
+  one completes). Throughput = measured ok queries / (last completion - first measured
+  schedule), from the recorded query rows.
+- bare: the same work with no harness, in a plain Python loop: the same dataset tensors served
+  in a seeded cycling order (`index_select`), the same preprocessing ops, the same model (from
+  the same artefact) under `torch.inference_mode()`, argmax and the top-1 count read back as a
+  Python int (as the stage grades). Throughput = iterations / wall time.
+
+Each repeat runs every configuration's two sides back to back, alternating which side goes
+first, so drift on the shared machine hits both; the figure per configuration is the median
+over repeats of the per-repeat ratio pipeline / bare (target: >= 0.98, i.e. within 2%), with
+the per-query overhead in microseconds (1/pipeline - 1/bare). Beside it, the same ratio in
+process CPU time per query (bare / pipeline), which time stolen by other processes on a shared
+machine does not distort; and the pipeline's stage service times, which split its time per
+query into the stages' own code and the rest (thread hand-offs, load generator, recording).
+
+Profiling cost: digits_cnn at batch 1 through the pipeline with `profile_every: 10` vs 0,
+interleaved the same way; reported as the throughput lost in percent. The profiler is a no-op
+stub until operator profiling lands, so this reads ~0 until then.
+
+The process (every stage thread, the load generator, the bare loop) is pinned to one core
+(`--cpu`, default the last one), as a worker with `placement.cpus: [n]` would be: stage
+hand-offs are then same-core thread switches, whose cost is stable, instead of cross-core
+wake-ups, which on these VMs vary from ~4 us to ~25 us with what else the machine is doing.
+`--cpu -1` leaves the process free on every core.
+
+`--quick`: shorter windows and fewer repeats (~40 s).
+"""
+
+from __future__ import annotations
+
+import os
+
+# One intra-op thread for every torch call of this process, stage threads included: set before
+# torch is imported anywhere (torch.set_num_threads in the main thread alone does not reach
+# threads that OpenMP starts later on every build).
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# perf/common.py: run as `python perf/fidelity.py`, this folder is first on sys.path.
+import common
+import numpy as np
+import pyarrow.compute as pc
+from common import (
+    BackgroundLoad,
+    PeriodicSampler,
+    report_header,
+    run_recorded_table,
+    wait_for_quiet,
+)
+
+from stages.rundir.tables import read_table
+from stages.spec.models import LoadgenSpec, PipelineSpec, StageSpec
+
+SCRIPT = "fidelity"
+TARGET_RATIO_MIN = 0.98
+FAKE_IMAGE_SIZE = 64
+FAKE_DATASET = {"size": 256, "image_size": FAKE_IMAGE_SIZE, "num_classes": 1000}
+CONFIGS = (("digits_cnn", 1), ("digits_cnn", 8), ("resnet18", 1), ("resnet18", 8))
+PROFILE_EVERY = 10
+
+
+def log(message: str) -> None:
+    common.log(SCRIPT, message)
+
+
+def stage_specs(model: str, batch: int, profile_every: int = 0) -> list[StageSpec]:
+    """dataset -> preprocess -> classify for `model` at `batch`."""
+    if model == "digits_cnn":
+        data = StageSpec(
+            id="data",
+            type="dataset.digits",
+            config={"split": "test", "batch_size": batch},
+            outputs=["prep"],
+        )
+        prep_config: dict[str, Any] = {"mean": [0.5], "std": [0.5]}
+    else:
+        data = StageSpec(
+            id="data",
+            type="dataset.fake_images",
+            config={**FAKE_DATASET, "batch_size": batch},
+            outputs=["prep"],
+        )
+        prep_config = {}  # ImageNet mean and std; no resize
+    return [
+        data,
+        StageSpec(id="prep", type="torchvision.preprocess", config=prep_config, outputs=["model"]),
+        StageSpec(
+            id="model",
+            type="torchvision.classify",
+            config={"model": model, "threads": 1, "profile_every": profile_every},
+        ),
+    ]
+
+
+def pipeline_qps(
+    model: str, batch: int, window_s: float, warmup: int, work: Path, profile_every: int = 0
+) -> tuple[float, float, dict[str, float]]:
+    """Closed-loop queries/s of the 3-stage pipeline, recorded as in a real run; the process's
+    CPU time per measured query in microseconds (every thread: stages, load generator,
+    recorder), read every 20 ms by a sampler thread and interpolated at the window's ends; and
+    each stage's mean service time (finished_ns - started_ns) in microseconds over the measured
+    queries: what the stages' own code took, as opposed to the hand-offs between them."""
+    spec = PipelineSpec(
+        name=f"{model}-b{batch}",
+        loadgen=LoadgenSpec(
+            type="closed_loop",
+            concurrency=1,
+            duration_s=window_s,
+            warmup_queries=warmup,
+            timeout_s=window_s * 10 + 60,
+        ),
+        stages=stage_specs(model, batch, profile_every),
+        error_budget=None,
+    )
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
+    with PeriodicSampler(time.process_time, 0.02, "cpu-sampler") as cpu:
+        result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=0)
+    measured = table.filter(pc.invert(table.column("warmup")))
+    ok = measured.filter(pc.equal(measured.column("status"), "ok"))
+    if result.status != "ok" or ok.num_rows == 0:
+        raise RuntimeError(f"{spec.name}: pipeline {result.status}: {result.error}")
+    start_ns = pc.min(measured.column("scheduled_ns")).as_py()
+    end_ns = pc.max(ok.column("completed_ns")).as_py()
+    events = read_table(run_dir, "stage_events")
+    first_measured = pc.min(measured.column("query_id")).as_py()
+    events = events.filter(pc.greater_equal(events.column("query_id"), first_measured))
+    service_ns = pc.subtract(events.column("finished_ns"), events.column("started_ns"))
+    service_us = {}
+    for stage in ("data", "prep", "model"):
+        mask = pc.equal(events.column("stage"), stage)
+        service_us[stage] = pc.mean(pc.filter(service_ns, mask)).as_py() / 1e3
+    at_ns, cpu_s = np.array(cpu.samples, dtype=np.float64).T
+    cpu_window_s = float(np.interp(end_ns, at_ns, cpu_s) - np.interp(start_ns, at_ns, cpu_s))
+    qps = float(ok.num_rows / ((end_ns - start_ns) / 1e9))
+    return qps, cpu_window_s / ok.num_rows * 1e6, service_us
+
+
+class BareLoop:
+    """The pipeline's work without the harness: data, preprocessing and the model in a loop."""
+
+    def __init__(self, model: str, batch: int) -> None:
+        import torch
+
+        from stages.artifacts.catalog import ensure_artifact
+        from stages.artifacts.vision import load_digits_split, load_fake_images
+        from stages.library.vision import (
+            IMAGENET_MEAN,
+            IMAGENET_STD,
+            ModelChoiceConfig,
+            load_classifier,
+        )
+
+        self.torch = torch
+        self.batch = batch
+        if model == "digits_cnn":
+            images, labels = load_digits_split(ensure_artifact("digits"), "test")
+            mean, std = [0.5], [0.5]
+        else:
+            images, labels = load_fake_images(ensure_artifact("fake_images", FAKE_DATASET))
+            mean, std = list(IMAGENET_MEAN), list(IMAGENET_STD)
+        self.images = torch.from_numpy(np.ascontiguousarray(images))
+        self.labels = torch.from_numpy(np.ascontiguousarray(labels))
+        self.mean = torch.tensor(mean).reshape(1, -1, 1, 1)
+        self.std = torch.tensor(std).reshape(1, -1, 1, 1)
+        self.model = load_classifier(ModelChoiceConfig(model=model)).eval()
+        self.rng = np.random.default_rng(0)
+        self.order = torch.from_numpy(self.rng.permutation(len(self.labels)))
+        self.position = 0
+
+    def step(self) -> int:
+        """One batch: serve, preprocess, classify, grade; returns the top-1 count."""
+        torch = self.torch
+        if self.position + self.batch > len(self.order):
+            rest = self.order[self.position :]
+            fresh = torch.from_numpy(self.rng.permutation(len(self.labels)))
+            self.order, self.position = torch.cat((rest, fresh)), 0
+        indices = self.order[self.position : self.position + self.batch]
+        self.position += self.batch
+        images = self.images.index_select(0, indices)
+        labels = self.labels.index_select(0, indices)
+        with torch.no_grad():
+            x = images.float().div(255.0) if images.dtype == torch.uint8 else images.float()
+            x = (x - self.mean) / self.std
+        with torch.inference_mode():
+            predictions = self.model(x).argmax(1)
+            return int((predictions == labels).sum())
+
+    def qps(self, window_s: float, warmup: int) -> tuple[float, float]:
+        """(iterations/s, process CPU microseconds per iteration) over a window."""
+        for _ in range(warmup):
+            self.step()
+        count = 0
+        cpu_started = time.process_time()
+        started = time.perf_counter()
+        deadline = started + window_s
+        now = started
+        while now < deadline:
+            self.step()
+            count += 1
+            now = time.perf_counter()
+        return count / (now - started), (time.process_time() - cpu_started) / count * 1e6
+
+
+def measure_config(
+    model: str, batch: int, repeats: int, window_s: float, warmup: int, work: Path
+) -> dict[str, Any]:
+    """Interleaved repeats of pipeline and bare loop for one configuration."""
+    bare = BareLoop(model, batch)
+    pipeline_rates, bare_rates, ratios = [], [], []
+    services: list[dict[str, float]] = []
+    cpu_us: dict[str, list[float]] = {"pipeline": [], "bare": []}
+    cpu_ratios = []
+    for repeat in range(repeats):
+        sides = ("pipeline", "bare") if repeat % 2 == 0 else ("bare", "pipeline")
+        rates = {}
+        for side in sides:
+            if side == "pipeline":
+                rates[side], cpu, service_us = pipeline_qps(model, batch, window_s, warmup, work)
+                services.append(service_us)
+            else:
+                rates[side], cpu = bare.qps(window_s, warmup)
+            cpu_us[side].append(cpu)
+        pipeline_rates.append(rates["pipeline"])
+        bare_rates.append(rates["bare"])
+        ratios.append(rates["pipeline"] / rates["bare"])
+        cpu_ratios.append(cpu_us["bare"][-1] / cpu_us["pipeline"][-1])
+        log(
+            f"{model} b{batch} repeat {repeat}: pipeline {rates['pipeline']:.1f} q/s, "
+            f"bare {rates['bare']:.1f} q/s, ratio {ratios[-1]:.4f}, "
+            f"CPU ratio {cpu_ratios[-1]:.4f}"
+        )
+    pipeline_median = statistics.median(pipeline_rates)
+    bare_median = statistics.median(bare_rates)
+    service_us = {
+        stage: round(statistics.median(s[stage] for s in services), 1) for stage in services[0]
+    }
+    pipeline_us = 1e6 / pipeline_median
+    return {
+        "model": model,
+        "batch": batch,
+        "input": "digits 1x8x8" if model == "digits_cnn" else f"fake 3x{FAKE_IMAGE_SIZE}x64",
+        "pipeline_qps_median": round(pipeline_median, 2),
+        "bare_qps_median": round(bare_median, 2),
+        "pipeline_samples_per_s_median": round(pipeline_median * batch, 2),
+        "ratio_median": round(statistics.median(ratios), 4),
+        "ratio_min": round(min(ratios), 4),
+        "ratio_max": round(max(ratios), 4),
+        # CPU time per query (bare / pipeline, so 1 = no cost, like the throughput ratio):
+        # time the process was preempted by other processes does not count, so this one holds
+        # on a shared machine where the wall-clock ratio swings.
+        "cpu_ratio_median": round(statistics.median(cpu_ratios), 4),
+        "cpu_ratio_min": round(min(cpu_ratios), 4),
+        "cpu_ratio_max": round(max(cpu_ratios), 4),
+        "pipeline_cpu_us_per_query": round(statistics.median(cpu_us["pipeline"]), 1),
+        "bare_cpu_us_per_query": round(statistics.median(cpu_us["bare"]), 1),
+        "overhead_us_per_query": round(pipeline_us - 1e6 / bare_median, 1),
+        "pipeline_us_per_query": round(pipeline_us, 1),
+        "bare_us_per_query": round(1e6 / bare_median, 1),
+        # Where a pipeline query's time goes: the stages' own service times, and the rest
+        # (hand-offs between stage threads, the load generator's completion -> next issue).
+        "stage_service_us": service_us,
+        "outside_stages_us_per_query": round(pipeline_us - sum(service_us.values()), 1),
+    }
+
+
+def measure_profiling(repeats: int, window_s: float, warmup: int, work: Path) -> dict[str, Any]:
+    """digits_cnn batch 1 with profile_every PROFILE_EVERY vs 0, interleaved."""
+    ratios = []
+    for repeat in range(repeats):
+        order = (PROFILE_EVERY, 0) if repeat % 2 == 0 else (0, PROFILE_EVERY)
+        rates = {
+            every: pipeline_qps("digits_cnn", 1, window_s, warmup, work, profile_every=every)[0]
+            for every in order
+        }
+        ratios.append(rates[PROFILE_EVERY] / rates[0])
+        log(f"profiling repeat {repeat}: profiled / unprofiled {ratios[-1]:.4f}")
+    return {
+        "profile_every": PROFILE_EVERY,
+        "config": "digits_cnn b1 pipeline",
+        "throughput_ratio_median": round(statistics.median(ratios), 4),
+        "cost_pct": round((1 - statistics.median(ratios)) * 100, 2),
+        "note": "OperatorProfiler is a no-op stub until operator profiling lands",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short windows (~40 s in all)")
+    parser.add_argument(
+        "--cpu", type=int, default=(os.cpu_count() or 1) - 1, help="pin to this core; -1: free"
+    )
+    args = parser.parse_args()
+    if args.cpu >= 0:
+        os.sched_setaffinity(0, {args.cpu})
+    window_s = 1.0 if args.quick else 3.0
+    repeats = 2 if args.quick else 3
+    warmup = 20
+    import torch
+
+    torch.set_num_threads(1)
+    waited_s = wait_for_quiet(SCRIPT, 5.0 if args.quick else 30.0)
+    background: dict[str, float] = {}
+    configs = []
+    with tempfile.TemporaryDirectory(prefix="collobench-fidelity-") as directory:
+        work = Path(directory)
+        for model, batch in CONFIGS:
+            with BackgroundLoad() as load:
+                configs.append(measure_config(model, batch, repeats, window_s, warmup, work))
+            background[f"{model}_b{batch}"] = load.pct
+        with BackgroundLoad() as load:
+            profiling = measure_profiling(repeats, window_s, warmup, work)
+        background["profiling"] = load.pct
+    report = {
+        **report_header(SCRIPT, "quick" if args.quick else "full", waited_s, background),
+        "device": "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "window_s": window_s,
+        "repeats": repeats,
+        "warmup_queries": warmup,
+        "load": "closed_loop, concurrency 1, recording on",
+        "configs": configs,
+        "profiling": profiling,
+        "targets": {"ratio_min": TARGET_RATIO_MIN},
+        "met": {
+            f"{c['model']}_b{c['batch']}": c["ratio_median"] >= TARGET_RATIO_MIN for c in configs
+        },
+    }
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""torchvision stages: preprocess image batches, classify them (graded when labels travel
+along), and train a classifier one optimiser step per query.
+
+Payloads are dicts: `{"images": tensor [B,C,H,W], "labels": tensor [B]}` in (what the dataset
+stages serve); each stage builds a new dict, never changing the one it was given (a fork may
+share it). torch and torchvision are imported in `prepare` and in validators, never at import.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from stages.library.profiling import OperatorProfiler
+from stages.library.torch_common import ModelStageConfig, device_synchronizer
+from stages.runtime.query import Query
+from stages.runtime.stage import Route, Stage, StageConfig, StageContext
+
+DIGITS_CNN = "digits_cnn"
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def images_of(payload: Any) -> Any:
+    """The image tensor of a payload: its `images` entry, or the payload itself."""
+    if isinstance(payload, dict):
+        if "images" not in payload:
+            raise ValueError(f"payload has no 'images' (keys: {sorted(payload)})")
+        return payload["images"]
+    if payload is None:
+        raise ValueError("no payload: put a dataset stage before this one")
+    return payload
+
+
+def labels_of(payload: Any) -> Any:
+    """The label tensor of a payload, or None when no labels travel with it."""
+    return payload.get("labels") if isinstance(payload, dict) else None
+
+
+# --------------------------------------------------------------------------- preprocess
+
+
+class PreprocessConfig(StageConfig):
+    size: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Resize to size x size (bilinear); null keeps the input size.",
+    )
+    mean: list[float] = Field(
+        list(IMAGENET_MEAN),
+        min_length=1,
+        description="Per-channel mean subtracted after scaling to [0,1] (one value = every "
+        "channel); default ImageNet's.",
+    )
+    std: list[float] = Field(
+        list(IMAGENET_STD),
+        min_length=1,
+        description="Per-channel standard deviation divided by (one value = every channel).",
+    )
+
+    @model_validator(mode="after")
+    def _same_channels(self) -> PreprocessConfig:
+        if len(self.mean) != len(self.std):
+            raise ValueError(
+                f"mean has {len(self.mean)} values and std {len(self.std)}: give one per channel"
+            )
+        if any(value <= 0 for value in self.std):
+            raise ValueError("std values must be > 0")
+        return self
+
+
+class PreprocessStage(Stage):
+    """ONE QUERY = one batch: uint8 images become float in [0,1] (float images pass as they
+    are), on the pipeline's device, resized to `size` and normalised with `mean`/`std`."""
+
+    config: PreprocessConfig
+    config_model = PreprocessConfig
+
+    def prepare(self) -> None:
+        import torch
+        import torch.nn.functional as functional
+
+        self._torch = torch
+        self._interpolate = functional.interpolate
+        self._device = torch.device(self.context.device)
+        shape = (1, len(self.config.mean), 1, 1)
+        self._mean = torch.tensor(self.config.mean, device=self._device).reshape(shape)
+        self._std = torch.tensor(self.config.std, device=self._device).reshape(shape)
+        self._identity = all(m == 0 for m in self.config.mean) and all(
+            s == 1 for s in self.config.std
+        )
+        self._synchronize = device_synchronizer(self.context.device)
+
+    def run(self, query: Query) -> Route:
+        torch = self._torch
+        images = images_of(query.payload)
+        # no_grad, not inference_mode: a training stage downstream cannot use inference tensors.
+        with torch.no_grad():
+            x = images.to(self._device, non_blocking=True)
+            # Out-of-place ops only: `x` may be the upstream tensor itself.
+            x = x.float().div(255.0) if x.dtype == torch.uint8 else x.float()
+            channels = x.shape[1]
+            if self._mean.shape[1] not in (1, channels):
+                raise ValueError(
+                    f"mean/std have {self._mean.shape[1]} values but the images have "
+                    f"{channels} channels"
+                )
+            size = self.config.size
+            if size is not None and tuple(x.shape[-2:]) != (size, size):
+                x = self._interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+            if not self._identity:
+                x = (x - self._mean) / self._std
+        self._synchronize()
+        payload = query.payload
+        query.payload = {**payload, "images": x} if isinstance(payload, dict) else {"images": x}
+        return None
+
+
+# --------------------------------------------------------------------------- models
+
+
+class ModelChoiceConfig(ModelStageConfig):
+    """Which classifier a model stage runs, and with which weights."""
+
+    model: str = Field(
+        DIGITS_CNN,
+        description="digits_cnn (the small CNN trained on digits) or a torchvision classifier "
+        "name (torchvision.models.list_models(module=torchvision.models)), e.g. resnet18.",
+    )
+    weights: Literal["random", "pretrained"] | None = Field(
+        None,
+        description="random: seeded init; pretrained: digits_cnn's trained weights, or "
+        "torchvision's DEFAULT weights from the torch hub cache. Default: pretrained for "
+        "digits_cnn, random for torchvision models (no download).",
+    )
+    seed: int = Field(0, description="Seed of random weights (the model artefact's recipe).")
+    num_classes: int | None = Field(
+        None,
+        ge=1,
+        description="Classes of the final layer; default 10 for digits_cnn, 1000 otherwise.",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value == DIGITS_CNN:
+            return value
+        from stages.artifacts.vision import torchvision_model_names, unknown_torchvision_message
+
+        message = unknown_torchvision_message(value, [DIGITS_CNN, *torchvision_model_names()])
+        if message:
+            raise ValueError(message)
+        return value
+
+    @model_validator(mode="after")
+    def _classes_fit(self) -> ModelChoiceConfig:
+        if self.model == DIGITS_CNN and self.num_classes not in (None, 10):
+            raise ValueError("digits_cnn has 10 classes: leave num_classes out")
+        if (
+            self.model != DIGITS_CNN
+            and self.weights == "pretrained"
+            and self.num_classes not in (None, 1000)
+        ):
+            raise ValueError("pretrained torchvision weights have 1000 classes: num_classes 1000")
+        return self
+
+
+def load_classifier(config: ModelChoiceConfig) -> Any:
+    """The `nn.Module` a model stage runs (CPU, float32), from its artefact."""
+    from stages.artifacts.catalog import ensure_artifact
+    from stages.artifacts.vision import (
+        build_digits_cnn,
+        load_digits_cnn,
+        load_torchvision_model,
+    )
+
+    if config.model == DIGITS_CNN:
+        if config.weights == "random":
+            import torch
+
+            torch.manual_seed(config.seed)
+            return build_digits_cnn()
+        return load_digits_cnn(ensure_artifact(DIGITS_CNN))
+    params = {
+        "name": config.model,
+        "seed": config.seed,
+        "num_classes": config.num_classes or 1000,
+        "weights": config.weights or "random",
+    }
+    return load_torchvision_model(ensure_artifact("torchvision_model", params))
+
+
+class _ModelStage(Stage):
+    """What classify and train share: the model on the device, dtype, threads, compile,
+    profiler and synchroniser."""
+
+    config: ModelChoiceConfig
+
+    def __init__(self, config: StageConfig, context: StageContext) -> None:
+        super().__init__(config, context)
+        assert isinstance(config, ModelChoiceConfig)
+        self.profiler = OperatorProfiler(config.profile_every, context)
+
+    def _prepare_model(self, train: bool) -> Any:
+        import torch
+
+        if self.config.threads is not None:
+            torch.set_num_threads(self.config.threads)
+        self._torch = torch
+        self._device = torch.device(self.context.device)
+        self._dtype = getattr(torch, self.config.dtype)
+        model = load_classifier(self.config).to(self._device, self._dtype)
+        model.train(train)
+        self._synchronize = device_synchronizer(self.context.device)
+        return model
+
+    def _example_input(self) -> Any:
+        side, channels = (8, 1) if self.config.model == DIGITS_CNN else (224, 3)
+        return self._torch.zeros((1, channels, side, side), device=self._device, dtype=self._dtype)
+
+    def _inputs(self, query: Query) -> Any:
+        return images_of(query.payload).to(self._device, self._dtype, non_blocking=True)
+
+
+class ClassifyConfig(ModelChoiceConfig):
+    """Options of `torchvision.classify`: the model choice and the model-stage options."""
+
+
+class ClassifyStage(_ModelStage):
+    """ONE QUERY = one forward pass of the classifier on the payload's batch, under
+    `torch.inference_mode()`. When labels travel with it, the batch is graded: `graded` =
+    batch size, `correct` = top-1 predictions equal to the label. Payload out:
+    `{"predictions": int64 [B], "labels": [B] or None}`."""
+
+    config: ClassifyConfig
+    config_model = ClassifyConfig
+    records_outcome = True
+
+    def prepare(self) -> None:
+        model = self._prepare_model(train=False)
+        if self.config.compile:
+            model = self._torch.compile(model)
+            with self._torch.inference_mode():
+                model(self._example_input())  # compile now, never in a timed query
+        self._model = model
+
+    def run(self, query: Query) -> Route:
+        torch = self._torch
+        labels = labels_of(query.payload)
+        with torch.inference_mode():
+            x = self._inputs(query)
+            with self.profiler.around(query):
+                logits = self._model(x)
+            predictions = logits.argmax(1)
+            if labels is not None:
+                query.graded = int(labels.shape[0])
+                query.correct = int((predictions == labels.to(predictions.device)).sum())
+        self._synchronize()  # finished_ns must come after the device has finished
+        query.payload = {"predictions": predictions, "labels": labels}
+        return None
+
+
+class TrainConfig(ModelChoiceConfig):
+    optimizer: Literal["sgd", "adamw"] = Field("sgd", description="Optimiser of the steps.")
+    lr: float = Field(0.01, gt=0, description="Learning rate.")
+    momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (sgd only).")
+    weight_decay: float = Field(0.0, ge=0, description="Weight decay.")
+
+
+class TrainStage(_ModelStage):
+    """ONE QUERY = one optimiser step (forward, cross-entropy loss, backward, step) on the
+    payload's batch and labels; `loss` = that step's loss. The model starts from its artefact
+    (seeded random init, or pretrained) in every phase. With `compile`, the first steps
+    compile (a step in prepare would change the weights): cover them with warm-up queries.
+    Payload out: `{"loss": float}`."""
+
+    config: TrainConfig
+    config_model = TrainConfig
+    records_outcome = True
+
+    def prepare(self) -> None:
+        import torch
+
+        model = self._prepare_model(train=True)
+        parameters = model.parameters()
+        config = self.config
+        if config.optimizer == "sgd":
+            self._optimiser: Any = torch.optim.SGD(
+                parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+            )
+        else:
+            self._optimiser = torch.optim.AdamW(
+                parameters, lr=config.lr, weight_decay=config.weight_decay
+            )
+        self._model = torch.compile(model) if config.compile else model
+        self._loss = torch.nn.functional.cross_entropy
+
+    def run(self, query: Query) -> Route:
+        labels = labels_of(query.payload)
+        if labels is None:
+            raise ValueError("training needs labels in the payload")
+        x = self._inputs(query)
+        y = labels.to(self._device, non_blocking=True)
+        with self.profiler.around(query):
+            self._optimiser.zero_grad(set_to_none=True)
+            loss = self._loss(self._model(x), y)
+            loss.backward()
+            self._optimiser.step()
+        query.loss = float(loss.detach())
+        self._synchronize()
+        query.payload = {"loss": query.loss}
+        return None
