@@ -20,7 +20,7 @@ install: $(STAMP)
 demo: install
 	mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/collobench validate specs/*.yaml
-	$(BIN)/collobench run specs/noop_collocated.yaml
+	$(BIN)/collobench run specs/demo.yaml
 
 lint: install
 	$(BIN)/ruff check $(CODE)

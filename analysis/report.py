@@ -24,6 +24,10 @@ VIEWS: dict[str, list[str]] = {
     "perf_per_watt": ["trial", "phase", "pipeline", "device"],
     "contention": ["trial", "pipeline"],
     "contention_by_run": ["pipeline"],
+    "accuracy": ["trial", "phase", "pipeline", "stage"],
+    "training": ["trial", "phase", "pipeline", "stage"],
+    "generation": ["trial", "phase", "pipeline", "stage"],
+    "operator_summary": ["trial", "phase", "pipeline", "stage", "self_cpu_ms DESC"],
 }
 
 

@@ -146,7 +146,7 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     out.print(_summary_table(result))
     db_path = db or settings.duckdb_path()
-    _load_and_show_contention(result.run_dir, result.run_id, db_path)
+    _load_and_show_results(result.run_dir, result.run_id, db_path)
     for warning in result.warnings:
         err.print(f"warning: {warning}", markup=False)
     out.print(f"run directory: {result.run_dir}", highlight=False)
@@ -280,6 +280,53 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "energy_per_query_ratio",
         "ci_method",
     ],
+    "accuracy": [
+        "trial",
+        "phase",
+        "pipeline",
+        "stage",
+        "graded",
+        "correct",
+        "accuracy",
+        "accuracy_ci_low",
+        "accuracy_ci_high",
+        "ci_method",
+    ],
+    "training": [
+        "trial",
+        "phase",
+        "pipeline",
+        "stage",
+        "steps",
+        "first_loss",
+        "last_loss",
+        "min_loss",
+        "tail_mean_loss",
+    ],
+    "generation": [
+        "trial",
+        "phase",
+        "pipeline",
+        "stage",
+        "queries",
+        "tokens",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "stage_ttft_p50_ms",
+        "tpot_p50_ms",
+        "tpot_p99_ms",
+        "tokens_per_s",
+    ],
+    "operator_summary": [
+        "trial",
+        "phase",
+        "pipeline",
+        "stage",
+        "operator",
+        "calls",
+        "self_cpu_ms",
+        "self_share",
+    ],
     "contention_by_run": [
         "pipeline",
         "trials",
@@ -359,9 +406,10 @@ def sql(
     out.print(_frame_table(None, columns, rows))
 
 
-def _load_and_show_contention(run_dir: Path, run_id: str, db_path: Path) -> None:
-    """Load a finished run into DuckDB (as the Dagster warehouse asset does) and show how each
-    pipeline fared next to the others; a failure here is a warning, the run is on disk."""
+def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> None:
+    """Load a finished run into DuckDB (as the Dagster warehouse asset does) and show what the
+    summary does not: accuracy, training loss, generation (TTFT/TPOT), performance per watt
+    and contention, each when the run has it; a failure here is a warning, the run is on disk."""
     from analysis.loader import load_runs
     from analysis.report import report as build_report
 
@@ -372,6 +420,10 @@ def _load_and_show_contention(run_dir: Path, run_id: str, db_path: Path) -> None
         err.print(f"warning: could not load the run into {db_path}: {error}", markup=False)
         return
     titles = {
+        "accuracy": "accuracy (graded samples of measured queries; [Wilson 95% interval])",
+        "training": "training (loss per optimiser step)",
+        "generation": "generation (TTFT from arrival and in the stage, TPOT; ms)",
+        "perf_per_watt": "performance per watt (energy source named; model_estimate = a model)",
         "contention": "contention per trial (collocated vs solo; [95% interval])",
         "contention_by_run": "contention over the trials (geometric mean; [95% interval])",
     }
@@ -381,6 +433,8 @@ def _load_and_show_contention(run_dir: Path, run_id: str, db_path: Path) -> None
             continue
         if name == "contention_by_run" and int(frame["trials"].max()) < 2:
             continue  # one trial: the per-trial table says it all
+        if name == "perf_per_watt" and frame["energy_source"].isna().all():
+            continue  # nothing measured energy (no NVML, RAPL or power model): no table
         out.print(_compact_table(title, frame, REPORT_COLUMNS[name]))
     out.print(f"loaded into {db_path}; full report: collobench report {run_id}", highlight=False)
 
@@ -582,7 +636,12 @@ def _summary_table(result: Any) -> Table:
     ):
         table.add_column(column, no_wrap=True)
     for row in summarize_run(result.run_dir):
-        slo = "-" if row.slo_met is None else ("met" if row.slo_met else "missed")
+        if row.slo_met is None:
+            slo = "-"
+        elif row.slo_met:
+            slo = "met"
+        else:  # LoadGen calls a run too short for its verdict INVALID, not a miss
+            slo = "unproven" if row.latency_bound_ms is None else "missed"
         target = f"p{row.target_percentile * 100:g}"
         table.add_row(
             str(row.trial),
