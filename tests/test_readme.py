@@ -35,4 +35,5 @@ def test_stage_example_runs() -> None:
 def test_cli_table_lists_real_commands() -> None:
     documented = set(re.findall(r"\| `collobench (\w+)", README))
     registered = {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
+    registered |= {group.name for group in app.registered_groups if group.name}
     assert documented and documented <= registered
