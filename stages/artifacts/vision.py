@@ -13,6 +13,7 @@ import os
 import socket
 import time
 import urllib.error
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -49,7 +50,9 @@ class DigitsBuilder(ArtifactBuilder):
     params_model = DigitsParams
     description = "scikit-learn's 8x8 handwritten digits, stratified train/test split"
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         import numpy as np
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
@@ -99,7 +102,9 @@ class FakeImagesBuilder(ArtifactBuilder):
     params_model = FakeImagesParams
     description = "seeded random uint8 images and labels (FakeData-equivalent)"
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         import numpy as np
         import torch
 
@@ -189,17 +194,14 @@ class DigitsCnnBuilder(ArtifactBuilder):
         assert isinstance(params, DigitsCnnParams)
         return [("digits", {"seed": params.digits_seed})]
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         import torch
         from safetensors.torch import save_file
 
-        from stages.artifacts.catalog import ensure_artifact
-        from stages.artifacts.store import ArtifactStore
-
         assert isinstance(params, DigitsCnnParams)
-        # The store passes no handle to the dependencies it built; they live beside us.
-        store = ArtifactStore(out_dir.parent.parent)
-        digits = ensure_artifact("digits", {"seed": params.digits_seed}, store=store)
+        digits = inputs["digits"]
         train_x, train_y = (torch.from_numpy(a) for a in load_digits_split(digits, "train"))
         test_x, test_y = (torch.from_numpy(a) for a in load_digits_split(digits, "test"))
         threads = torch.get_num_threads()
@@ -337,7 +339,9 @@ class TorchvisionModelBuilder(ArtifactBuilder):
     params_model = TorchvisionModelParams
     description = "torchvision classifier weights (seeded random or pretrained from the hub cache)"
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         import torch
         from safetensors.torch import save_model
         from torchvision import models

@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from stages.artifacts.store import (
     ArtifactError,
     ArtifactParams,
     ArtifactStore,
+    BuiltArtifact,
     content_hash,
 )
 from tests.helpers import REPO
@@ -38,7 +40,9 @@ class CountBuilder(ArtifactBuilder):
     def __init__(self, builds_log: Path) -> None:
         self.builds_log = builds_log
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         assert isinstance(params, CountParams)
         with self.builds_log.open("a") as log:
             log.write("built\n")
@@ -50,7 +54,9 @@ class CountBuilder(ArtifactBuilder):
 class BrokenBuilder(ArtifactBuilder):
     name = "broken"
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         (out_dir / "half.bin").write_bytes(b"x")
         raise RuntimeError("disk on fire\nsecond line")
 

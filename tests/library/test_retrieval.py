@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from stages.artifacts import catalog
-from stages.artifacts.store import ArtifactBuilder, ArtifactParams
+from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
 from stages.cli.app import app
 from stages.library.retrieval import (
     FuseStage,
@@ -135,7 +136,9 @@ class _FakeCorpusBuilder(ArtifactBuilder):
     name = "fake_corpus"
     params_model = _FakeCorpusParams
 
-    def build(self, params: ArtifactParams, out_dir: Path) -> dict[str, Any]:
+    def build(
+        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+    ) -> dict[str, Any]:
         assert isinstance(params, _FakeCorpusParams)
         write_corpus(out_dir, size=params.size)
         return {"size": params.size}
