@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from stages.collocation.launcher import RunOptions, run_benchmark
 from stages.runtime.query import Query
 from stages.runtime.registry import default_registry, stage_type
 from stages.runtime.stage import Route, Stage
+from stages.spec.loading import validate_document
 
 default_registry()
 
@@ -26,3 +28,46 @@ class TagStage(Stage):
 
 def pipeline_doc(stages: list[dict[str, Any]], **loadgen: Any) -> dict[str, Any]:
     return {"name": "p", "loadgen": loadgen, "stages": stages}
+
+
+def rows(recorder: Any, table: str) -> list[dict[str, Any]]:
+    """A recorder table (column lists) as row dicts."""
+    columns = recorder.table(table)
+    if not columns:
+        return []
+    return [
+        dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)
+    ]
+
+
+def spec_doc(victim_stage: dict[str, Any], **victim_loadgen: Any) -> dict[str, Any]:
+    """A two-pipeline spec: `victim` runs `victim_stage` after a noop, `survivor` is healthy."""
+    loadgen = {"type": "closed_loop", "duration_s": 1.5, "timeout_s": 20, **victim_loadgen}
+    return {
+        "name": "faults",
+        "collocation": {"solo_baselines": False},
+        "telemetry": {"host": {"period_ms": 50}},
+        "pipelines": [
+            {
+                "name": "victim",
+                "loadgen": loadgen,
+                "stages": [
+                    {"id": "pre", "type": "noop", "outputs": ["bad"]},
+                    {"id": "bad", **victim_stage},
+                ],
+            },
+            {
+                "name": "survivor",
+                "loadgen": {"type": "server", "rate": 200, "duration_s": 1.5},
+                "stages": [{"id": "ok", "type": "noop"}],
+            },
+        ],
+    }
+
+
+def run(doc: dict[str, Any], tmp_path: Path, **options: Any) -> Any:
+    """Validate a spec document and run it with the launcher (run directories under tmp_path)."""
+    loaded = validate_document(doc, "test")
+    return run_benchmark(
+        loaded, RunOptions(out_dir=tmp_path, cache_dir=tmp_path / "cache", **options)
+    )

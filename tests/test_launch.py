@@ -16,10 +16,10 @@ import psutil
 import pytest
 import yaml
 
-from stages.collocation.launcher import LaunchError, ProgressEvent, RunOptions, run_benchmark
+from stages.collocation.launcher import LaunchError, ProgressEvent
 from stages.rundir.tables import read_table
 from stages.spec.loading import load_spec, validate_document
-from tests.helpers import REPO
+from tests.helpers import REPO, run, spec_doc
 
 KEYS = ("run_id", "trial", "phase", "pipeline")
 
@@ -109,37 +109,6 @@ def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None
         assert (figures["queries_ok"], figures["queries_measured"]) == (ok, measured)
         assert figures["latency_p99_ms"] == pytest.approx(p99, rel=1e-12)
         assert f"{result['pipeline']}: ok, {ok} ok of {measured} measured" in completed.stdout
-
-
-def spec_doc(victim_stage: dict[str, Any], **victim_loadgen: Any) -> dict[str, Any]:
-    loadgen = {"type": "closed_loop", "duration_s": 1.5, "timeout_s": 20, **victim_loadgen}
-    return {
-        "name": "faults",
-        "collocation": {"solo_baselines": False},
-        "telemetry": {"host": {"period_ms": 50}},
-        "pipelines": [
-            {
-                "name": "victim",
-                "loadgen": loadgen,
-                "stages": [
-                    {"id": "pre", "type": "noop", "outputs": ["bad"]},
-                    {"id": "bad", **victim_stage},
-                ],
-            },
-            {
-                "name": "survivor",
-                "loadgen": {"type": "server", "rate": 200, "duration_s": 1.5},
-                "stages": [{"id": "ok", "type": "noop"}],
-            },
-        ],
-    }
-
-
-def run(doc: dict[str, Any], tmp_path: Path, **options: Any) -> Any:
-    loaded = validate_document(doc, "test")
-    return run_benchmark(
-        loaded, RunOptions(out_dir=tmp_path, cache_dir=tmp_path / "cache", **options)
-    )
 
 
 def outcome(result: Any, name: str) -> Any:

@@ -17,7 +17,7 @@ from stages.runtime.driver import arrival_seed, run_pipeline
 from stages.runtime.loadgen.arrivals import PoissonArrivals, TraceError, read_trace
 from stages.runtime.loadgen.timing import set_timer_slack_ns, timer_slack_ns
 from stages.spec.models import LoadgenSpec, PipelineSpec
-from tests.test_runtime import rows
+from tests.helpers import rows
 
 
 def spec(stages: list[dict[str, Any]] | None = None, **loadgen: Any) -> PipelineSpec:

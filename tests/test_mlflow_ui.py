@@ -15,7 +15,7 @@ from typing import Any
 
 from stages.cli.app import summarize_phase
 from stages.cli.mlflow_log import log_run_to_mlflow
-from tests.test_launch import run, spec_doc
+from tests.helpers import run, spec_doc
 
 
 def free_port() -> int:

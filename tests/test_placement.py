@@ -26,7 +26,7 @@ def pipeline(**fields: object) -> PipelineSpec:
 def bench(mode: str, *pipelines: PipelineSpec) -> BenchmarkSpec:
     return BenchmarkSpec(
         name="b",
-        collocation={"mode": mode},  # type: ignore[arg-type]
+        collocation={"mode": mode},
         pipelines=list(pipelines),
     )
 

@@ -8,8 +8,7 @@ from stages.cli.app import app
 from stages.runtime.driver import run_pipeline
 from stages.runtime.registry import default_registry
 from stages.spec.models import PipelineSpec
-from tests.helpers import REPO
-from tests.test_runtime import rows
+from tests.helpers import REPO, rows
 
 README = (REPO / "README.md").read_text()
 

@@ -22,22 +22,14 @@ from stages.runtime.graph import StageGraph
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext
 from stages.spec.models import PipelineSpec
+from tests.helpers import rows
 
 
-def pipeline(stages: list[dict[str, Any]], **loadgen: Any) -> PipelineSpec:
+def pipeline(stages: list[Any], **loadgen: Any) -> PipelineSpec:
     loadgen.setdefault("type", "closed_loop")
     loadgen.setdefault("duration_s", 0)
     loadgen.setdefault("timeout_s", 20)
     return PipelineSpec.model_validate({"name": "p", "loadgen": loadgen, "stages": stages})
-
-
-def rows(recorder: Any, table: str) -> list[dict[str, Any]]:
-    columns = recorder.table(table)
-    if not columns:
-        return []
-    return [
-        dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)
-    ]
 
 
 def stage_threads() -> list[str]:

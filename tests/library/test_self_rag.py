@@ -176,7 +176,7 @@ def test_rewriter_appends_the_next_phrase_and_drops_stale_fields(tmp_path: Path)
 
 
 def test_blocks_bad_configs_are_one_validation_line(tmp_path: Path) -> None:
-    stages = [
+    stages: list[dict[str, Any]] = [
         {"id": "src", "type": "noop", "outputs": ["router"]},
         {
             "id": "router",
@@ -187,7 +187,7 @@ def test_blocks_bad_configs_are_one_validation_line(tmp_path: Path) -> None:
         {"id": "a", "type": "noop"},
         {"id": "b", "type": "noop"},
     ]
-    spec = {
+    spec: dict[str, Any] = {
         "name": "s",
         "pipelines": [{"name": "p", "loadgen": {"type": "closed_loop"}, "stages": stages}],
     }

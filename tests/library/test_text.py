@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +195,7 @@ def test_a_padded_row_generates_what_it_generates_alone(home: Path) -> None:
 
 def test_sampling_is_seeded_per_query(home: Path) -> None:
     stage = generator_stage(max_new_tokens=8, sampling="sample", temperature=1.5, top_k=50)
-    texts = {}
+    texts: dict[int, list[str]] = {}
     for query_id in (0, 1, 0):
         record = query(query_id, {"prompt": "What is the effect of int8 weights on accuracy?"})
         stage.run(record)
@@ -217,16 +217,16 @@ def test_stop_at_eos_counts_up_to_the_end_token(home: Path) -> None:
     assert record.tokens == 1
 
 
-def test_generation_uses_retrieved_documents(home: Path) -> None:
+def test_generation_uses_retrieved_documents(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stage = generator_stage(max_new_tokens=2)
     seen: list[list[str]] = []
     original = stage._generate
-    stage._generate = lambda texts, generator: (
-        seen.append(list(texts))
-        or original(  # type: ignore[method-assign]
-            texts, generator
-        )
-    )
+
+    def recording(prompts: Sequence[str], generator: Any) -> tuple[Any, int | None, int]:
+        seen.append(list(prompts))
+        return original(prompts, generator)
+
+    monkeypatch.setattr(stage, "_generate", recording)
     joined = {
         "vector": {"prompt": "q?", "prompt_id": 1, "documents": [{"doc_id": 4, "text": "doc A"}]},
         "sql": {"prompt": "q?", "prompt_id": 1, "documents": [(5, 0.5, "doc B")]},

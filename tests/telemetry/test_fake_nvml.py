@@ -103,12 +103,12 @@ def test_counter_reset_lost_gpu_and_not_supported() -> None:
     assert fake.nvmlDeviceGetTotalEnergyConsumption(handle) == 50_000
     assert before > 50_000
     clock.at(3.0)
-    with pytest.raises(FakeNvml.NVMLError_GpuIsLost):
+    with pytest.raises(fake_nvml.NVMLError_GpuIsLost):
         fake.nvmlDeviceGetPowerUsage(handle)
-    with pytest.raises(FakeNvml.NVMLError_NotSupported):
+    with pytest.raises(fake_nvml.NVMLError_NotSupported):
         fake.nvmlDeviceGetTotalEnergyConsumption(fake.nvmlDeviceGetHandleByIndex(1))
     fake.nvmlShutdown()
-    with pytest.raises(FakeNvml.NVMLError_Uninitialized):
+    with pytest.raises(fake_nvml.NVMLError_Uninitialized):
         fake.nvmlDeviceGetCount()
 
 
@@ -129,7 +129,7 @@ def test_processes_and_process_utilization() -> None:
     assert [(p.pid, p.usedGpuMemory) for p in processes] == [(11, 100 * 1024 * 1024), (12, None)]
     samples = fake.nvmlDeviceGetProcessUtilization(handle, 0)
     assert [(s.pid, s.smUtil) for s in samples] == [(11, 30)]  # idle pid 12 has no sample
-    with pytest.raises(FakeNvml.NVMLError_NotFound):  # nothing newer than what we saw
+    with pytest.raises(fake_nvml.NVMLError_NotFound):  # nothing newer than what we saw
         fake.nvmlDeviceGetProcessUtilization(handle, samples[0].timeStamp)
     clock.at(0.65)
     later = fake.nvmlDeviceGetProcessUtilization(handle, samples[0].timeStamp)
@@ -241,6 +241,6 @@ def test_not_supported_from_a_time_on() -> None:
     clock.at(1.49)
     assert fake.nvmlDeviceGetTotalEnergyConsumption(handle) > 0
     clock.at(1.5)
-    with pytest.raises(FakeNvml.NVMLError_NotSupported):
+    with pytest.raises(fake_nvml.NVMLError_NotSupported):
         fake.nvmlDeviceGetTotalEnergyConsumption(handle)
     assert fake.nvmlDeviceGetPowerUsage(handle) == 100_000  # other functions still answer

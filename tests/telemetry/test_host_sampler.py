@@ -267,9 +267,9 @@ def test_harness_rows_count_its_helpers_never_the_workers(tmp_path: Path) -> Non
         sample_for(sampler, 2.6, period_ms=100)  # 100 ms rows: a 10 ms CPU tick is 10 %
     finally:
         timer.cancel()
-        for process in [*psutil.Process(worker.pid).children(recursive=True)]:
-            process.kill()
-        for process in [worker, *helper]:
+        for descendant in psutil.Process(worker.pid).children(recursive=True):
+            descendant.kill()
+        for process in (worker, *helper):
             process.kill()
             process.wait()
     rows = rows_of(tmp_path)
