@@ -265,9 +265,11 @@ class GenerateStage(Stage):
         self.profiler = OperatorProfiler(config.profile_every, self.context)
         if config.compile:
             self.model = torch.compile(self.model, dynamic=True)
-            with torch.inference_mode():  # compile now, before the barrier, never timed
-                self._generate(["warm up"], None)
-            self.synchronize()
+        # One generation before the barrier: compilation and the lazy first-call set-up
+        # (cuBLAS handles, kernel loading) never land in a timed query.
+        with torch.inference_mode():
+            self._generate(["warm up"], None)
+        self.synchronize()
 
     def _pick(self, logits: Any, generator: Any) -> Any:
         """Next token ids [batch] from last-position logits [batch, vocab]."""
@@ -424,10 +426,10 @@ class EmbedStage(Stage):
         self.torch = torch
         self.synchronize = device_synchronizer(device, torch)
         self.profiler = OperatorProfiler(config.profile_every, self.context)
-        if config.compile:
-            with torch.inference_mode():  # compile now, before the barrier, never timed
-                self._embed(["warm up"])
-            self.synchronize()
+        # One call before the barrier (see GenerateStage.prepare).
+        with torch.inference_mode():
+            self._embed(["warm up"])
+        self.synchronize()
 
     def _embed(self, texts: list[str]) -> Any:
         from stages.artifacts.text import embed_texts

@@ -329,3 +329,22 @@ def test_embeddings_are_unit_vectors_and_similar_texts_are_closer(home: Path) ->
 def test_embed_config_rejects_a_generator() -> None:
     with pytest.raises(ValidationError, match="unknown embedding model 'tiny_lm'"):
         EmbedConfig(model="tiny_lm")
+
+
+def test_prepare_generates_once_before_the_barrier(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """First-call set-up (kernel loading, cuBLAS handles) is paid in prepare, never in a query."""
+    prompts: list[list[str]] = []
+    original = GenerateStage._generate
+
+    def counted(self: GenerateStage, texts: Sequence[str], generator: Any) -> Any:
+        prompts.append(list(texts))
+        return original(self, texts, generator)
+
+    monkeypatch.setattr(GenerateStage, "_generate", counted)
+    stage = generator_stage(max_new_tokens=2)
+    assert prompts == [["warm up"]]
+    record = query(0, {"prompt": "What does a KV cache hold?"})
+    stage.run(record)
+    assert len(prompts) == 2 and record.tokens == 2

@@ -277,6 +277,10 @@ def test_cuda_synchronise_follows_the_model_call_before_run_returns(
         config = {"mean": [0.0], "std": [1.0]}
     stage = make(stage_class, config)
     assert devices == ["cpu"]  # asked for the pipeline's device
+    # classify runs its model once in prepare and waits for the device, so first-call set-up
+    # (cuDNN/cuBLAS handles, kernel loading) happens before the barrier, not in a timed query
+    assert calls == (["synchronize"] if stage_class is ClassifyStage else [])
+    calls.clear()
     if hasattr(stage, "_model"):
         stage._model = _Recorded(stage._model, calls)
     query = query_with({"images": torch.zeros((2, 1, 8, 8)), "labels": torch.tensor([1, 2])})
@@ -372,3 +376,21 @@ def test_good_config_validates(tmp_path: Path) -> None:
     path.write_text(spec_text(data_config="{split: test, batch_size: 360}"))
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0, result.output
+
+
+def test_classify_prepare_runs_the_model_once_before_the_barrier(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    examples: list[Any] = []
+    original = ClassifyStage._example_input
+
+    def counted(self: ClassifyStage) -> Any:
+        examples.append(original(self))
+        return examples[-1]
+
+    monkeypatch.setattr(ClassifyStage, "_example_input", counted)
+    stage = make(ClassifyStage, {"model": "digits_cnn"})
+    assert len(examples) == 1 and tuple(examples[0].shape) == (1, 1, 8, 8)
+    query = query_with({"images": torch.zeros((1, 1, 8, 8)), "labels": torch.tensor([0])})
+    stage.run(query)
+    assert len(examples) == 1  # run never builds an example input
