@@ -19,6 +19,7 @@ VIEWS: dict[str, list[str]] = {
     "throughput": ["trial", "phase", "pipeline"],
     "latency": ["trial", "phase", "pipeline"],
     "latency_by_run": ["phase", "pipeline"],
+    "goodput": ["trial", "phase", "pipeline"],
     "stage_breakdown": ["trial", "phase", "pipeline", "stage"],
     "energy": ["trial", "phase", "pipeline", "device"],
     "perf_per_watt": ["trial", "phase", "pipeline", "device"],
@@ -26,7 +27,7 @@ VIEWS: dict[str, list[str]] = {
     "contention_by_run": ["pipeline"],
     "accuracy": ["trial", "phase", "pipeline", "stage"],
     "training": ["trial", "phase", "pipeline", "stage"],
-    "generation": ["trial", "phase", "pipeline", "stage"],
+    "tokens": ["trial", "phase", "pipeline", "stage"],
     "operator_summary": ["trial", "phase", "pipeline", "stage", "self_cpu_ms DESC"],
 }
 

@@ -303,7 +303,21 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "min_loss",
         "tail_mean_loss",
     ],
-    "generation": [
+    "goodput": [
+        "trial",
+        "phase",
+        "pipeline",
+        "slo_ms",
+        "queries",
+        "good_queries",
+        "goodput_share",
+        "goodput_share_ci_low",
+        "goodput_share_ci_high",
+        "goodput_per_s",
+        "queries_per_s",
+        "ci_method",
+    ],
+    "tokens": [
         "trial",
         "phase",
         "pipeline",
@@ -383,6 +397,8 @@ def report(
         wanted = REPORT_COLUMNS.get(name)
         if frame.empty or wanted is None:
             continue
+        if name == "goodput" and frame["slo_ms"].isna().all():
+            continue  # no pipeline sets slo_ms: nothing defines a good query
         out.print(_compact_table(name, frame, wanted))
     out.print('every column of every view: collobench sql "SELECT * FROM <view>"', highlight=False)
 
@@ -408,7 +424,7 @@ def sql(
 
 def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> None:
     """Load a finished run into DuckDB (as the Dagster warehouse asset does) and show what the
-    summary does not: accuracy, training loss, generation (TTFT/TPOT), performance per watt
+    summary does not: accuracy, training loss, tokens (TTFT/TPOT), performance per watt
     and contention, each when the run has it; a failure here is a warning, the run is on disk."""
     from analysis.loader import load_runs
     from analysis.report import report as build_report
@@ -422,7 +438,7 @@ def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> None:
     titles = {
         "accuracy": "accuracy (graded samples of measured queries; [Wilson 95% interval])",
         "training": "training (loss per optimiser step)",
-        "generation": "generation (TTFT from arrival and in the stage, TPOT; ms)",
+        "tokens": "tokens (TTFT from arrival and in the stage, TPOT; ms; tokens/s)",
         "perf_per_watt": "performance per watt (energy source named; model_estimate = a model)",
         "contention": "contention per trial (collocated vs solo; [95% interval])",
         "contention_by_run": "contention over the trials (geometric mean; [95% interval])",

@@ -78,3 +78,18 @@ def test_goodput_is_null_without_an_slo(tmp_path: Path, db_path: Path) -> None:
         else:
             assert row["good_queries"] == 400 and row["goodput_share"] == 1.0
             assert row["goodput_per_s"] == pytest.approx(40.0)
+
+
+def test_tokens_replaces_generation_in_an_old_warehouse(tmp_path: Path, db_path: Path) -> None:
+    """A warehouse written before issue 10 holds a `generation` view; loading into it again
+    leaves the one definition, `tokens`, and no stale `generation`."""
+    import duckdb
+
+    run_dir = single_pipeline_run(tmp_path).write()
+    load_runs([run_dir], db_path)
+    connection = duckdb.connect(str(db_path))
+    connection.execute("CREATE VIEW generation AS SELECT 1 AS old")
+    connection.close()
+    load_runs([run_dir], db_path)
+    views = {row["view_name"] for row in rows_of(db_path, "SELECT view_name FROM duckdb_views()")}
+    assert "tokens" in views and "generation" not in views

@@ -288,13 +288,13 @@ def test_generation_timings_reach_stage_events(home: Path, tmp_path: Path) -> No
         assert event["started_ns"] < event["first_token_ns"] < event["finished_ns"]
         assert event["tokens"] == 5
     assert all(e["tokens"] is None for e in events if e["stage"] == "prompts")
-    # ... and through the warehouse into the generation view.
+    # ... and through the warehouse into the tokens view.
     (run_dir / "manifest.json").write_text(
         json.dumps({"run_id": "r", "status": "ok", "spec": {"pipelines": [pipeline.model_dump()]}})
     )
     db = tmp_path / "w.duckdb"
     load_runs([run_dir], db)
-    columns, rows = run_query(db, "SELECT * FROM generation")
+    columns, rows = run_query(db, "SELECT * FROM tokens")
     (row,) = [dict(zip(columns, values, strict=True)) for values in rows]
     assert row["stage"] == "generate" and row["queries"] == 6 and row["tokens"] == 30
     assert row["ttft_p50_ms"] >= row["stage_ttft_p50_ms"] > 0

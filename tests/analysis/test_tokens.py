@@ -1,5 +1,6 @@
-"""The `generation` view: TTFT from arrival and stage-local, TPOT and tokens/s, on hand-made
-rows whose figures are known exactly (LoadGen percentiles: sorted[floor(N * p)])."""
+"""The `tokens` view (named `generation` before issue 10): TTFT from arrival and stage-local,
+TPOT and tokens/s, on hand-made rows whose figures are known exactly (LoadGen percentiles:
+sorted[floor(N * p)])."""
 
 from __future__ import annotations
 
@@ -103,9 +104,9 @@ def generation_run(root: Path) -> RunBuilder:
 def test_generation_figures(tmp_path: Path, db_path: Path) -> None:
     run = generation_run(tmp_path)
     load_runs([run.write()], db_path)
-    rows = rows_of(db_path, "SELECT * FROM generation")
+    rows = rows_of(db_path, "SELECT * FROM tokens")
     assert [row["stage"] for row in rows] == ["generate"]  # the prompts stage has no tokens
-    row = one(db_path, "SELECT * FROM generation")
+    row = one(db_path, "SELECT * FROM tokens")
     assert row["queries"] == 10 and row["generations"] == 10
     assert row["tokens"] == 9 * 5 + 1
     # Stage-local TTFT: 1..10 ms. TTFT from arrival: 3, 5, ..., 21 ms.

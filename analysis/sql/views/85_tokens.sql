@@ -1,4 +1,4 @@
--- generation: token timings of generation stages (transformers.generate), per (run_id, trial,
+-- tokens: token timings of generation stages (transformers.generate), per (run_id, trial,
 -- phase, pipeline, stage). Rows: the ok stage events that recorded first_token_ns and tokens,
 -- of measured queries only (inner join on the query id to a non-warm-up `queries` row: warm-up
 -- queries are left out, and only the window's scheduled arrivals have rows). A query that
@@ -12,11 +12,19 @@
 --   tpot_*_ms         time per output token after the first: (finished_ns - first_token_ns) /
 --                     (tokens - 1), over events with tokens > 1. For a batched query, `tokens`
 --                     counts the new tokens of every sequence, so TPOT is the time per token of
---                     the batch (a decoding step's time / batch size).
+--                     the batch (a decoding step's time / batch size). TPOT is the MEAN
+--                     inter-token latency of a visit: per-token times (inter-token latency,
+--                     ITL, and its jitter within a query) are not recorded, since a visit
+--                     writes only first_token_ns and tokens; tpot_p99_ms is the p99 over
+--                     visits of that mean, not a p99 of single token gaps.
 --   tokens_per_s      new tokens of the measured events / the pipeline's throughput window
 --                     (`throughput.window_s`: first scheduled measured query to last completion),
 --                     so it reads beside queries_per_s.
-CREATE OR REPLACE VIEW generation AS
+-- Named `generation` before issue 10; that name is dropped here so an existing warehouse does
+-- not keep a stale copy of the old definition (one definition per fact).
+DROP VIEW IF EXISTS generation;
+
+CREATE OR REPLACE VIEW tokens AS
 WITH events AS (
     SELECT
         e.run_id,
