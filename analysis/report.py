@@ -22,6 +22,7 @@ VIEWS: dict[str, list[str]] = {
     "goodput": ["trial", "phase", "pipeline"],
     "stage_breakdown": ["trial", "phase", "pipeline", "stage"],
     "energy": ["trial", "phase", "pipeline", "device"],
+    "energy_split": ["trial", "phase", "device", "pipeline"],
     "perf_per_watt": ["trial", "phase", "pipeline", "device"],
     "contention": ["trial", "pipeline"],
     "contention_by_run": ["pipeline"],
