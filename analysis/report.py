@@ -26,6 +26,7 @@ VIEWS: dict[str, list[str]] = {
     "perf_per_watt": ["trial", "phase", "pipeline", "device"],
     "contention": ["trial", "pipeline"],
     "contention_by_run": ["pipeline"],
+    "interference": ["trial", "pipeline", "co_runner_set"],
     "accuracy": ["trial", "phase", "pipeline", "stage"],
     "training": ["trial", "phase", "pipeline", "stage"],
     "tokens": ["trial", "phase", "pipeline", "stage"],

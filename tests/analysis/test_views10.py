@@ -190,3 +190,41 @@ def test_energy_split_adds_up_to_the_total(tmp_path: Path, db_path: Path) -> Non
     for window in sums:
         assert window["split_j"] == pytest.approx(window["total_j"])
         assert window["shares"] == pytest.approx(1.0)
+
+
+def test_interference_names_each_pipelines_co_runners(tmp_path: Path, db_path: Path) -> None:
+    """Three pipelines, uniform queries (every latency = window / count, every batch alike, so
+    each interval has zero width): a solo 2000 / 10 s (5 ms), collocated 1000 / 10 s (10 ms):
+    throughput ratio 0.5 and p50/p99 slowdown 2.0, 'slower'; b and c 1000 / 10 s in both
+    phases: ratio 1, 'no measurable effect'. Each row names the other two as co-runners."""
+    from tests.analysis.rundirs import RunBuilder
+
+    second = 1_000_000_000
+    base = 1_000 * second
+    run = RunBuilder(tmp_path, "20260110-000000-three", dict.fromkeys("abc", "server"))
+    for index, (pipeline, solo_count) in enumerate((("a", 2000), ("b", 1000), ("c", 1000))):
+        run.uniform_queries(
+            0, "solo", pipeline, solo_count, 10 * second, base + index * 20 * second
+        )
+        run.uniform_queries(0, "collocated", pipeline, 1000, 10 * second, base + 60 * second)
+    load_runs([run.write()], db_path)
+    rows = rows_of(db_path, "SELECT * FROM interference ORDER BY pipeline")
+    assert [(r["pipeline"], r["co_runners"], r["co_runner_set"]) for r in rows] == [
+        ("a", ["b", "c"], "b+c"),
+        ("b", ["a", "c"], "a+c"),
+        ("c", ["a", "b"], "a+b"),
+    ]
+    a, b, c = rows
+    assert a["pipelines_in_phase"] == 3 and a["phase"] == "collocated"
+    assert a["throughput_ratio"] == pytest.approx(0.5)
+    assert a["throughput_ratio_ci_low"] == pytest.approx(0.5)
+    assert a["throughput_ratio_ci_high"] == pytest.approx(0.5)
+    assert a["throughput_verdict"] == "slower"
+    assert a["p99_slowdown"] == pytest.approx(2.0) and a["p99_verdict"] == "slower"
+    assert a["p99_slowdown_ci_low"] == pytest.approx(2.0)
+    assert a["ci_method"] == "batch_means_delta"
+    for other in (b, c):
+        assert other["throughput_ratio"] == pytest.approx(1.0)
+        assert other["p99_slowdown"] == pytest.approx(1.0)
+        assert other["throughput_verdict"] == "no measurable effect"
+        assert other["p99_verdict"] == "no measurable effect"
