@@ -434,7 +434,9 @@ def sql(
             return
         out_file.parent.mkdir(parents=True, exist_ok=True)
         out_file.write_text(text, encoding="utf-8")
-    err.print(f"wrote {table.num_rows} rows to {out_file}", markup=False, highlight=False)
+    err.print(
+        f"wrote {table.num_rows} rows to {out_file}", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 # What `collobench compare` shows; ratio_ci_low/high fold into the ratio's cell.
