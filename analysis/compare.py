@@ -115,6 +115,8 @@ def compare_runs(
 def regressions(comparison: pd.DataFrame) -> pd.DataFrame:
     """The rows a regression check fails on: headline rows (over the trials when there are
     several, else the single trial's) whose verdict is 'slower'."""
+    if comparison.empty:
+        return comparison
     over_trials = comparison["trial"].isna()
     keys = ["phase", "pipeline", "metric"]
     aggregated = set(map(tuple, comparison.loc[over_trials, keys].to_numpy().tolist()))
