@@ -407,19 +407,102 @@ def report(
 def sql(
     query: Annotated[str, typer.Argument(help="SQL to run read-only.", show_default=False)],
     db: DbOption = None,
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table (the terminal), csv, json (one array of objects) or parquet (needs --out).",
+        ),
+    ] = "table",
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write csv, json or parquet to this file.")
+    ] = None,
 ) -> None:
-    """Run one SQL query on the results database, over a read-only connection."""
+    """Run one SQL query on the results database, over a read-only connection; print it as a
+    table, CSV or JSON, or write it to a file (csv, json, parquet)."""
     import duckdb
 
-    from analysis.db import run_query
+    from analysis.export import FORMATS, query_arrow, to_csv, to_json, write_parquet
 
+    if output_format not in FORMATS:
+        raise _fail_input([f"--format: {output_format!r} is not one of {', '.join(FORMATS)}"])
+    if output_format == "parquet" and out_file is None:
+        raise _fail_input(["--format: parquet is a binary file; name it with --out FILE"])
+    if output_format == "table" and out_file is not None:
+        raise _fail_input(["--out: the table format is for the terminal; use csv, json or parquet"])
     try:
-        columns, rows = run_query(db or settings.duckdb_path(), query)
+        table = query_arrow(db or settings.duckdb_path(), query)
     except FileNotFoundError as error:
         raise _fail_input([str(error).strip("'\"")]) from None
     except duckdb.Error as error:
         raise _fail_input([f"sql: {str(error).splitlines()[0]}"]) from None
-    out.print(_frame_table(None, columns, rows))
+    if output_format == "table":
+        rows = zip(*(column.to_pylist() for column in table.columns), strict=True)
+        out.print(_frame_table(None, table.column_names, rows))
+        return
+    if output_format == "parquet":
+        assert out_file is not None
+        write_parquet(table, out_file)
+    else:
+        text = to_json(table) + "\n" if output_format == "json" else to_csv(table)
+        if out_file is None:
+            sys.stdout.write(text)  # nothing else goes to stdout: pipe it into jq or a file
+            return
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(text, encoding="utf-8")
+    err.print(
+        f"wrote {table.num_rows} rows to {out_file}", markup=False, highlight=False, soft_wrap=True
+    )
+
+
+# What `collobench compare` shows; ratio_ci_low/high fold into the ratio's cell.
+COMPARE_COLUMNS = [
+    "trial",
+    "phase",
+    "pipeline",
+    "metric",
+    "a_value",
+    "b_value",
+    "ratio",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "verdict",
+    "a_failed_queries",
+    "b_failed_queries",
+    "ci_method",
+]
+
+
+@app.command()
+def compare(
+    run_a: Annotated[str, typer.Argument(help="Baseline run id (A).", show_default=False)],
+    run_b: Annotated[str, typer.Argument(help="Run id compared with it (B).", show_default=False)],
+    db: DbOption = None,
+    allow_different_specs: Annotated[
+        bool,
+        typer.Option("--allow-different-specs", help="Compare runs whose spec hashes differ."),
+    ] = False,
+) -> None:
+    """Compare run B with run A per pipeline and phase: throughput and p50/p99 latency as
+    ratios B / A with 95% intervals, and a verdict (faster, slower, no measurable change)."""
+    from analysis.compare import SpecMismatch, UnknownRun, compare_runs
+
+    db_path = db or settings.duckdb_path()
+    try:
+        frame = compare_runs(db_path, run_a, run_b, allow_different_specs)
+    except FileNotFoundError as error:
+        raise _fail_input([str(error).strip("'\"")]) from None
+    except UnknownRun as error:
+        raise _fail_input([f"{db_path}: {str(error).strip(chr(39) + chr(34))}"]) from None
+    except SpecMismatch as error:
+        raise _fail_input([f"{run_b}: {error}"]) from None
+    frame = frame.astype({"trial": object})
+    frame.loc[frame["trial"].isna(), "trial"] = "all"
+    title = (
+        f"{run_b} (B) against {run_a} (A): ratio B / A [95% interval]; "
+        "trial 'all' = over the trials"
+    )
+    out.print(_compact_table(title, frame, COMPARE_COLUMNS))
 
 
 def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> None:

@@ -1,0 +1,125 @@
+"""Results of an ad-hoc query as CSV, JSON or Parquet (what `collobench sql --format` writes).
+
+The query runs on a read-only connection, as every reader's does. The formats:
+- json: one array of objects (column -> value), nothing else. JSON has no infinities or NaN, and
+  an infinite percentile means something here (a failed query counts as +inf), so +inf and -inf
+  are written as the strings "inf" and "-inf" (as the manifest's summary writes them) and NaN as
+  null, like SQL NULL. Timestamps and dates are ISO 8601 strings, decimals numbers, lists
+  arrays, structs and maps objects; a JSON column (e.g. runs.manifest) stays a string.
+- csv: a header line, then one line per row; NULL is an empty field, infinities and NaN are
+  `inf`, `-inf`, `nan`, nested values their JSON text.
+- parquet: the query's Arrow table, with DuckDB's column types.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analysis.db import ReadOnlyRequired, connect_read_only, is_read_only
+
+FORMATS = ("table", "csv", "json", "parquet")
+
+
+def query_arrow(db_path: Path | str, sql: str) -> pa.Table:
+    """Run `sql` on a read-only connection to the warehouse; its result as an Arrow table."""
+    connection = connect_read_only(db_path)
+    try:
+        # The check runs on a cursor of its own: its unfetched result would otherwise keep the
+        # connection busy for connection.sql().
+        probe = connection.cursor()
+        try:
+            if not is_read_only(probe):
+                raise ReadOnlyRequired("refusing to run a query on a writable connection")
+        finally:
+            probe.close()
+        relation = connection.sql(sql)
+        # A statement without a result set (SET, PRAGMA ...) gives no relation: no rows.
+        return pa.table({}) if relation is None else relation.to_arrow_table()
+    finally:
+        connection.close()
+
+
+def json_value(value: Any) -> Any:
+    """One value made JSON-safe (see the module docstring for the rules)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return json_value(float(value))
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(key): json_value(item) for key, item in value.items()}
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(item, tuple) and len(item) == 2 for item in value)
+    ):  # Arrow gives a MAP value as a list of (key, value) tuples: an object
+        return {str(key): json_value(item) for key, item in value}
+    if isinstance(value, (list, tuple)):
+        return [json_value(item) for item in value]
+    return str(value)
+
+
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    """The rows as tuples, column by column (to_pylist's dicts would merge duplicate names)."""
+    return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
+
+
+def to_json(table: pa.Table) -> str:
+    """The rows as one JSON array of objects (strict JSON: no NaN or Infinity tokens); of two
+    columns with the same name, the later one's value stands (alias them to keep both)."""
+    names = table.column_names
+    rows = [
+        {name: json_value(value) for name, value in zip(names, row, strict=True)}
+        for row in _rows(table)
+    ]
+    return json.dumps(rows, allow_nan=False, ensure_ascii=False)
+
+
+def _csv_field(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(json_value(value), allow_nan=False, ensure_ascii=False)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    return value
+
+
+def to_csv(table: pa.Table) -> str:
+    """The rows as CSV text with a header line (see the module docstring for the rules)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(table.column_names)
+    for row in _rows(table):
+        writer.writerow([_csv_field(value) for value in row])
+    return buffer.getvalue()
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    """The result as a Parquet file at `path` (its folder is created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
