@@ -86,7 +86,7 @@ def test_timeline_data_throughput_power_and_windows(tmp_path: Path, db_path: Pat
 def test_gapped_breaks_lines_between_samplers() -> None:
     times, values = plots.gapped(pd.Series([0.0, 1.0, 2.0, 10.0, 11.0]), pd.Series([1.0] * 5))
     assert np.isnan(times[3]) and len(times) == 6
-    assert times[4] == 10.0
+    assert times[4] == 10.0 and np.isnan(values[3]) and np.nansum(values) == 5.0
 
 
 def test_report_written_into_the_run_directory(tmp_path: Path, db_path: Path) -> None:
