@@ -362,6 +362,8 @@ def plot_contention(connection: duckdb.DuckDBPyConnection, run_id: str, path: Pa
     )
     for i, row in enumerate(frame.itertuples()):
         for j, (value, low, high, verdict, _title) in enumerate(_CONTENTION_COLUMNS):
+            shade = matrix.iat[i, j]
+            dark = not pd.isna(shade) and abs(shade) > 0.6 * math.log(4.0)
             axis.text(
                 j,
                 i,
@@ -371,6 +373,7 @@ def plot_contention(connection: duckdb.DuckDBPyConnection, run_id: str, path: Pa
                     getattr(row, high),
                     getattr(row, verdict),
                 ),
+                color="white" if dark else "black",
                 ha="center",
                 va="center",
                 fontsize=8,

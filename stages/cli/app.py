@@ -414,14 +414,15 @@ def _write_report_files(db_path: Path, run_id: str, out_dir: Path | None) -> Non
 
     files = write_report(db_path, run_id, out_dir)
     trace = write_trace(db_path, run_id, out_dir)
-    out.print(f"report: {files.report_md}", highlight=False)
+    out.print(f"report: {files.report_md}", highlight=False, soft_wrap=True)
     for path in files.plots.values():
-        out.print(f"plot: {path}", highlight=False)
+        out.print(f"plot: {path}", highlight=False, soft_wrap=True)
     capped = f"; {trace.capped_tracks} track(s) capped" if trace.capped_tracks else ""
     out.print(
         f"trace: {trace.path} ({trace.slices} slices, {trace.counters} counter samples{capped}; "
         "open in https://ui.perfetto.dev)",
         highlight=False,
+        soft_wrap=True,
     )
 
 
