@@ -155,8 +155,12 @@ def _mark_windows(axis: Axes, windows: pd.DataFrame, label: bool) -> None:
 def plot_timeline(connection: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> Path | None:
     """Throughput (completions per bin), power (per device, source named) and CPU use, stacked
     on one time axis from the run's first instant, with each load window shaded (blue: a solo
-    baseline, orange: the pipelines collocated). Panels without data say so."""
-    base = timebase(connection, run_id)
+    baseline, orange: the pipelines collocated). Panels without data say so; None when the
+    run recorded no query and no sample."""
+    try:
+        base = timebase(connection, run_id)
+    except LookupError:
+        return None  # a run cut short before its first query or sample: nothing to draw
     params = {"run_id": run_id, "origin_ns": base.origin_ns}
     throughput = _frame(connection, "throughput_timeline", bin_s=base.bin_s, **params)
     power = _frame(connection, "power_timeline", **params)

@@ -20,9 +20,10 @@ from analysis import plots
 from analysis.db import connect_read_only
 from analysis.loader import load_runs
 from analysis.report_file import markdown_table, write_report
+from analysis.trace import write_trace
 from stages.cli.app import app
 from tests.analysis.conftest import BASE_NS, collocated_run, single_pipeline_run
-from tests.analysis.rundirs import SECOND_NS
+from tests.analysis.rundirs import SECOND_NS, RunBuilder
 from tests.helpers import REPO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -116,6 +117,15 @@ def test_single_pipeline_run_has_no_contention_plot(tmp_path: Path, db_path: Pat
     assert files.report_md == tmp_path / "elsewhere" / "report.md"
     assert set(files.plots) == {"latency_cdf", "timeline", "stage_breakdown"}
     assert not (run.run_dir / "report.md").exists()
+
+
+def test_a_run_that_recorded_nothing_still_gets_a_report(tmp_path: Path, db_path: Path) -> None:
+    run = RunBuilder(tmp_path, "20260301-000000-empty", {"a": "server"}, status="failed")
+    load_runs([run.write()], db_path)
+    files = write_report(db_path)
+    assert files.plots == {}
+    assert "status: failed" in files.report_md.read_text(encoding="utf-8")
+    assert write_trace(db_path).slices == 0
 
 
 def test_markdown_table_shows_intervals_and_missing_values() -> None:
