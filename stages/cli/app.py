@@ -146,7 +146,11 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     out.print(_summary_table(result))
     db_path = db or settings.duckdb_path()
-    _load_and_show_results(result.run_dir, result.run_id, db_path)
+    if _load_and_show_results(result.run_dir, result.run_id, db_path):
+        try:
+            _write_report_files(db_path, result.run_id, None)
+        except Exception as error:  # the run is on disk: a report failure is only a warning
+            err.print(f"warning: could not write the report or trace: {error}", markup=False)
     for warning in result.warnings:
         err.print(f"warning: {warning}", markup=False)
     out.print(f"run directory: {result.run_dir}", highlight=False)
@@ -385,12 +389,23 @@ def load(
 def report(
     run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
     db: DbOption = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for report.md, its plots and trace.json (default: the run directory).",
+        ),
+    ] = None,
 ) -> None:
-    """Print throughput, latency, stage breakdown, energy and contention for a run."""
+    """Print throughput, latency, stage breakdown, energy and contention for a run; write
+    report.md with PNG plots and a Perfetto trace (trace.json) beside it."""
+    from analysis.report import latest_run_id
     from analysis.report import report as build_report
 
+    db_path = db or settings.duckdb_path()
     try:
-        tables = build_report(db or settings.duckdb_path(), run_id)
+        chosen = run_id if run_id is not None else latest_run_id(db_path)
+        tables = build_report(db_path, chosen)
     except (LookupError, FileNotFoundError) as error:
         raise _fail_input([str(error).strip("'\"")]) from None
     for name, frame in tables.items():
@@ -401,6 +416,30 @@ def report(
             continue  # no pipeline sets slo_ms: nothing defines a good query
         out.print(_compact_table(name, frame, wanted))
     out.print('every column of every view: collobench sql "SELECT * FROM <view>"', highlight=False)
+    try:
+        _write_report_files(db_path, chosen, out_dir)
+    except OSError as error:
+        raise _fail_input([f"{out_dir or chosen}: {error.strerror or error}"]) from None
+
+
+def _write_report_files(db_path: Path, run_id: str, out_dir: Path | None) -> None:
+    """Write report.md with its plots and trace.json (analysis.report_file, analysis.trace)
+    and print where they went."""
+    from analysis.report_file import write_report
+    from analysis.trace import write_trace
+
+    files = write_report(db_path, run_id, out_dir)
+    trace = write_trace(db_path, run_id, out_dir)
+    out.print(f"report: {files.report_md}", highlight=False, soft_wrap=True)
+    for path in files.plots.values():
+        out.print(f"plot: {path}", highlight=False, soft_wrap=True)
+    capped = f"; {trace.capped_tracks} track(s) capped" if trace.capped_tracks else ""
+    out.print(
+        f"trace: {trace.path} ({trace.slices} slices, {trace.counters} counter samples{capped}; "
+        "open in https://ui.perfetto.dev)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -505,10 +544,11 @@ def compare(
     out.print(_compact_table(title, frame, COMPARE_COLUMNS))
 
 
-def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> None:
+def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> bool:
     """Load a finished run into DuckDB (as the Dagster warehouse asset does) and show what the
     summary does not: accuracy, training loss, tokens (TTFT/TPOT), performance per watt
-    and contention, each when the run has it; a failure here is a warning, the run is on disk."""
+    and contention, each when the run has it; a failure here is a warning, the run is on disk.
+    True when the run was loaded."""
     from analysis.loader import load_runs
     from analysis.report import report as build_report
 
@@ -517,7 +557,7 @@ def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> None:
         tables = build_report(db_path, run_id)
     except Exception as error:
         err.print(f"warning: could not load the run into {db_path}: {error}", markup=False)
-        return
+        return False
     titles = {
         "accuracy": "accuracy (graded samples of measured queries; [Wilson 95% interval])",
         "training": "training (loss per optimiser step)",
@@ -536,6 +576,7 @@ def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> None:
             continue  # nothing measured energy (no NVML, RAPL or power model): no table
         out.print(_compact_table(title, frame, REPORT_COLUMNS[name]))
     out.print(f"loaded into {db_path}; full report: collobench report {run_id}", highlight=False)
+    return True
 
 
 def _cell(value: Any) -> str:

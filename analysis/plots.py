@@ -1,0 +1,395 @@
+"""PNG plots of one run, drawn headless (matplotlib's Agg backend) from the warehouse.
+
+Each `plot_*` function reads its data over a read-only connection (the SQL lives in
+`analysis/sql/report/*.sql` or is a view), draws one figure and writes it to a PNG; it returns
+the path, or None when the run has nothing to draw (no collocated phase: no contention heatmap).
+The figures are the ones a reader wants first: how latency is distributed (CDF), what happened
+over time (throughput, power and CPU on one time axis with the load windows marked), where a
+query's time goes per stage, and what collocation cost each pipeline (with intervals).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display on servers, CI or inside Dagster
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from analysis.db import sql_text
+
+DPI = 110
+PHASE_STYLE = {"solo": "--", "collocated": "-"}
+WINDOW_COLOUR = {"solo": "#9ecae1", "collocated": "#fdae6b"}
+# Aim for about this many points per CDF curve and bins per timeline (thinned in SQL).
+CDF_POINTS = 2000
+TIMELINE_BINS = 200
+
+
+@dataclass(frozen=True)
+class Timebase:
+    """The run's time axis: seconds from origin_ns (its first recorded instant)."""
+
+    origin_ns: int
+    span_s: float
+
+    @property
+    def bin_s(self) -> float:
+        """Throughput bin width: about TIMELINE_BINS bins over the run, 0.1 s at least,
+        rounded to a readable 1, 2 or 5 times a power of ten."""
+        raw = max(self.span_s / TIMELINE_BINS, 0.1)
+        power = 10 ** math.floor(math.log10(raw))
+        return next(step * power for step in (1, 2, 5, 10) if step * power >= raw)
+
+
+def _frame(connection: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pd.DataFrame:
+    return connection.execute(sql_text(f"report/{name}.sql"), params).df()
+
+
+def timebase(connection: duckdb.DuckDBPyConnection, run_id: str) -> Timebase:
+    """The run's first instant and span; LookupError when it recorded nothing."""
+    row = connection.execute(sql_text("report/run_origin.sql"), {"run_id": run_id}).fetchone()
+    if row is None or row[0] is None:
+        raise LookupError(f"run {run_id!r} has no queries or samples to plot")
+    return Timebase(origin_ns=int(row[0]), span_s=max((int(row[1]) - int(row[0])) / 1e9, 1e-3))
+
+
+def gapped(t: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The series with a NaN inserted wherever consecutive times are more than three median
+    steps apart, so a line breaks between samplers (two solo baselines share a phase) instead
+    of drawing a straight segment across the pause."""
+    times, values = t.to_numpy(dtype=float), y.to_numpy(dtype=float)
+    if len(times) < 3:
+        return times, values
+    steps = np.diff(times)
+    cut = np.flatnonzero(steps > 3 * float(np.median(steps))) + 1
+    return np.insert(times, cut, np.nan), np.insert(values, cut, np.nan)
+
+
+def _save(figure: Any, path: Path) -> Path:
+    figure.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def _curve_label(trial: int, phase: str, trials: int) -> str:
+    return f"{phase}, trial {trial}" if trials > 1 else phase
+
+
+def plot_latency_cdf(connection: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> Path | None:
+    """One panel per pipeline, one curve per (phase, trial): the share of measured queries
+    answered ok within x ms (log x). A curve ending below 1 lost that share of its queries
+    (dropped, failed or timed out); the p50 and p99 (LoadGen's) are marked on each curve."""
+    frame = _frame(connection, "latency_cdf", run_id=run_id, points=CDF_POINTS)
+    if frame.empty:
+        return None
+    pipelines = sorted(frame["pipeline"].dropna().unique())
+    trials = frame["trial"].nunique()
+    figure, axes = plt.subplots(
+        1, len(pipelines), figsize=(5.2 * len(pipelines), 3.8), squeeze=False
+    )
+    for axis, pipeline in zip(axes[0], pipelines, strict=True):
+        for (phase, trial), curve in frame[frame["pipeline"] == pipeline].groupby(
+            ["phase", "trial"], sort=True
+        ):
+            x, y = curve["latency_ms"].to_numpy(), curve["fraction"].to_numpy()
+            lines = axis.step(
+                x,
+                y,
+                where="post",
+                linestyle=PHASE_STYLE.get(str(phase), ":"),
+                label=_curve_label(int(trial), str(phase), trials),
+            )
+            for p in (0.5, 0.99):
+                # LoadGen's sorted[floor(N p)] (0-based) is the first rank with rank / N > p.
+                reached = y > p
+                if reached.any():
+                    axis.plot(x[reached.argmax()], p, "o", color=lines[0].get_color(), ms=4)
+        axis.set_xscale("log")
+        # 1-2-5 ticks labelled as plain numbers: matplotlib's default labels one decade only
+        # on a short span, or overlaps minor labels.
+        axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.xaxis.set_minor_formatter(NullFormatter())
+        axis.set_ylim(0, 1.02)
+        axis.axhline(0.5, color="grey", lw=0.5)
+        axis.axhline(0.99, color="grey", lw=0.5)
+        axis.set_title(pipeline)
+        axis.set_xlabel("latency from scheduled arrival (ms, log)")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=8, loc="lower right")
+    axes[0][0].set_ylabel("share of measured queries done ok")
+    figure.suptitle("Latency CDF (warm-up excluded; dots: p50 and p99)", fontsize=10)
+    return _save(figure, path)
+
+
+def _mark_windows(axis: Axes, windows: pd.DataFrame, label: bool) -> None:
+    for row in windows.itertuples():
+        axis.axvspan(
+            row.start_s, row.end_s, color=WINDOW_COLOUR.get(str(row.phase), "#dddddd"), alpha=0.35
+        )
+        if label:
+            who = row.pipeline if isinstance(row.pipeline, str) else "all"
+            axis.text(
+                (row.start_s + row.end_s) / 2,
+                1.0,
+                f"{row.phase}: {who}",
+                transform=axis.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+
+
+def plot_timeline(connection: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> Path | None:
+    """Throughput (completions per bin), power (per device, source named) and CPU use, stacked
+    on one time axis from the run's first instant, with each load window shaded (blue: a solo
+    baseline, orange: the pipelines collocated). Panels without data say so; None when the
+    run recorded no query and no sample."""
+    try:
+        base = timebase(connection, run_id)
+    except LookupError:
+        return None  # a run cut short before its first query or sample: nothing to draw
+    params = {"run_id": run_id, "origin_ns": base.origin_ns}
+    throughput = _frame(connection, "throughput_timeline", bin_s=base.bin_s, **params)
+    power = _frame(connection, "power_timeline", **params)
+    cpu = _frame(connection, "cpu_timeline", **params)
+    windows = _frame(connection, "windows", **params)
+    figure, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 7.5), sharex=True)
+    for pipeline, series in throughput.groupby("pipeline", sort=True):
+        for _, part in series.groupby(["trial", "phase"], sort=True):
+            top.plot(
+                part["t_s"],
+                part["queries_per_s"],
+                drawstyle="steps-post",
+                lw=1,
+                label=str(pipeline),
+                color=_colour(str(pipeline)),
+            )
+    top.set_ylabel(f"completed q/s\n({base.bin_s:g} s bins)")
+    for device, series in power.groupby("device", sort=True):
+        sources = ", ".join(sorted(series["energy_source"].dropna().unique()))
+        for _, part in series.groupby(["trial", "phase"], sort=True):
+            middle.plot(
+                *gapped(part["t_s"], part["power_w"]),
+                lw=1,
+                label=f"{device} ({sources})",
+                color=_colour(str(device)),
+            )
+    middle.set_ylabel("power (W)")
+    if power.empty:
+        middle.text(
+            0.5,
+            0.5,
+            "no energy source (no NVML, RAPL or power model)",
+            transform=middle.transAxes,
+            ha="center",
+            va="center",
+            color="grey",
+        )
+    for name, series in cpu.groupby("series", sort=True):
+        for _, part in series.groupby(["trial", "phase"], sort=True):
+            bottom.plot(
+                *gapped(part["t_s"], part["cpu_util"]),
+                lw=1,
+                label=str(name),
+                color=_colour(str(name)),
+            )
+    bottom.set_ylabel("CPU (%)")
+    bottom.set_xlabel("time since the run's first recorded instant (s)")
+    for axis in (top, middle, bottom):
+        _mark_windows(axis, windows, label=axis is top)
+        axis.grid(True, alpha=0.3)
+        _dedup_legend(axis)
+    figure.suptitle("Throughput, power and CPU over time (shaded: load windows)", fontsize=10)
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+_PALETTE = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+_ASSIGNED: dict[str, str] = {}
+
+
+def _colour(name: str) -> str:
+    """A stable colour per series name within one process (the same pipeline keeps its colour
+    across panels and phases)."""
+    if name not in _ASSIGNED:
+        _ASSIGNED[name] = _PALETTE[len(_ASSIGNED) % len(_PALETTE)]
+    return _ASSIGNED[name]
+
+
+def _dedup_legend(axis: Axes) -> None:
+    handles, labels = axis.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    if unique:
+        axis.legend(
+            unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0)
+        )
+
+
+def plot_stage_breakdown(
+    connection: duckdb.DuckDBPyConnection, run_id: str, path: Path
+) -> Path | None:
+    """Horizontal stacked bars per (pipeline, phase, trial, stage): mean queue wait, join wait
+    and service time per visit (ms), from the `stage_breakdown` view (warm-up excluded). The
+    three parts add up to the visit's time from its arrival at the stage to its finish."""
+    frame = connection.execute(
+        "SELECT * FROM stage_breakdown WHERE run_id = ? ORDER BY pipeline, phase, trial, stage",
+        [run_id],
+    ).df()
+    if frame.empty:
+        return None
+    trials = frame["trial"].nunique()
+    labels = [
+        f"{r.pipeline} · {_curve_label(int(r.trial), str(r.phase), trials)} · {r.stage}"
+        for r in frame.itertuples()
+    ]
+    parts = [
+        ("queue_wait_mean_ms", "queue wait", "#6baed6"),
+        ("join_wait_mean_ms", "join wait", "#fd8d3c"),
+        ("service_mean_ms", "service", "#74c476"),
+    ]
+    figure, axis = plt.subplots(figsize=(9, 0.38 * len(frame) + 1.4))
+    left = pd.Series(0.0, index=frame.index)
+    positions = list(range(len(frame)))[::-1]
+    for column, name, colour in parts:
+        values = frame[column].astype(float).fillna(0.0)
+        axis.barh(positions, values, left=left, color=colour, label=name)
+        left = left + values
+    for position, total in zip(positions, left, strict=True):
+        axis.text(total, position, f" {total:.3g} ms", va="center", fontsize=7)
+    axis.set_yticks(positions, labels, fontsize=8)
+    axis.set_xlabel("mean per visit (ms)")
+    axis.set_xlim(0, float(left.max()) * 1.18 or 1.0)
+    axis.grid(True, axis="x", alpha=0.3)
+    axis.legend(fontsize=8, loc="lower right")
+    axis.set_title(
+        "Stage breakdown: queue wait, join wait and service (warm-up excluded)", fontsize=10
+    )
+    return _save(figure, path)
+
+
+# Heatmap columns: (figure, interval low, interval high, verdict, title).
+_CONTENTION_COLUMNS = [
+    (
+        "throughput_ratio",
+        "throughput_ratio_ci_low",
+        "throughput_ratio_ci_high",
+        "throughput_verdict",
+        "throughput ratio\n(collocated / solo)",
+    ),
+    ("p50_slowdown", "p50_slowdown_ci_low", "p50_slowdown_ci_high", "p50_verdict", "p50 slowdown"),
+    ("p99_slowdown", "p99_slowdown_ci_low", "p99_slowdown_ci_high", "p99_verdict", "p99 slowdown"),
+]
+
+
+def contention_rows(connection: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The contention figures to show: `contention_by_run` (intervals over trials) when the run
+    has two trials or more, else `contention` (batch-means intervals within the trial); a
+    `row` column names each row."""
+    by_run = connection.execute(
+        "SELECT * FROM contention_by_run WHERE run_id = ? ORDER BY pipeline", [run_id]
+    ).df()
+    if not by_run.empty and int(by_run["trials"].max()) >= 2:
+        by_run["row"] = by_run["pipeline"] + " (" + by_run["trials"].astype(str) + " trials)"
+        return by_run
+    frame = connection.execute(
+        "SELECT * FROM contention WHERE run_id = ? ORDER BY pipeline, trial", [run_id]
+    ).df()
+    if frame["trial"].nunique() > 1:
+        frame["row"] = frame["pipeline"] + " (trial " + frame["trial"].astype(str) + ")"
+    else:
+        frame["row"] = frame["pipeline"]
+    return frame
+
+
+def _cell_text(value: float, low: float, high: float, verdict: Any) -> str:
+    if value is None or pd.isna(value):
+        return "-"
+    if math.isinf(value):
+        return "inf\nslower"
+    text = f"{value:.3f}"
+    if not (pd.isna(low) or pd.isna(high)):
+        text += f"\n[{low:.3f}, {high:.3f}]"
+    else:
+        text += "\n(no interval: too few\nqueries per batch)"
+    if isinstance(verdict, str):
+        text += f"\n{verdict}"
+    return text
+
+
+def plot_contention(connection: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> Path | None:
+    """A heatmap of what collocation cost each pipeline: throughput ratio, p50 and p99 slowdown,
+    each cell with its 95% interval and verdict (the method in the title). Colour is the log of
+    the figure, oriented so red is worse (less throughput, more latency) and white is 1; cells
+    whose interval spans 1 (within the views' 1% band) are drawn white: no measurable effect.
+    None without a collocated phase."""
+    frame = contention_rows(connection, run_id)
+    if frame.empty:
+        return None
+    badness = []
+    for row in frame.itertuples():
+        cells = []
+        for value, _low, _high, verdict, _title in _CONTENTION_COLUMNS:
+            figure_value = getattr(row, value)
+            if pd.isna(figure_value) or figure_value <= 0:
+                cells.append(math.nan)
+            elif math.isinf(figure_value):
+                cells.append(math.log(4.0))  # lost over 1% of its queries collocated: slower
+            elif not isinstance(getattr(row, verdict), str):
+                cells.append(math.nan)  # no interval, no verdict: drawn grey, not coloured
+            elif getattr(row, verdict) == "no measurable effect":
+                cells.append(0.0)
+            else:
+                sign = -1.0 if value == "throughput_ratio" else 1.0
+                cells.append(sign * math.log(figure_value))
+        badness.append(cells)
+    matrix = pd.DataFrame(badness).astype(float).clip(-math.log(4.0), math.log(4.0))
+    figure, axis = plt.subplots(figsize=(8.5, 1.0 * len(frame) + 1.6))
+    colours = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#d9d9d9")
+    axis.imshow(
+        np.ma.masked_invalid(matrix.to_numpy()),
+        cmap=colours,
+        norm=TwoSlopeNorm(vcenter=0.0, vmin=-math.log(4.0), vmax=math.log(4.0)),
+        aspect="auto",
+    )
+    for i, row in enumerate(frame.itertuples()):
+        for j, (value, low, high, verdict, _title) in enumerate(_CONTENTION_COLUMNS):
+            shade = matrix.iat[i, j]
+            dark = not pd.isna(shade) and abs(shade) > 0.6 * math.log(4.0)
+            axis.text(
+                j,
+                i,
+                _cell_text(
+                    getattr(row, value),
+                    getattr(row, low),
+                    getattr(row, high),
+                    getattr(row, verdict),
+                ),
+                color="white" if dark else "black",
+                ha="center",
+                va="center",
+                fontsize=8,
+            )
+    axis.set_xticks(
+        range(len(_CONTENTION_COLUMNS)), [c[4] for c in _CONTENTION_COLUMNS], fontsize=8
+    )
+    axis.set_yticks(range(len(frame)), list(frame["row"]), fontsize=8)
+    methods = ", ".join(sorted(frame["ci_method"].dropna().unique())) or "none"
+    axis.set_title(
+        f"Contention: collocated vs solo, 95% intervals ({methods})\n"
+        "red = worse, blue = better, white = no measurable effect, grey = no interval",
+        fontsize=10,
+    )
+    return _save(figure, path)

@@ -1,0 +1,188 @@
+"""`report.md` of one run: its headline figures with intervals and its PNG plots, on disk.
+
+`write_report()` writes report.md and the plots (analysis.plots) into the run's directory (the
+one the warehouse recorded when the run was loaded) or into `out_dir`, and returns the paths.
+The markdown carries the headline figures only (throughput, latency percentiles, contention,
+each with its interval and method); every other table stays in the terminal
+(`collobench report`) and in the views (`collobench sql`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import plots
+from analysis.db import connect_read_only
+from analysis.report import latest_run_id, report
+
+REPORT_NAME = "report.md"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What write_report wrote: the markdown and each plot that had data."""
+
+    report_md: Path
+    plots: dict[str, Path] = field(default_factory=dict)
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.{digits}g}"
+    return str(value)
+
+
+def _with_interval(row: Any, value: str, low: str, high: str) -> str:
+    text = _number(row[value])
+    if low in row and high in row and not pd.isna(row[low]) and not pd.isna(row[high]):
+        text += f" [{_number(row[low])}, {_number(row[high])}]"
+    return text
+
+
+def markdown_table(frame: pd.DataFrame, columns: list[tuple[str, str]]) -> str:
+    """A GitHub markdown table of `frame`: columns are (header, cell spec), where a spec
+    `x|low|high` shows x with its interval [low, high] and a plain name shows the value."""
+    lines = [
+        "| " + " | ".join(header for header, _ in columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    for _, row in frame.iterrows():
+        cells = []
+        for _, spec in columns:
+            parts = spec.split("|")
+            cells.append(_with_interval(row, *parts) if len(parts) == 3 else _number(row[spec]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_directory(db_path: Path | str, run_id: str) -> Path:
+    """Where the run directory was when the run was loaded (the runs table's run_id row)."""
+    connection = connect_read_only(db_path)
+    try:
+        row = connection.execute("SELECT run_dir FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    finally:
+        connection.close()
+    if row is None:
+        raise LookupError(f"{db_path}: no run {run_id!r} loaded")
+    return Path(str(row[0]))
+
+
+def _header(db_path: Path | str, run_id: str) -> list[str]:
+    connection = connect_read_only(db_path)
+    try:
+        row = connection.execute(
+            "SELECT name, spec_hash, status, started_at, ended_at FROM runs WHERE run_id = ?",
+            [run_id],
+        ).fetchone()
+    finally:
+        connection.close()
+    name, spec_hash, status, started, ended = row if row else (None,) * 5
+    return [
+        f"# {name or run_id}: benchmark report",
+        "",
+        f"- run id: `{run_id}`",
+        f"- status: {status}; started {started}, ended {ended or '(cut short)'}",
+        f"- spec hash: `{(spec_hash or '')[:16]}`",
+        "- figures: measured queries only (warm-up excluded); latency from the scheduled "
+        "arrival; percentiles are LoadGen's; [95% interval] with the method named per table",
+        "",
+    ]
+
+
+_SECTIONS: list[tuple[str, str, list[tuple[str, str]]]] = [
+    (
+        "throughput",
+        "Throughput per trial (ok queries per second; batch means within the trial)",
+        [
+            ("trial", "trial"),
+            ("phase", "phase"),
+            ("pipeline", "pipeline"),
+            ("q/s", "queries_per_s|queries_per_s_ci_low|queries_per_s_ci_high"),
+            ("ok", "ok_queries"),
+            ("interval method", "ci_method"),
+        ],
+    ),
+    (
+        "latency",
+        "Latency per trial (ms from the scheduled arrival; failures count as +inf)",
+        [
+            ("trial", "trial"),
+            ("phase", "phase"),
+            ("pipeline", "pipeline"),
+            ("p50", "latency_p50_ms|latency_p50_ci_low_ms|latency_p50_ci_high_ms"),
+            ("p99", "latency_p99_ms|latency_p99_ci_low_ms|latency_p99_ci_high_ms"),
+            ("failed", "failed_queries"),
+            ("interval method", "ci_method"),
+        ],
+    ),
+    (
+        "contention",
+        "Contention per trial (collocated / solo; an interval spanning 1 is no measurable effect)",
+        [
+            ("trial", "trial"),
+            ("pipeline", "pipeline"),
+            (
+                "throughput ratio",
+                "throughput_ratio|throughput_ratio_ci_low|throughput_ratio_ci_high",
+            ),
+            ("verdict", "throughput_verdict"),
+            ("p50 slowdown", "p50_slowdown|p50_slowdown_ci_low|p50_slowdown_ci_high"),
+            ("verdict ", "p50_verdict"),
+            ("p99 slowdown", "p99_slowdown|p99_slowdown_ci_low|p99_slowdown_ci_high"),
+            ("verdict  ", "p99_verdict"),
+            ("interval method", "ci_method"),
+        ],
+    ),
+]
+
+_PLOTS: list[tuple[str, str, str, Any]] = [
+    ("latency_cdf", "latency_cdf.png", "Latency distribution", plots.plot_latency_cdf),
+    ("timeline", "timeline.png", "Over time: throughput, power and CPU", plots.plot_timeline),
+    ("stage_breakdown", "stage_breakdown.png", "Stage breakdown", plots.plot_stage_breakdown),
+    ("contention", "contention.png", "Contention", plots.plot_contention),
+]
+
+
+def write_report(
+    db_path: Path | str, run_id: str | None = None, out_dir: Path | None = None
+) -> ReportFiles:
+    """Write report.md and its PNG plots for `run_id` (the latest run when None) into
+    `out_dir`, by default the run's directory; returns their paths. LookupError for an unknown
+    run, FileNotFoundError without a warehouse."""
+    chosen = run_id if run_id is not None else latest_run_id(db_path)
+    frames = report(db_path, chosen)  # raises LookupError for an unknown run
+    target = Path(out_dir) if out_dir is not None else run_directory(db_path, chosen)
+    target.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    connection = connect_read_only(db_path)
+    try:
+        for key, file_name, _title, draw in _PLOTS:
+            path = draw(connection, chosen, target / file_name)
+            if path is not None:
+                written[key] = path
+    finally:
+        connection.close()
+    lines = _header(db_path, chosen)
+    for view, title, columns in _SECTIONS:
+        frame = frames[view]
+        if frame.empty:
+            continue
+        lines += [f"## {title}", "", markdown_table(frame, columns), ""]
+    for key, file_name, title, _draw in _PLOTS:
+        if key in written:
+            lines += [f"## {title}", "", f"![{title}]({file_name})", ""]
+    lines += [
+        'Every view, every column: `collobench sql "SELECT * FROM <view> WHERE run_id = '
+        f"'{chosen}'\"`; the trace (if written) opens in https://ui.perfetto.dev.",
+        "",
+    ]
+    report_md = target / "report.md"
+    report_md.write_text("\n".join(lines), encoding="utf-8")
+    return ReportFiles(report_md=report_md, plots=written)

@@ -1,0 +1,43 @@
+-- operators: the operator spans (`operator_spans`, written only when a model stage profiled)
+-- of the queries the trace keeps (the first $max_queries query ids per (trial, phase,
+-- pipeline), as in visits.sql), the profiler's `window` rows included (each encloses its
+-- visit's operators). Ordered by start, longest first, so an enclosing span comes before the
+-- spans it contains.
+WITH kept AS (
+    SELECT pipeline, phase, trial, query_id
+    FROM (
+        SELECT
+            trial,
+            phase,
+            pipeline,
+            query_id,
+            dense_rank() OVER (PARTITION BY trial, phase, pipeline ORDER BY query_id) AS position
+        FROM stage_events
+        WHERE run_id = $run_id
+    )
+    WHERE position <= $max_queries
+    GROUP BY ALL
+)
+SELECT
+    o.trial,
+    o.phase,
+    o.pipeline,
+    o.query_id,
+    o.stage,
+    o.visit,
+    o.operator,
+    o.start_ns,
+    o.end_ns,
+    o.device_type,
+    o.device_index,
+    o.thread_id,
+    o.self_cpu_ns,
+    o.input_shapes
+FROM operator_spans AS o
+SEMI JOIN kept AS k
+    ON o.trial = k.trial
+    AND o.phase = k.phase
+    AND o.pipeline IS NOT DISTINCT FROM k.pipeline
+    AND o.query_id = k.query_id
+WHERE o.run_id = $run_id
+ORDER BY o.pipeline, o.phase, o.trial, o.stage, o.start_ns, o.end_ns DESC;
