@@ -25,21 +25,7 @@
 --                phase present in one run only: then one side's columns are NULL).
 --   a_failed_queries, b_failed_queries  measured queries that did not complete ok.
 WITH figures AS MATERIALIZED (
-    SELECT
-        t.run_id,
-        t.trial,
-        t.phase,
-        t.pipeline,
-        t.queries_per_s,
-        t.queries_per_s_se,
-        l.latency_p50_ms,
-        l.latency_p50_se_ms,
-        l.latency_p99_ms,
-        l.latency_p99_se_ms,
-        l.failed_queries
-    FROM throughput AS t
-    LEFT JOIN latency AS l USING (run_id, trial, phase, pipeline)
-    WHERE t.run_id = $run_a OR t.run_id = $run_b
+    SELECT * FROM phase_figures WHERE run_id = $run_a OR run_id = $run_b
 ),
 -- One row per figure: the metric's value, its batch-means standard error and direction.
 long AS (

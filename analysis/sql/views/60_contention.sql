@@ -16,20 +16,7 @@
 -- Rows come from the collocated phase; solo figures are NULL when a baseline is missing.
 CREATE OR REPLACE VIEW contention AS
 WITH figures AS MATERIALIZED (
-    SELECT
-        t.run_id,
-        t.trial,
-        t.phase,
-        t.pipeline,
-        t.queries_per_s,
-        t.queries_per_s_se,
-        l.latency_p50_ms,
-        l.latency_p50_se_ms,
-        l.latency_p99_ms,
-        l.latency_p99_se_ms,
-        l.failed_queries
-    FROM throughput AS t
-    LEFT JOIN latency AS l USING (run_id, trial, phase, pipeline)
+    SELECT * FROM phase_figures
 ),
 paired AS (
     SELECT

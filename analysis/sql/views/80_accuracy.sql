@@ -15,15 +15,7 @@
 CREATE OR REPLACE VIEW accuracy AS
 WITH graded_visits AS (
     SELECT e.run_id, e.trial, e.phase, e.pipeline, e.stage, e.graded, e.correct
-    FROM stage_events AS e
-    SEMI JOIN (
-        SELECT run_id, trial, phase, pipeline, query_id FROM queries WHERE NOT warmup
-    ) AS q
-        ON e.run_id = q.run_id
-        AND e.trial = q.trial
-        AND e.phase = q.phase
-        AND e.pipeline IS NOT DISTINCT FROM q.pipeline
-        AND e.query_id = q.query_id
+    FROM measured_stage_events AS e
     WHERE e.graded IS NOT NULL AND e.status = 'ok'
 ),
 totals AS (
