@@ -30,8 +30,14 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from analysis.db import sql_text
 
 DPI = 110
-PHASE_STYLE = {"solo": "--", "collocated": "-"}
-WINDOW_COLOUR = {"solo": "#9ecae1", "collocated": "#fdae6b"}
+PHASE_STYLE = {"solo": "--", "collocated": "-", "collocated:": "-."}
+WINDOW_COLOUR = {"solo": "#9ecae1", "collocated": "#fdae6b", "collocated:": "#fdd0a2"}
+
+
+def phase_kind(phase: str) -> str:
+    """The key of PHASE_STYLE / WINDOW_COLOUR for a phase: a subset phase `collocated:a+b`
+    (collocation.subsets) shares 'collocated:'; 'solo' and 'collocated' are their own."""
+    return "collocated:" if phase.startswith("collocated:") else phase
 # Aim for about this many points per CDF curve and bins per timeline (thinned in SQL).
 CDF_POINTS = 2000
 TIMELINE_BINS = 200
@@ -108,7 +114,7 @@ def plot_latency_cdf(connection: duckdb.DuckDBPyConnection, run_id: str, path: P
                 x,
                 y,
                 where="post",
-                linestyle=PHASE_STYLE.get(str(phase), ":"),
+                linestyle=PHASE_STYLE.get(phase_kind(str(phase)), ":"),
                 label=_curve_label(int(trial), str(phase), trials),
             )
             for p in (0.5, 0.99):
@@ -137,7 +143,8 @@ def plot_latency_cdf(connection: duckdb.DuckDBPyConnection, run_id: str, path: P
 def _mark_windows(axis: Axes, windows: pd.DataFrame, label: bool) -> None:
     for row in windows.itertuples():
         axis.axvspan(
-            row.start_s, row.end_s, color=WINDOW_COLOUR.get(str(row.phase), "#dddddd"), alpha=0.35
+            row.start_s, row.end_s, color=WINDOW_COLOUR.get(phase_kind(str(row.phase)), "#dddddd"),
+            alpha=0.35,
         )
         if label:
             who = row.pipeline if isinstance(row.pipeline, str) else "all"
@@ -297,21 +304,33 @@ _CONTENTION_COLUMNS = [
 def contention_rows(connection: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """The contention figures to show: `contention_by_run` (intervals over trials) when the run
     has two trials or more, else `contention` (batch-means intervals within the trial); a
-    `row` column names each row."""
+    `row` column names each row. A run with subset phases (`collocated:a+b`) gets a row per
+    pipeline and co-runner set, named "a with b" ("a with all" for the full set)."""
     by_run = connection.execute(
-        "SELECT * FROM contention_by_run WHERE run_id = ? ORDER BY pipeline", [run_id]
+        "SELECT * FROM contention_by_run WHERE run_id = ? ORDER BY pipeline, phase", [run_id]
     ).df()
     if not by_run.empty and int(by_run["trials"].max()) >= 2:
-        by_run["row"] = by_run["pipeline"] + " (" + by_run["trials"].astype(str) + " trials)"
+        by_run["row"] = _with_co_runners(by_run) + " (" + by_run["trials"].astype(str) + " trials)"
         return by_run
     frame = connection.execute(
-        "SELECT * FROM contention WHERE run_id = ? ORDER BY pipeline, trial", [run_id]
+        "SELECT * FROM contention WHERE run_id = ? ORDER BY pipeline, phase, trial", [run_id]
     ).df()
     if frame["trial"].nunique() > 1:
-        frame["row"] = frame["pipeline"] + " (trial " + frame["trial"].astype(str) + ")"
+        frame["row"] = _with_co_runners(frame) + " (trial " + frame["trial"].astype(str) + ")"
     else:
-        frame["row"] = frame["pipeline"]
+        frame["row"] = _with_co_runners(frame)
     return frame
+
+
+def _with_co_runners(frame: pd.DataFrame) -> pd.Series:
+    """Each row's pipeline, with its co-runners when the run has subset phases."""
+    if not frame["phase"].str.startswith("collocated:").any():
+        return frame["pipeline"].astype(str)
+    names = []
+    for phase, pipeline in zip(frame["phase"], frame["pipeline"], strict=True):
+        others = [p for p in str(phase).partition(":")[2].split("+") if p and p != pipeline]
+        names.append(f"{pipeline} with {'+'.join(others) or 'all'}")
+    return pd.Series(names, index=frame.index)
 
 
 def _cell_text(value: float, low: float, high: float, verdict: Any) -> str:

@@ -127,6 +127,7 @@ _SECTIONS: list[tuple[str, str, list[tuple[str, str]]]] = [
         "Contention per trial (collocated / solo; an interval spanning 1 is no measurable effect)",
         [
             ("trial", "trial"),
+            ("phase", "phase"),
             ("pipeline", "pipeline"),
             (
                 "throughput ratio",

@@ -24,7 +24,7 @@ from analysis.loader import ensure_schema, load_run
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99
 SUMMARY_TABLES = ("queries",)  # the only table the summary's views read (host_load: + samples)
-PHASE_ORDER = {"solo": 0, "collocated": 1}
+PHASE_ORDER = {"solo": 0, "collocated": 1}  # then subset phases `collocated:a+b`, by name
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,9 @@ def _summaries(run_dir: Path, trial: int | None, phase: str | None) -> list[Phas
     finally:
         connection.close()
     summaries = [_summary(row, loadgens, verdicts) for row in rows]
-    return sorted(summaries, key=lambda s: (s.trial, PHASE_ORDER.get(s.phase, 2), s.pipeline))
+    return sorted(
+        summaries, key=lambda s: (s.trial, PHASE_ORDER.get(s.phase, 2), s.phase, s.pipeline)
+    )
 
 
 def _summary(

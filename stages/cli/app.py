@@ -284,6 +284,31 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "energy_per_query_ratio",
         "ci_method",
     ],
+    "interference": [
+        "trial",
+        "pipeline",
+        "co_runner_set",
+        "throughput_ratio",
+        "throughput_ratio_ci_low",
+        "throughput_ratio_ci_high",
+        "throughput_verdict",
+        "p99_slowdown",
+        "p99_slowdown_ci_low",
+        "p99_slowdown_ci_high",
+        "p99_verdict",
+        "collocated_failed",
+    ],
+    "energy_split": [
+        "trial",
+        "phase",
+        "device",
+        "pipeline",
+        "method",
+        "share",
+        "energy_j",
+        "total_energy_j",
+        "energy_source",
+    ],
     "accuracy": [
         "trial",
         "phase",
@@ -346,6 +371,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "self_share",
     ],
     "contention_by_run": [
+        "phase",
         "pipeline",
         "trials",
         "throughput_ratio",
@@ -408,9 +434,9 @@ def report(
         tables = build_report(db_path, chosen)
     except (LookupError, FileNotFoundError) as error:
         raise _fail_input([str(error).strip("'\"")]) from None
-    for name, frame in tables.items():
+    for name, frame in _shown_tables(tables).items():
         wanted = REPORT_COLUMNS.get(name)
-        if frame.empty or wanted is None:
+        if wanted is None:
             continue
         if name == "goodput" and frame["slo_ms"].isna().all():
             continue  # no pipeline sets slo_ms: nothing defines a good query
@@ -420,6 +446,24 @@ def report(
         _write_report_files(db_path, chosen, out_dir)
     except OSError as error:
         raise _fail_input([f"{out_dir or chosen}: {error.strerror or error}"]) from None
+
+
+def _shown_tables(tables: dict[str, Any]) -> dict[str, Any]:
+    """The report tables worth a terminal table, in order: empty ones dropped; `contention`
+    (and `contention_by_run`) cut to the full collocated phase, one row per pipeline, since
+    `interference` lists every co-runner set and is shown only when the run has subset phases
+    (`collocation.subsets`); `energy_split` only when some window's energy was measured."""
+    shown: dict[str, Any] = {}
+    for name, frame in tables.items():
+        if name in ("contention", "contention_by_run"):
+            frame = frame[frame["phase"] == "collocated"]
+        if name == "interference" and not frame["phase"].str.startswith("collocated:").any():
+            continue
+        if name == "energy_split" and frame["total_energy_j"].isna().all():
+            continue
+        if not frame.empty:
+            shown[name] = frame
+    return shown
 
 
 def _write_report_files(db_path: Path, run_id: str, out_dir: Path | None) -> None:
@@ -546,8 +590,8 @@ def compare(
 
 def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> bool:
     """Load a finished run into DuckDB (as the Dagster warehouse asset does) and show what the
-    summary does not: accuracy, training loss, tokens (TTFT/TPOT), performance per watt
-    and contention, each when the run has it; a failure here is a warning, the run is on disk.
+    summary does not: accuracy, training loss, tokens (TTFT/TPOT), performance per watt, the
+    energy split, contention and interference, each when the run has it; a failure here is a warning, the run is on disk.
     True when the run was loaded."""
     from analysis.loader import load_runs
     from analysis.report import report as build_report
@@ -563,12 +607,17 @@ def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> bool:
         "training": "training (loss per optimiser step)",
         "tokens": "tokens (TTFT from arrival and in the stage, TPOT; ms; tokens/s)",
         "perf_per_watt": "performance per watt (energy source named; model_estimate = a model)",
+        "energy_split": "energy split (an attribution by utilisation share, method named; "
+        "total_energy_j measured)",
         "contention": "contention per trial (collocated vs solo; [95% interval])",
         "contention_by_run": "contention over the trials (geometric mean; [95% interval])",
+        "interference": "interference per trial (each pipeline with each co-runner set vs solo; "
+        "[95% interval])",
     }
+    shown = _shown_tables(tables)
     for name, title in titles.items():
-        frame = tables.get(name)
-        if frame is None or frame.empty:
+        frame = shown.get(name)
+        if frame is None:
             continue
         if name == "contention_by_run" and int(frame["trials"].max()) < 2:
             continue  # one trial: the per-trial table says it all

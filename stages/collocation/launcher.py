@@ -1,7 +1,8 @@
 """The collocation launcher: one benchmark spec -> one run directory.
 
 For each trial it runs every pipeline alone (solo baselines, when asked and when there is more
-than one pipeline), then all together (collocated). Each pipeline runs in its own `spawn`ed
+than one pipeline), then all together (collocated), then any subsets asked for (phase
+`collocated:a+b`, for the interference matrix). Each pipeline runs in its own `spawn`ed
 worker process; all workers prepare (load models), then start their load at one common instant
 chosen by the launcher, so the load windows overlap. One sampler process per device records
 telemetry meanwhile. A worker that fails, crashes or hangs is contained: its pipeline is marked
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import logging
 import multiprocessing
@@ -133,21 +135,48 @@ def new_run_id(spec_name: str) -> str:
     return f"{stamp}-{spec_name}-{secrets.token_hex(3)}"
 
 
+COLLOCATED = "collocated"  # the phase running every pipeline at once
+
+
+def subset_phase_name(names: list[str]) -> str:
+    """The phase of a subset of the pipelines run together: `collocated:a+b`, the names sorted
+    and '+'-joined (a pipeline name matches STAGE_ID_PATTERN, so it holds neither ':' nor '+'
+    and the name splits back unambiguously)."""
+    return f"{COLLOCATED}:{'+'.join(sorted(names))}"
+
+
+def subsets_of(spec: BenchmarkSpec) -> list[list[PipelineSpec]]:
+    """The proper subsets of the pipelines `collocation.subsets` asks to run together, in spec
+    order, smallest first: none; pairs (every pair); all (every subset of 2..n-1 pipelines).
+    Empty with fewer than three pipelines: the only set of two or more is the full one."""
+    pipelines = list(spec.pipelines)
+    largest = {"none": 1, "pairs": 2, "all": len(pipelines) - 1}[spec.collocation.subsets]
+    return [
+        list(subset)
+        for size in range(2, min(largest, len(pipelines) - 1) + 1)
+        for subset in itertools.combinations(pipelines, size)
+    ]
+
+
 def phases_of(spec: BenchmarkSpec) -> list[tuple[int, str, list[PipelineSpec]]]:
     """(trial, phase, pipelines) in run order, alternating between trials (ABBA): even trials
-    run the solo baselines first, odd trials the collocated phase first, with the baselines in
-    reverse order, so slow drift and a noisy neighbour do not land on one side of every
-    comparison."""
+    run the solo baselines, then all pipelines collocated, then the subset phases
+    (`collocation.subsets`, phase `collocated:a+b`); odd trials run that order reversed, so
+    slow drift and a noisy neighbour do not land on one side of every comparison."""
     plan: list[tuple[int, str, list[PipelineSpec]]] = []
     for trial in range(spec.repeats):
         if len(spec.pipelines) == 1:
             plan.append((trial, "solo", list(spec.pipelines)))
             continue
-        solo: list[tuple[int, str, list[PipelineSpec]]] = []
+        steps: list[tuple[int, str, list[PipelineSpec]]] = []
         if spec.collocation.solo_baselines:
-            solo = [(trial, "solo", [pipeline]) for pipeline in spec.pipelines]
-        collocated = [(trial, "collocated", list(spec.pipelines))]
-        plan += solo + collocated if trial % 2 == 0 else collocated + solo[::-1]
+            steps = [(trial, "solo", [pipeline]) for pipeline in spec.pipelines]
+        steps.append((trial, COLLOCATED, list(spec.pipelines)))
+        steps += [
+            (trial, subset_phase_name([p.name for p in subset]), subset)
+            for subset in subsets_of(spec)
+        ]
+        plan += steps if trial % 2 == 0 else steps[::-1]
     return plan
 
 

@@ -17,6 +17,9 @@ from stages.runtime.registry import StageRegistry, default_registry
 from stages.spec.models import BenchmarkSpec, PipelineSpec
 
 
+MAX_PIPELINES_ALL_SUBSETS = 6  # `collocation.subsets: all` runs 2^n - n - 2 subset phases
+
+
 @dataclass(frozen=True)
 class SpecProblem:
     """One reason a spec is invalid, anchored at a path into the document."""
@@ -255,4 +258,13 @@ def check_spec(spec: BenchmarkSpec, registry: StageRegistry | None = None) -> li
                     "collocation mode mig needs a MIG instance UUID per pipeline",
                 )
             )
+    if spec.collocation.subsets == "all" and len(spec.pipelines) > MAX_PIPELINES_ALL_SUBSETS:
+        problems.append(
+            SpecProblem(
+                "collocation.subsets",
+                f"'all' runs every subset of the {len(spec.pipelines)} pipelines "
+                f"(2^{len(spec.pipelines)} phases); it allows at most "
+                f"{MAX_PIPELINES_ALL_SUBSETS} pipelines: use 'pairs'",
+            )
+        )
     return problems

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 STAGE_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 
@@ -202,6 +210,21 @@ class CollocationSpec(StrictModel):
     solo_baselines: bool = Field(
         True, description="Also run each pipeline alone, same seed and schedule."
     )
+    subsets: Literal["none", "pairs", "all"] = Field(
+        "none",
+        description="Also run subsets of the pipelines together, for the interference matrix: "
+        "none; pairs (one phase per pair); all (every subset of 2..n-1 pipelines, 2^n phases, "
+        "at most 6 pipelines). Phase `collocated:a+b` runs a and b; `collocated` runs them all.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_default_subsets(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Leave `subsets: none` out of the dump, so the normal form, and so the spec hash, of
+        every spec written before the field existed is unchanged (`compare` matches hashes)."""
+        data: dict[str, object] = handler(self)
+        if data.get("subsets") == "none":
+            data.pop("subsets")
+        return data
 
 
 class GpuTelemetrySpec(StrictModel):

@@ -22,6 +22,9 @@
 --                           each window's length subtracted): the energy the load itself caused;
 --                           NULL without an idle baseline;
 --   energy_source           every source behind the figures, '+'-joined.
+-- Subset phases (`collocated:a+b`, collocation.subsets) are left out on purpose: the question
+-- here is "all pipelines in turn vs all together", over the same work; a subset phase runs
+-- part of the work and its energy is in `energy` / `perf_per_watt` under its own phase.
 CREATE OR REPLACE VIEW energy_comparison AS
 WITH trials AS (
     SELECT run_id, trial FROM load_windows WHERE phase = 'collocated'

@@ -1,4 +1,8 @@
--- contention: each pipeline collocated vs alone, per (run_id, trial, pipeline).
+-- contention: each pipeline collocated vs alone, per (run_id, trial, phase, pipeline), where
+-- phase is each non-solo phase the pipeline ran in: 'collocated' (every pipeline at once) and,
+-- when the spec asks (collocation.subsets), each subset phase 'collocated:a+b' (those pipelines
+-- only), every one paired with the same solo baseline. Consumers that want the one headline
+-- row per pipeline filter phase = 'collocated'; `interference` lists them all.
 --   throughput_ratio  collocated / solo queries_per_s (1 = unaffected, 0.5 = halved);
 --   p50_slowdown, p99_slowdown  collocated / solo verdict percentile from `latency` (failures
 --                     count as +inf there): 'inf' when only the collocated one is infinite,
@@ -13,7 +17,9 @@
 -- 'faster'; an infinite p99 slowdown (the collocated phase lost over 1% of its queries, the
 -- solo one did not) is 'slower' without an interval.
 -- Energy comes from `energy_comparison` (energy per unit of work, per run and trial).
--- Rows come from the collocated phase; solo figures are NULL when a baseline is missing.
+-- Rows come from the collocated phases; solo figures are NULL when a baseline is missing.
+-- Energy (from `energy_comparison`, solo vs the full collocated phase) is on the 'collocated'
+-- rows only: a subset phase did part of the work, so that ratio does not describe it.
 CREATE OR REPLACE VIEW contention AS
 WITH figures AS MATERIALIZED (
     SELECT * FROM phase_figures
@@ -22,6 +28,7 @@ paired AS (
     SELECT
         c.run_id,
         c.trial,
+        c.phase,
         c.pipeline,
         s.queries_per_s AS solo_queries_per_s,
         c.queries_per_s AS collocated_queries_per_s,
@@ -53,7 +60,7 @@ paired AS (
     LEFT JOIN figures AS s
         ON c.run_id = s.run_id AND c.trial = s.trial AND c.pipeline = s.pipeline
         AND s.phase = 'solo'
-    WHERE c.phase = 'collocated'
+    WHERE c.phase = 'collocated' OR c.phase LIKE 'collocated:%'
 ),
 -- Half-widths of the log-ratio intervals (delta method, Welch df).
 halves AS (
@@ -88,6 +95,7 @@ bounded AS (
 SELECT
     b.run_id,
     b.trial,
+    b.phase,
     b.pipeline,
     b.solo_queries_per_s,
     b.collocated_queries_per_s,
@@ -122,9 +130,11 @@ SELECT
     e.work_differs AS energy_work_differs,
     e.energy_source
 FROM bounded AS b
-LEFT JOIN energy_comparison AS e ON b.run_id = e.run_id AND b.trial = e.trial;
+LEFT JOIN energy_comparison AS e
+    ON b.run_id = e.run_id AND b.trial = e.trial AND b.phase = 'collocated';
 
--- contention_by_run: the contention ratios over the trials of a run, per (run_id, pipeline).
+-- contention_by_run: the contention ratios over the trials of a run, per (run_id, phase,
+-- pipeline) (phase as in `contention`).
 -- Each ratio is the geometric mean of the per-trial ratios, with a Student-t 95% interval on
 -- their logs, exponentiated (ci_method 'log_t_over_trials'): exp(mean +- t975(n - 1) * sd /
 -- sqrt(n)) over the n >= 2 trials with a finite positive ratio (NULL otherwise). Verdicts as in
@@ -133,6 +143,7 @@ CREATE OR REPLACE VIEW contention_by_run AS
 WITH logs AS (
     SELECT
         run_id,
+        phase,
         pipeline,
         count(*) AS trials,
         CAST(sum(solo_failed) AS BIGINT) AS solo_failed,
@@ -154,7 +165,7 @@ WITH logs AS (
         count(*) FILTER (WHERE p99_slowdown > 0 AND isfinite(p99_slowdown)) AS p99_n,
         count(*) FILTER (WHERE isinf(p99_slowdown)) AS p99_infinite_trials
     FROM contention
-    GROUP BY run_id, pipeline
+    GROUP BY run_id, phase, pipeline
 ),
 bounded AS (
     SELECT
@@ -175,6 +186,7 @@ bounded AS (
 )
 SELECT
     run_id,
+    phase,
     pipeline,
     trials,
     exp(qps_mean) AS throughput_ratio,

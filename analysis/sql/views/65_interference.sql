@@ -7,14 +7,12 @@
 -- effect' when the interval spans 1 or lies within 1 +- 1%).
 -- co_runners is read from the data, not assumed: the sorted list of the OTHER pipelines with
 -- measured queries in the same (run_id, trial, phase); pipelines_in_phase counts them all.
--- What exists today: a spec runs solo baselines and ONE collocated phase with every pipeline,
--- so each pipeline has one row, whose co-runner set is "all the others". The full matrix needs
--- more phases, which the launcher does not run yet: for every pipeline P and every non-empty
--- subset S of the others, a phase running P with S (2^(n-1) - 1 subsets per pipeline; the
--- pairwise matrix needs the n(n-1)/2 pair phases), each a separately named phase (e.g.
--- 'collocated:a+c'), and `contention` keyed by phase (each non-solo phase paired with the solo
--- baseline) instead of by the single 'collocated' phase. This view already keys the co-runner
--- set by phase membership, so it takes such phases as soon as `contention` carries a phase.
+-- Phases: 'collocated' (every pipeline; co-runners = all the others) and, when the spec asks
+-- (collocation.subsets: pairs | all), each subset phase 'collocated:a+b' the launcher ran,
+-- each paired by `contention` with the same solo baseline. With `pairs` and n pipelines, each
+-- pipeline has n - 1 pair rows and one full-set row per trial; with `all`, one row per subset
+-- of the others (2^(n-1) - 1). Without subsets, one row per pipeline: "all the others".
+-- A pipeline that recorded no measured query in a phase has no row there.
 CREATE OR REPLACE VIEW interference AS
 WITH members AS (
     SELECT DISTINCT run_id, trial, phase, pipeline
@@ -58,5 +56,5 @@ SELECT
     c.collocated_failed
 FROM contention AS c
 JOIN sets AS s
-    ON c.run_id = s.run_id AND c.trial = s.trial AND c.pipeline = s.pipeline
-    AND s.phase = 'collocated';
+    ON c.run_id = s.run_id AND c.trial = s.trial AND c.phase = s.phase
+    AND c.pipeline = s.pipeline;
