@@ -305,7 +305,7 @@ def contention_rows(connection: duckdb.DuckDBPyConnection, run_id: str) -> pd.Da
     """The contention figures to show: `contention_by_run` (intervals over trials) when the run
     has two trials or more, else `contention` (batch-means intervals within the trial); a
     `row` column names each row. A run with subset phases (`collocated:a+b`) gets a row per
-    pipeline and co-runner set, named "a with b" ("a with all" for the full set)."""
+    pipeline and co-runner set, named "a with b" ("a with all others" for the full set)."""
     by_run = connection.execute(
         "SELECT * FROM contention_by_run WHERE run_id = ? ORDER BY pipeline, phase", [run_id]
     ).df()
@@ -329,7 +329,7 @@ def _with_co_runners(frame: pd.DataFrame) -> pd.Series:
     names = []
     for phase, pipeline in zip(frame["phase"], frame["pipeline"], strict=True):
         others = [p for p in str(phase).partition(":")[2].split("+") if p and p != pipeline]
-        names.append(f"{pipeline} with {'+'.join(others) or 'all'}")
+        names.append(f"{pipeline} with {'+'.join(others) or 'all others'}")
     return pd.Series(names, index=frame.index)
 
 

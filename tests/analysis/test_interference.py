@@ -1,0 +1,142 @@
+"""The interference matrix over subset phases (`collocation.subsets`): `contention` keyed by
+phase, `interference` with one row per (pipeline, co-runner set), load windows for every phase,
+and `energy_comparison` still solo vs the full collocated phase; hand-computed answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis.loader import load_runs
+from tests.analysis.rundirs import SECOND_NS, RunBuilder, one, rows_of
+
+# Measured ok queries per 10 s window. Every query takes one gap (window / count), so a
+# throughput ratio is count / solo count and a p50/p99 slowdown its inverse, with zero-width
+# intervals (every batch alike; p99's needs more queries per batch than some phases have).
+SOLO = {"a": 2000, "b": 1000, "c": 500}
+PHASES = {
+    "collocated": {"a": 800, "b": 500, "c": 200},
+    "collocated:a+b": {"a": 1600, "b": 1000},
+    "collocated:a+c": {"a": 1000, "c": 500},
+    "collocated:b+c": {"b": 800, "c": 250},
+}
+# Host power (W) during each window; energy is cumulative, sampled 1 s before the window and
+# every 4 s after, so each window's energy is 10 s * power exactly (linear interpolation).
+POWER_W = {"solo:a": 2.0, "solo:b": 1.0, "solo:c": 0.5, "collocated": 3.0}
+SUBSET_POWER_W = 100.0  # large, so a subset phase leaking into energy_comparison shows
+
+
+def three_pipeline_run(root: Path) -> Path:
+    """Solo a, b, c at 0, 20, 40 s; collocated at 60 s; a+b, a+c, b+c at 80, 100, 120 s."""
+    run = RunBuilder(root, "20260111-000000-interf", dict.fromkeys("abc", "server"))
+    base = 1_000 * SECOND_NS
+    ten_s = 10 * SECOND_NS
+    starts: list[tuple[str, str | None, int]] = []
+    for index, (pipeline, count) in enumerate(SOLO.items()):
+        start = base + index * 20 * SECOND_NS
+        run.uniform_queries(0, "solo", pipeline, count, ten_s, start)
+        starts.append(("solo", pipeline, start))
+    for index, (phase, counts) in enumerate(PHASES.items()):
+        start = base + (60 + index * 20) * SECOND_NS
+        for pipeline, count in counts.items():
+            run.uniform_queries(0, phase, pipeline, count, ten_s, start)
+        starts.append((phase, None, start))
+    for phase, pipeline, start in starts:
+        power = POWER_W.get(f"solo:{pipeline}" if pipeline else phase, SUBSET_POWER_W)
+        values = [power * seconds for seconds in (0, 4, 8, 12)]
+        run.energy_series(0, phase, start - SECOND_NS, values, "rapl", period_ns=4 * SECOND_NS)
+    return run.write()
+
+
+def test_interference_has_every_pipeline_with_every_co_runner_set(
+    tmp_path: Path, db_path: Path
+) -> None:
+    load_runs([three_pipeline_run(tmp_path)], db_path)
+    rows = rows_of(db_path, "SELECT * FROM interference ORDER BY pipeline, co_runner_set")
+    got = {
+        (r["pipeline"], r["co_runner_set"]): (
+            r["phase"],
+            r["pipelines_in_phase"],
+            round(r["throughput_ratio"], 9),
+            round(r["throughput_ratio_ci_low"], 9),
+            round(r["throughput_ratio_ci_high"], 9),
+            r["throughput_verdict"],
+            round(r["p50_slowdown"], 9),
+            r["p50_verdict"],
+            round(r["p99_slowdown"], 9),
+        )
+        for r in rows
+    }
+    slower, same = "slower", "no measurable effect"
+    assert got == {
+        ("a", "b"): ("collocated:a+b", 2, 0.8, 0.8, 0.8, slower, 1.25, slower, 1.25),
+        ("a", "b+c"): ("collocated", 3, 0.4, 0.4, 0.4, slower, 2.5, slower, 2.5),
+        ("a", "c"): ("collocated:a+c", 2, 0.5, 0.5, 0.5, slower, 2.0, slower, 2.0),
+        ("b", "a"): ("collocated:a+b", 2, 1.0, 1.0, 1.0, same, 1.0, same, 1.0),
+        ("b", "a+c"): ("collocated", 3, 0.5, 0.5, 0.5, slower, 2.0, slower, 2.0),
+        ("b", "c"): ("collocated:b+c", 2, 0.8, 0.8, 0.8, slower, 1.25, slower, 1.25),
+        ("c", "a"): ("collocated:a+c", 2, 1.0, 1.0, 1.0, same, 1.0, same, 1.0),
+        ("c", "a+b"): ("collocated", 3, 0.4, 0.4, 0.4, slower, 2.5, slower, 2.5),
+        ("c", "b"): ("collocated:b+c", 2, 0.5, 0.5, 0.5, slower, 2.0, slower, 2.0),
+    }
+    assert {r["ci_method"] for r in rows} == {"batch_means_delta"}
+
+
+def test_contention_is_keyed_by_phase_and_energy_stays_with_the_full_set(
+    tmp_path: Path, db_path: Path
+) -> None:
+    load_runs([three_pipeline_run(tmp_path)], db_path)
+    contention = rows_of(db_path, "SELECT * FROM contention ORDER BY phase, pipeline")
+    assert [(r["phase"], r["pipeline"]) for r in contention] == [
+        ("collocated", "a"),
+        ("collocated", "b"),
+        ("collocated", "c"),
+        ("collocated:a+b", "a"),
+        ("collocated:a+b", "b"),
+        ("collocated:a+c", "a"),
+        ("collocated:a+c", "c"),
+        ("collocated:b+c", "b"),
+        ("collocated:b+c", "c"),
+    ]
+    # Every phase is paired with the same solo baseline.
+    assert {r["pipeline"]: r["solo_queries_per_s"] for r in contention} == pytest.approx(
+        {"a": 200.0, "b": 100.0, "c": 50.0}
+    )
+    # Energy per query: solo 20 + 10 + 5 = 35 J over 3500 ok queries (0.01 J/query); the full
+    # collocated phase 30 J over 1500 (0.02 J/query): ratio 2.0. Subset phases (1000 J each)
+    # stay out, and their contention rows carry no energy ratio.
+    comparison = one(db_path, "SELECT * FROM energy_comparison")
+    assert comparison["solo_energy_j"] == pytest.approx(35.0)
+    assert comparison["collocated_energy_j"] == pytest.approx(30.0)
+    assert comparison["collocated_ok_queries"] == 1500
+    assert comparison["energy_per_query_ratio"] == pytest.approx(2.0)
+    ratios = {(r["phase"], r["pipeline"]): r["energy_per_query_ratio"] for r in contention}
+    assert ratios[("collocated", "a")] == pytest.approx(2.0)
+    assert ratios[("collocated:a+b", "a")] is None
+    # contention_by_run: one row per (phase, pipeline), over the one trial.
+    by_run = rows_of(db_path, "SELECT phase, pipeline, trials FROM contention_by_run")
+    assert len(by_run) == 9 and {r["trials"] for r in by_run} == {1}
+
+
+def test_every_phase_has_a_load_window_and_its_energy(tmp_path: Path, db_path: Path) -> None:
+    load_runs([three_pipeline_run(tmp_path)], db_path)
+    windows = rows_of(
+        db_path,
+        "SELECT w.phase, w.pipeline, w.window_s, e.energy_j FROM load_windows AS w "
+        "JOIN energy AS e USING (run_id, trial, phase) "
+        "WHERE w.pipeline IS NOT DISTINCT FROM e.pipeline ORDER BY w.phase, w.pipeline",
+    )
+    assert [(w["phase"], w["pipeline"]) for w in windows] == [
+        ("collocated", None),
+        ("collocated:a+b", None),
+        ("collocated:a+c", None),
+        ("collocated:b+c", None),
+        ("solo", "a"),
+        ("solo", "b"),
+        ("solo", "c"),
+    ]
+    assert all(w["window_s"] == pytest.approx(10.0) for w in windows)
+    assert [w["energy_j"] for w in windows] == pytest.approx(
+        [30.0, 1000.0, 1000.0, 1000.0, 20.0, 10.0, 5.0]
+    )
