@@ -38,6 +38,8 @@ def phase_kind(phase: str) -> str:
     """The key of PHASE_STYLE / WINDOW_COLOUR for a phase: a subset phase `collocated:a+b`
     (collocation.subsets) shares 'collocated:'; 'solo' and 'collocated' are their own."""
     return "collocated:" if phase.startswith("collocated:") else phase
+
+
 # Aim for about this many points per CDF curve and bins per timeline (thinned in SQL).
 CDF_POINTS = 2000
 TIMELINE_BINS = 200
@@ -143,7 +145,9 @@ def plot_latency_cdf(connection: duckdb.DuckDBPyConnection, run_id: str, path: P
 def _mark_windows(axis: Axes, windows: pd.DataFrame, label: bool) -> None:
     for row in windows.itertuples():
         axis.axvspan(
-            row.start_s, row.end_s, color=WINDOW_COLOUR.get(phase_kind(str(row.phase)), "#dddddd"),
+            row.start_s,
+            row.end_s,
+            color=WINDOW_COLOUR.get(phase_kind(str(row.phase)), "#dddddd"),
             alpha=0.35,
         )
         if label:

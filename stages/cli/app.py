@@ -591,8 +591,8 @@ def compare(
 def _load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> bool:
     """Load a finished run into DuckDB (as the Dagster warehouse asset does) and show what the
     summary does not: accuracy, training loss, tokens (TTFT/TPOT), performance per watt, the
-    energy split, contention and interference, each when the run has it; a failure here is a warning, the run is on disk.
-    True when the run was loaded."""
+    energy split, contention and interference, each when the run has it; a failure here is a
+    warning, the run is on disk. True when the run was loaded."""
     from analysis.loader import load_runs
     from analysis.report import report as build_report
 

@@ -16,7 +16,6 @@ from stages.runtime.graph import StageGraph
 from stages.runtime.registry import StageRegistry, default_registry
 from stages.spec.models import BenchmarkSpec, PipelineSpec
 
-
 MAX_PIPELINES_ALL_SUBSETS = 6  # `collocation.subsets: all` runs 2^n - n - 2 subset phases
 
 

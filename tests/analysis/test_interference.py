@@ -42,9 +42,10 @@ def three_pipeline_run(root: Path) -> Path:
         for pipeline, count in counts.items():
             run.uniform_queries(0, phase, pipeline, count, ten_s, start)
         starts.append((phase, None, start))
-    for phase, pipeline, start in starts:
-        power = POWER_W.get(f"solo:{pipeline}" if pipeline else phase, SUBSET_POWER_W)
-        values = [power * seconds for seconds in (0, 4, 8, 12)]
+    for phase, solo_of, start in starts:
+        key = f"solo:{solo_of}" if solo_of else phase
+        power = POWER_W.get(key, SUBSET_POWER_W)
+        values: list[float | None] = [power * seconds for seconds in (0, 4, 8, 12)]
         run.energy_series(0, phase, start - SECOND_NS, values, "rapl", period_ns=4 * SECOND_NS)
     return run.write()
 
