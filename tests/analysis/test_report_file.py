@@ -105,7 +105,7 @@ def test_report_written_into_the_run_directory(tmp_path: Path, db_path: Path) ->
     for path in files.plots.values():
         assert f"]({path.name})" in text
     # Headline figures with their verdicts: a's throughput halved, b unaffected.
-    (row_a,) = [line for line in text.splitlines() if line.startswith("| 0 | a | 0.5")]
+    (row_a,) = [line for line in text.splitlines() if line.startswith("| 0 | collocated | a | 0.5")]
     assert "slower" in row_a
     assert "batch_means_delta" in text
 
