@@ -39,7 +39,7 @@ class SamplerSettings:
     run_dir: str
     run_id: str
     trial: int
-    phase: str  # solo | collocated
+    phase: str  # solo | collocated | collocated:a+b (a subset) | idle
     period_ms: float
     pipeline_pids: dict[str, int] = field(default_factory=dict)
     cpu_watts_per_core: float | None = None
