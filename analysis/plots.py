@@ -152,10 +152,13 @@ def _mark_windows(axis: Axes, windows: pd.DataFrame, label: bool) -> None:
         )
         if label:
             who = row.pipeline if isinstance(row.pipeline, str) else "all"
+            phase = str(row.phase)
+            # A subset phase's name already says who ran: "a+b" (the shade says collocated).
+            text = phase.partition(":")[2] if phase_kind(phase) == "collocated:" else None
             axis.text(
                 (row.start_s + row.end_s) / 2,
                 1.0,
-                f"{row.phase}: {who}",
+                text or f"{phase}: {who}",
                 transform=axis.get_xaxis_transform(),
                 ha="center",
                 va="bottom",
