@@ -17,6 +17,7 @@ from typing import Any
 
 import duckdb
 
+from analysis import summaries
 from analysis.db import sql_text, view_files
 
 MANIFEST = "manifest.json"
@@ -73,10 +74,14 @@ def table_files(run_dir: Path, table: str) -> tuple[list[Path], bool]:
 
 
 def ensure_schema(connection: duckdb.DuckDBPyConnection) -> None:
-    """Create the tables if missing and (re)create every view, in file order."""
+    """Create the tables if missing and (re)create every view, in file order; stored
+    summaries made by other view definitions are recomputed for every loaded run."""
     connection.execute(sql_text("schema.sql"))
+    stale = summaries.prepare(connection)
     for name in view_files():
         connection.execute(sql_text(f"views/{name}"))
+    if stale:
+        summaries.rebuild_all(connection)
 
 
 def load_run(
@@ -130,6 +135,7 @@ def load_run(
                 [paths],
             )
             rows[table] = _count(connection, table, run_id)
+        summaries.refresh(connection, run_id)
         connection.execute("COMMIT")
     except Exception:
         connection.execute("ROLLBACK")

@@ -182,3 +182,26 @@ def test_a_tight_interval_just_off_one_is_no_measurable_effect() -> None:
         "ci_verdict(1.005, 1.02, 'faster'), ci_verdict(0.985, 0.995, 'faster')"
     ).fetchone()
     assert row == ("no measurable effect", "no measurable effect", "faster", "slower")
+
+
+def test_loadgen_quantile_index_for_every_small_n_and_large_n() -> None:
+    """The macro picks sorted[floor(N p)] for every N to 3,000 (every case where N p is a whole
+    number included) and for large N, where quantile_disc's own index is one lower."""
+    connection = macros()
+    connection.execute(
+        "CREATE TABLE small AS SELECT n, i FROM range(1, 3001) AS r(n), "
+        "LATERAL (SELECT range AS i FROM range(0, n))"
+    )
+    for p in (0.5, 0.9, 0.95, 0.99, 0.999):
+        rows = connection.execute(
+            "SELECT n, loadgen_quantile(i, ?) FROM small GROUP BY n", [p]
+        ).fetchall()
+        assert len(rows) == 3000
+        wrong = [(n, got) for n, got in rows if got != min(n * round(p * 1000) // 1000, n - 1)]
+        assert not wrong, (p, wrong[:5])
+    for n in (1_000_000, 1_000_001, 12_345_678):
+        for p in (0.5, 0.99, 0.999):
+            (got,) = connection.execute(
+                "SELECT loadgen_quantile(range, ?) FROM range(?)", [p, n]
+            ).fetchone() or (None,)
+            assert got == n * round(p * 1000) // 1000, (n, p)

@@ -10,7 +10,7 @@
 --   tail_mean_loss     mean loss of the last 10% of the steps (at least one step): less noisy
 --                      than last_loss, which is one minibatch's
 --   tail_steps         how many steps that mean is over
-CREATE OR REPLACE VIEW training AS
+CREATE OR REPLACE VIEW training_from_rows AS
 WITH steps AS (
     SELECT
         e.run_id,
@@ -42,3 +42,8 @@ SELECT
     max(greatest(1, CAST(ceil(steps * 0.1) AS BIGINT))) AS tail_steps
 FROM steps
 GROUP BY run_id, trial, phase, pipeline, stage;
+
+-- Stored once per run at load (analysis/summaries.py), so reading `training` scans a few rows
+-- per run however many events the warehouse holds; `training_from_rows` is the definition.
+CREATE TABLE IF NOT EXISTS summary_training AS SELECT * FROM training_from_rows LIMIT 0;
+CREATE OR REPLACE VIEW training AS SELECT * FROM summary_training;
