@@ -25,9 +25,10 @@ CREATE OR REPLACE VIEW energy_split AS
 WITH window_pipelines AS (
     SELECT DISTINCT w.run_id, w.trial, w.phase, w.pipeline AS window_pipeline, q.pipeline
     FROM load_windows AS w
-    JOIN queries AS q
+    -- throughput has a row for every pipeline with measured queries in the phase (stored).
+    JOIN throughput AS q
         ON w.run_id = q.run_id AND w.trial = q.trial AND w.phase = q.phase
-        AND NOT q.warmup AND (w.pipeline IS NULL OR q.pipeline = w.pipeline)
+        AND (w.pipeline IS NULL OR q.pipeline = w.pipeline)
 ),
 worker_pids AS (
     SELECT DISTINCT run_id, trial, phase, pid, pipeline

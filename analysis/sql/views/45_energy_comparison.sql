@@ -30,10 +30,10 @@ WITH trials AS (
     SELECT run_id, trial FROM load_windows WHERE phase = 'collocated'
 ),
 work AS (
-    SELECT run_id, trial, phase, pipeline, count(*) FILTER (WHERE status = 'ok') AS ok_queries
-    FROM queries
-    WHERE NOT warmup AND phase IN ('solo', 'collocated')
-    GROUP BY run_id, trial, phase, pipeline
+    -- ok measured queries per pipeline and phase, as `throughput` (stored) counts them
+    SELECT run_id, trial, phase, pipeline, ok_queries
+    FROM throughput
+    WHERE phase IN ('solo', 'collocated')
 ),
 -- Every pipeline of the trial (in either phase), with its ok queries in each.
 pipelines AS (

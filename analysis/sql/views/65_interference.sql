@@ -15,9 +15,10 @@
 -- A pipeline that recorded no measured query in a phase has no row there.
 CREATE OR REPLACE VIEW interference AS
 WITH members AS (
-    SELECT DISTINCT run_id, trial, phase, pipeline
-    FROM queries
-    WHERE NOT warmup AND phase <> 'solo' AND pipeline IS NOT NULL
+    -- throughput (stored) has one row per pipeline with measured queries in a phase
+    SELECT run_id, trial, phase, pipeline
+    FROM throughput
+    WHERE phase <> 'solo' AND pipeline IS NOT NULL
 ),
 sets AS (
     SELECT
