@@ -70,7 +70,7 @@ def benchmark_run(
     if state.normalized is None:
         raise dg.Failure("invalid spec: " + "; ".join(state.problems))
     overrides = config.overrides(len(state.normalized["pipelines"]))
-    run_id = collobench_run_id(key, context.run_id)
+    run_id = collobench_run_id(key, context.run.run_id)
     runs = collobench.runs_path()
     runs.mkdir(parents=True, exist_ok=True)
     command = [

@@ -8,6 +8,9 @@ partition per spec file), `warehouse` with its checks (group `benchmark`); the r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import dagster as dg
 
 from bench_defs.artifacts import artifact_assets
@@ -19,14 +22,26 @@ from bench_defs.schedules import nightly_benchmarks
 from bench_defs.sensors import spec_files_sensor
 from bench_defs.warehouse import warehouse
 
-defs = dg.Definitions(
-    assets=[*artifact_assets, benchmark_run, warehouse, *report_assets],
-    jobs=[artifacts_job, benchmark_job],
-    sensors=[spec_files_sensor],
-    schedules=[nightly_benchmarks],
-    resources={
+
+def default_resources() -> dict[str, Any]:
+    """The resources a deployment gets: everything from `stages.settings` and the env."""
+    return {
         "collobench": CollobenchResource(),
         "duckdb_warehouse": WarehouseResource(),
         "pipes_client": GroupPipesClient(),
-    },
-)
+    }
+
+
+def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definitions:
+    """The code location's definitions; `resources` replace the defaults by key (tests point
+    them at temporary folders)."""
+    return dg.Definitions(
+        assets=[*artifact_assets, benchmark_run, warehouse, *report_assets],
+        jobs=[artifacts_job, benchmark_job],
+        sensors=[spec_files_sensor],
+        schedules=[nightly_benchmarks],
+        resources={**default_resources(), **(resources or {})},
+    )
+
+
+defs = build_definitions()

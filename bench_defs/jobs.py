@@ -1,5 +1,5 @@
 """Jobs: `artifacts_job` builds every dataset and model; `benchmark_job` (partitioned by spec
-file) runs a benchmark, loads it into the warehouse and writes its reports."""
+file, as its assets are) runs a benchmark, loads it into the warehouse and writes its reports."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import dagster as dg
 from bench_defs.artifacts import ARTIFACTS_GROUP
 from bench_defs.benchmark import benchmark_run
 from bench_defs.reports import report_assets
-from bench_defs.specs import spec_partitions
 from bench_defs.warehouse import warehouse
 
 artifacts_job = dg.define_asset_job(
@@ -20,7 +19,6 @@ artifacts_job = dg.define_asset_job(
 benchmark_job = dg.define_asset_job(
     "benchmark_job",
     selection=dg.AssetSelection.assets(benchmark_run, warehouse, *report_assets),
-    partitions_def=spec_partitions,
     description="One spec file's benchmark: run it (Pipes child), load it into DuckDB, check "
     "it and write its reports. Launchpad config: ops.benchmark_run.config "
     "{rate, duration_s, repeats, device}.",
