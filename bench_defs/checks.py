@@ -8,7 +8,8 @@
   partition, decided by `analysis.compare` (ratio intervals, not a bare threshold).
 - `reproducibility`: a rerun of the same spec hash and seeds issued the same arrival schedule
   (offsets from each phase's first arrival, per query id) and its metrics agree within their
-  intervals (every headline comparison is 'no measurable change').
+  intervals (no headline comparison is 'faster' or 'slower'; one without an interval, such as
+  the p99 of too few queries, cannot disagree).
 
 Each function takes a read-only DuckDB connection and returns an AssetCheckResult; a check with
 nothing to compare with (first run, another spec) passes and says so.
@@ -300,7 +301,9 @@ def reproducibility_problems(connection: Any, previous: str, current: str) -> li
     if not comparison.empty:
         over_trials = comparison["trial"].isna()
         headline = comparison[over_trials] if over_trials.any() else comparison
-        changed = headline[headline["verdict"] != "no measurable change"]
+        # 'faster' or 'slower' is a disagreement; no verdict (no interval, e.g. a p99 of
+        # too few queries) cannot be one.
+        changed = headline[headline["verdict"].isin(["faster", "slower"])]
         for _, row_ in changed.iterrows():
             problems.append(
                 f"trial {row_['trial'] if row_['trial'] == row_['trial'] else 'all'} "

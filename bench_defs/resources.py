@@ -44,13 +44,14 @@ class CollobenchResource(dg.ConfigurableResource):
     (`$COLLOBENCH_HOME`, default `.collobench/`) and `$COLLOBENCH_SPECS_DIR`."""
 
     home: str | None = Field(
-        None, description="Home folder of runs, artefacts and the warehouse (default: settings)."
+        default=None,
+        description="Home folder of runs, artefacts and the warehouse (default: settings).",
     )
     specs_dir: str | None = Field(
-        None, description="Folder whose *.yaml files are the benchmark_run partitions."
+        default=None, description="Folder whose *.yaml files are the benchmark_run partitions."
     )
     python: str | None = Field(
-        None, description="Python interpreter of the Pipes child (default: this one)."
+        default=None, description="Python interpreter of the Pipes child (default: this one)."
     )
 
     def home_path(self) -> Path:
@@ -80,7 +81,7 @@ class WarehouseResource(dg.ConfigurableResource):
     writer; it serialises writers), every read goes through a read-only connection."""
 
     path: str | None = Field(
-        None, description="DuckDB file (default: $COLLOBENCH_HOME/results.duckdb)."
+        default=None, description="DuckDB file (default: $COLLOBENCH_HOME/results.duckdb)."
     )
 
     def db_path(self) -> Path:
@@ -122,7 +123,7 @@ class GroupPipesClient(dg.ConfigurableResource):
     the group is killed too."""
 
     termination_grace_s: float = Field(
-        20.0,
+        default=20.0,
         gt=0,
         description="Seconds between SIGTERM to the child's process group and SIGKILL "
         "(the launcher stops its workers within ~5 s of SIGTERM).",
@@ -185,15 +186,28 @@ def _copy_lines(process: subprocess.Popen[bytes]) -> None:
         sys.stdout.flush()
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies, which hold nothing, are not counted: an
+    orphan's zombie lingers where PID 1 does not reap)."""
+    import psutil
+
+    members = []
+    for process in psutil.process_iter(["pid", "status"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+    return members
+
+
 def group_alive(pgid: int) -> bool:
-    """True while any process of the group exists (zombies of our own child excepted)."""
+    """True while any live process of the group exists."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return bool(group_members(pgid))
 
 
 def end_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:

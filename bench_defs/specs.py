@@ -86,11 +86,17 @@ class BenchmarkRunConfig(dg.Config):
     materialisation's metadata. Leave a field out to keep the spec's value."""
 
     rate: float | None = Field(
-        None, description="Queries per second of every pipeline's load generator."
+        default=None, description="Queries per second of every pipeline's load generator."
     )
-    duration_s: float | None = Field(None, description="Load window of every pipeline, in seconds.")
-    repeats: int | None = Field(None, description="Independent trials of the whole benchmark.")
-    device: str | None = Field(None, description="Device of every pipeline: cpu, cuda or cuda:N.")
+    duration_s: float | None = Field(
+        default=None, description="Load window of every pipeline, in seconds."
+    )
+    repeats: int | None = Field(
+        default=None, description="Independent trials of the whole benchmark."
+    )
+    device: str | None = Field(
+        default=None, description="Device of every pipeline: cpu, cuda or cuda:N."
+    )
 
     def overrides(self, pipelines: int) -> list[str]:
         """The `--set path=value` strings these overrides stand for (pipelines by index)."""

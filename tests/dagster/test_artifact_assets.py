@@ -32,7 +32,11 @@ def test_prompts_asset_builds_then_finds(
     metadata = {key: value.value for key, value in event.metadata.items()}
     path = Path(str(metadata["path"]))
     assert path.parent.parent == home / "artifacts" and path.name == metadata["content_hash"]
-    assert metadata["size_bytes"] > 0 and metadata["seed"] == 0 and metadata["kind"] == "dataset"
+    assert (
+        int(str(metadata["size_bytes"])) > 0
+        and metadata["seed"] == 0
+        and metadata["kind"] == "dataset"
+    )
     assert event.tags is not None
     assert event.tags["dagster/data_version"] == metadata["content_hash"]
     assert event.tags["dagster/code_version"] == BUILDERS["prompts"].version
