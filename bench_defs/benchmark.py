@@ -16,6 +16,7 @@ import dagster as dg
 from bench_defs.artifacts import ARTIFACT_NAMES, default_params
 from bench_defs.resources import CollobenchResource, GroupPipesClient
 from bench_defs.specs import (
+    DEVICE_TAG,
     BenchmarkRunConfig,
     artifacts_used,
     devices_of,
@@ -70,6 +71,13 @@ def benchmark_run(
     if state.normalized is None:
         raise dg.Failure("invalid spec: " + "; ".join(state.problems))
     overrides = config.overrides(len(state.normalized["pipelines"]))
+    devices = devices_of(state.normalized, config.device)
+    tagged = context.run.tags.get(DEVICE_TAG)
+    if tagged != devices:
+        context.log.warning(
+            f"this run is tagged {DEVICE_TAG}={tagged!r} but the benchmark uses {devices!r}: "
+            "the one-run-per-device limit cannot protect it; set the tag when launching"
+        )
     run_id = collobench_run_id(key, context.run.run_id)
     runs = collobench.runs_path()
     runs.mkdir(parents=True, exist_ok=True)
@@ -92,7 +100,8 @@ def benchmark_run(
     used = artifacts_used(state.normalized, ARTIFACT_NAMES)
     metadata: dict[str, Any] = {
         **(reported.metadata or {}),
-        "partition_devices": devices_of(state.normalized),
+        "devices_used": devices,
+        "device_tag": str(tagged),
         "launchpad_overrides": dg.MetadataValue.json(config.model_dump(exclude_none=True)),
         "artifacts_used": dg.MetadataValue.json(_artifact_hashes(collobench, used)),
     }

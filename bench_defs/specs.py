@@ -19,6 +19,7 @@ spec_partitions = dg.DynamicPartitionsDefinition(name=SPEC_PARTITIONS)
 
 DEVICE_TAG = "collobench/device"
 """Run tag naming the device a benchmark uses (`cpu`, `cuda:0`; several joined by `+`)."""
+DEFAULT_DEVICE = "cpu"
 SPEC_HASH_TAG = "collobench/spec_file_hash"
 
 # Stage types that read a dataset artefact (their config has no artefact name).
@@ -74,10 +75,13 @@ def artifacts_used(normalized: Mapping[str, Any], known: Iterable[str]) -> list[
     return sorted(used)
 
 
-def devices_of(normalized: Mapping[str, Any]) -> str:
-    """The devices a spec's pipelines use, as the run tag spells them (`cpu`, `cpu+cuda:0`)."""
+def devices_of(normalized: Mapping[str, Any], device_override: str | None = None) -> str:
+    """The devices a spec's pipelines use, as the run tag spells them (`cpu`, `cpu+cuda:0`);
+    a Launchpad `device` override puts every pipeline on that device."""
+    if device_override is not None:
+        return device_override
     devices = sorted({str(p.get("device", "cpu")) for p in normalized.get("pipelines", [])})
-    return "+".join(devices) or "cpu"
+    return "+".join(devices) or DEFAULT_DEVICE
 
 
 class BenchmarkRunConfig(dg.Config):
