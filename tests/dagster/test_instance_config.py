@@ -22,8 +22,9 @@ def test_instance_config_limits_one_run_per_device(
     instance = dg.DagsterInstance.get()
     try:
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
-        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
-        assert limits == [
+        queue = instance.get_concurrency_config().run_queue_config
+        assert queue is not None
+        assert queue.tag_concurrency_limits == [
             {"key": DEVICE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
         ]
     finally:
