@@ -1,11 +1,47 @@
 """Dagster definitions of collobench (`dagster dev -w workspace.yaml` loads them).
 
-The benchmark-run, warehouse and report assets arrive with the Dagster issue; until then the
-location loads and lists the shipped specs as a job-free, asset-free code location.
+Assets: one per dataset and model builder (group `artifacts`); `benchmark_run` (one dynamic
+partition per spec file), `warehouse` with its checks (group `benchmark`); the report assets
+(group `reports`). Jobs `artifacts_job`, `benchmark_job`; sensor `spec_files_sensor`; schedule
+`nightly_benchmarks`. Nothing here imports torch: models load in the Pipes child's workers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import dagster as dg
 
-defs = dg.Definitions()
+from bench_defs.artifacts import artifact_assets
+from bench_defs.benchmark import benchmark_run
+from bench_defs.jobs import artifacts_job, benchmark_job
+from bench_defs.reports import report_assets
+from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
+from bench_defs.schedules import nightly_benchmarks
+from bench_defs.sensors import spec_files_sensor
+from bench_defs.warehouse import warehouse
+
+
+def default_resources() -> dict[str, Any]:
+    """The resources a deployment gets: everything from `stages.settings` and the env."""
+    return {
+        "collobench": CollobenchResource(),
+        "duckdb_warehouse": WarehouseResource(),
+        "pipes_client": GroupPipesClient(),
+    }
+
+
+def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definitions:
+    """The code location's definitions; `resources` replace the defaults by key (tests point
+    them at temporary folders)."""
+    return dg.Definitions(
+        assets=[*artifact_assets, benchmark_run, warehouse, *report_assets],
+        jobs=[artifacts_job, benchmark_job],
+        sensors=[spec_files_sensor],
+        schedules=[nightly_benchmarks],
+        resources={**default_resources(), **(resources or {})},
+    )
+
+
+defs = build_definitions()

@@ -57,6 +57,7 @@ def _offenders(
         ("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
         ("stages/collocation", ("stages.cli", "analysis", "dagster")),
         ("analysis", ("stages", "bench_defs", "dagster")),
+        ("stages", ("bench_defs",)),
     ],
 )
 def test_packages_import_only_what_the_layering_allows(
@@ -95,3 +96,23 @@ def test_validating_and_registering_every_stage_loads_no_torch() -> None:
     assert result.returncode == 0, result.stderr
     count, heavy = result.stdout.strip().split(" ", 1)
     assert int(count) >= 6 and heavy == "[]", result.stdout
+
+
+def test_dagster_definitions_load_without_torch() -> None:
+    """The code location (imported by the code server, the run worker and every step) never
+    loads torch and friends: they load in the Pipes child's workers, and in the steps that
+    build artefacts."""
+    code = (
+        "import sys\n"
+        "from bench_defs.definitions import defs\n"
+        "repository = defs.get_repository_def()\n"
+        "repository.asset_graph\n"
+        "repository.get_all_jobs()\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+        "print(heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"

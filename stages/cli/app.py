@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ err = Console(stderr=True)
 EXIT_FAILED_PIPELINES = 1
 EXIT_INVALID_INPUT = 2
 EXIT_INTERRUPTED = 130
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def _fail_input(lines: list[str]) -> typer.Exit:
@@ -115,9 +117,18 @@ def run(
         bool, typer.Option("--mlflow/--no-mlflow", help="Record the run in MLflow.")
     ] = True,
     db: DbOption = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            help="Name of the run directory (letters, digits, '.', '_', '-'); default: "
+            "<UTC time>-<spec name>-<random>. Dagster passes one so it knows the folder.",
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark: solo baselines, then the pipelines collocated; write a run directory,
-    load it into DuckDB and record it in MLflow."""
+    load it into DuckDB and record it in MLflow. `--set` overrides are recorded in the
+    manifest (`overrides`)."""
     from stages.collocation.launcher import (
         LauncherInterruptedWithResult,
         LaunchError,
@@ -125,6 +136,8 @@ def run(
         run_benchmark,
     )
 
+    if run_id is not None and not RUN_ID_PATTERN.fullmatch(run_id):
+        raise _fail_input([f"--run-id: {run_id!r} is not a folder name ({RUN_ID_PATTERN.pattern})"])
     loaded = _load(spec, overrides)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     display = _ProgressDisplay(loaded)
@@ -132,6 +145,7 @@ def run(
         out_dir=out_dir or settings.runs_dir(),
         cache_dir=settings.cache_dir(),
         mlflow_uri=settings.mlflow_tracking_uri() if mlflow else None,
+        run_id=run_id,
         progress=display.update,
         summarize_phase=summarize_phase,
         log_to_mlflow=_log_to_mlflow,
@@ -142,8 +156,10 @@ def run(
     except LaunchError as error:
         raise _fail_input([f"{spec}: {error}"]) from None
     except LauncherInterruptedWithResult as interrupted:
+        _record_overrides(interrupted.result.run_dir, overrides or [])
         err.print(f"interrupted; kept what was measured in {interrupted.result.run_dir}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    _record_overrides(result.run_dir, overrides or [])
     out.print(_summary_table(result))
     db_path = db or settings.duckdb_path()
     if _load_and_show_results(result.run_dir, result.run_id, db_path):
@@ -164,6 +180,20 @@ def run(
                 markup=False,
             )
         raise typer.Exit(EXIT_FAILED_PIPELINES)
+
+
+def _record_overrides(run_dir: Path, overrides: list[str]) -> None:
+    """Add the `--set` overrides, as given, to the finished run's manifest (`overrides`), so a
+    reader sees what was changed on top of the spec file (the normalised spec holds the
+    result). Written atomically, before the run is loaded into the warehouse."""
+    from stages.rundir.tables import MANIFEST
+
+    path = run_dir / MANIFEST
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest["overrides"] = list(overrides)
+    temporary = path.with_name(MANIFEST + ".tmp")
+    temporary.write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    temporary.replace(path)
 
 
 # The CLI is the one place where `stages` calls into `analysis` (lazily, per command).

@@ -267,3 +267,12 @@ class BenchmarkSpec(StrictModel):
     collocation: CollocationSpec = Field(default_factory=CollocationSpec)
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     pipelines: list[PipelineSpec] = Field(..., min_length=1, description="Pipelines to run.")
+    nightly: bool = Field(
+        False,
+        # When a spec runs is not what it measures: left out of the normal form, so toggling it
+        # keeps the spec hash (and comparisons with earlier runs) unchanged.
+        exclude=True,
+        description="Run this spec every night from Dagster's `nightly_benchmarks` schedule "
+        "(cron `0 2 * * *` unless $COLLOBENCH_NIGHTLY_CRON says otherwise). Not part of the "
+        "spec hash.",
+    )

@@ -1,0 +1,108 @@
+"""`benchmark_run`: one dynamic partition per spec file; materialising it runs the benchmark.
+
+The run is `collobench run` in a Pipes child process (`bench_defs.pipes_runner`) in its own
+session, started by `GroupPipesClient`: Dagster never shares a process with the workers (or
+CUDA), and cancelling the Dagster run ends the whole process group. The child reports the
+run's figures as the materialisation's metadata; this step adds the Launchpad overrides and the
+artefacts the spec used (with the content hash of each default recipe found built), and
+depends on every artefact asset so lineage leads from model bytes to numbers.
+"""
+
+import datetime as dt
+from typing import Any
+
+import dagster as dg
+
+from bench_defs.artifacts import ARTIFACT_NAMES, default_params
+from bench_defs.resources import CollobenchResource, GroupPipesClient
+from bench_defs.specs import (
+    DEVICE_TAG,
+    BenchmarkRunConfig,
+    artifacts_used,
+    devices_of,
+    read_spec_state,
+    spec_partitions,
+)
+
+BENCHMARK_GROUP = "benchmark"
+
+
+def collobench_run_id(partition_key: str, dagster_run_id: str) -> str:
+    """The run directory's name: UTC time, the spec's partition key and the Dagster run id's
+    first 8 characters, so a folder leads back to the Dagster run that made it."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{partition_key}-{dagster_run_id[:8]}"
+
+
+def _artifact_hashes(collobench: CollobenchResource, names: list[str]) -> dict[str, str]:
+    """name -> content hash of its default recipe when built here, else a note."""
+    from stages.artifacts.catalog import BUILDERS
+    from stages.artifacts.store import ArtifactStore
+
+    store = ArtifactStore(collobench.home_path() / "artifacts")
+    hashes = {}
+    for name in names:
+        builder = BUILDERS[name]
+        found = store.find(builder, store.params(builder, default_params(name)))
+        hashes[name] = found.content_hash if found else "non-default recipe (see the manifest)"
+    return hashes
+
+
+@dg.asset(
+    partitions_def=spec_partitions,
+    deps=ARTIFACT_NAMES,
+    group_name=BENCHMARK_GROUP,
+    kinds={"python"},
+    description="One benchmark of the spec file `specs/<partition>.yaml`: `collobench run` in "
+    "its own process group through Dagster Pipes; metadata holds throughput, p50/p99 with "
+    "95% intervals, energy source, run directory, spec hash and overrides.",
+)
+def benchmark_run(
+    context: dg.AssetExecutionContext,
+    config: BenchmarkRunConfig,
+    collobench: CollobenchResource,
+    pipes_client: GroupPipesClient,
+) -> dg.MaterializeResult:
+    key = context.partition_key
+    spec_path = collobench.spec_file(key)
+    state = read_spec_state(key, spec_path)
+    if not spec_path.is_file():
+        raise dg.Failure(f"{spec_path}: no such spec file (partition {key!r})")
+    if state.normalized is None:
+        raise dg.Failure("invalid spec: " + "; ".join(state.problems))
+    overrides = config.overrides(len(state.normalized["pipelines"]))
+    devices = devices_of(state.normalized, config.device)
+    tagged = context.run.tags.get(DEVICE_TAG)
+    if tagged != devices:
+        context.log.warning(
+            f"this run is tagged {DEVICE_TAG}={tagged!r} but the benchmark uses {devices!r}: "
+            "the one-run-per-device limit cannot protect it; set the tag when launching"
+        )
+    run_id = collobench_run_id(key, context.run.run_id)
+    runs = collobench.runs_path()
+    runs.mkdir(parents=True, exist_ok=True)
+    command = [
+        collobench.python_executable(),
+        "-m",
+        "bench_defs.pipes_runner",
+        "--spec",
+        str(spec_path),
+        "--out",
+        str(runs),
+        "--run-id",
+        run_id,
+    ]
+    for override in overrides:
+        command += ["--set", override]
+    context.log.info(f"benchmark {key} as run {run_id}; overrides: {overrides or 'none'}")
+    invocation = pipes_client.run(context=context, command=command, env=collobench.child_env())
+    reported = invocation.get_materialize_result()
+    used = artifacts_used(state.normalized, ARTIFACT_NAMES)
+    metadata: dict[str, Any] = {
+        **(reported.metadata or {}),
+        "devices_used": devices,
+        "device_tag": str(tagged),
+        "launchpad_overrides": dg.MetadataValue.json(config.model_dump(exclude_none=True)),
+        "artifacts_used": dg.MetadataValue.json(_artifact_hashes(collobench, used)),
+    }
+    return dg.MaterializeResult(metadata=metadata, data_version=reported.data_version)

@@ -1,0 +1,331 @@
+"""Asset checks of a loaded benchmark run (on the `warehouse` asset, evaluated in its step).
+
+- `validity`: the run can be trusted: no failed pipeline, every phase measured at least its
+  `min_queries` (and at least one), telemetry without gaps longer than 3 sampling periods in
+  any load window, no foreign compute process on the GPU, and no harness start-up work (the
+  environment probe) overlapping a load window.
+- `regression`: throughput or latency worse than the previous materialisation of the same
+  partition, decided by `analysis.compare` (ratio intervals, not a bare threshold).
+- `reproducibility`: a rerun of the same spec hash and seeds issued the same arrival schedule
+  (offsets from each phase's first arrival, per query id) and its metrics agree within their
+  intervals (no headline comparison is 'faster' or 'slower'; one without an interval, such as
+  the p99 of too few queries, cannot disagree).
+
+Each function takes a read-only DuckDB connection and returns an AssetCheckResult; a check with
+nothing to compare with (first run, another spec) passes and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+VALIDITY = "validity"
+REGRESSION = "regression"
+REPRODUCIBILITY = "reproducibility"
+GAP_PERIODS = 3.0
+"""A telemetry gap longer than this many sampling periods invalidates a window."""
+SCHEDULE_TOLERANCE_NS = 1_000
+"""Arrival offsets of two reruns may differ by rounding only."""
+FOREIGN_GPU_WARNING = "foreign compute process on the GPU"
+HARNESS_TIMELINE = ("phase", "idle")
+"""Timeline entries that are measurement, not harness work."""
+
+
+def check_specs(asset: Any) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(
+            VALIDITY,
+            asset=asset,
+            description="No failed pipeline, minimum queries met, telemetry gaps <= 3 periods, "
+            "no foreign GPU process, no start-up work inside a load window.",
+        ),
+        dg.AssetCheckSpec(
+            REGRESSION,
+            asset=asset,
+            description="Throughput or p50/p99 worse than the previous materialisation of "
+            "this partition (analysis.compare: ratio interval entirely on the bad side).",
+        ),
+        dg.AssetCheckSpec(
+            REPRODUCIBILITY,
+            asset=asset,
+            description="A rerun of the same spec hash and seeds: same arrival schedule, "
+            "metrics within their intervals.",
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    run_id: str
+    spec_hash: str | None
+    status: str
+    manifest: dict[str, Any]
+
+
+def loaded_run(connection: Any, run_id: str) -> LoadedRun | None:
+    """A run's row in the warehouse (None when it is not loaded)."""
+    row = connection.execute(
+        "SELECT run_id, spec_hash, status, manifest FROM runs WHERE run_id = ?", [run_id]
+    ).fetchone()
+    if row is None:
+        return None
+    manifest = row[3] if isinstance(row[3], dict) else json.loads(row[3] or "{}")
+    return LoadedRun(str(row[0]), row[1], str(row[2]), manifest)
+
+
+def _markdown(lines: list[str]) -> dg.MetadataValue:
+    return dg.MetadataValue.md("\n".join(f"- {line}" for line in lines) or "none")
+
+
+# ----------------------------------------------------------------------------- validity
+
+
+_GAPS_SQL = """
+WITH windows AS (
+    SELECT trial, phase, min(window_start_ns) AS start_ns, max(window_end_ns) AS end_ns
+    FROM load_windows WHERE run_id = $run GROUP BY trial, phase
+), series AS (
+    SELECT trial, phase, 'host' AS series, ts_ns, $host_period_ms AS period_ms
+    FROM host_samples WHERE run_id = $run AND scope = 'host' AND $host_enabled
+    UNION ALL
+    SELECT trial, phase, 'gpu ' || gpu, ts_ns, $gpu_period_ms
+    FROM gpu_samples WHERE run_id = $run
+), present AS (SELECT DISTINCT trial, phase, series, period_ms FROM series),
+points AS (
+    SELECT s.trial, s.phase, s.series, s.period_ms, s.ts_ns
+    FROM series s JOIN windows w USING (trial, phase)
+    WHERE s.ts_ns BETWEEN w.start_ns AND w.end_ns
+    UNION ALL  -- the window's edges: a series must cover the window from start to end
+    SELECT p.trial, p.phase, p.series, p.period_ms, w.start_ns
+    FROM present p JOIN windows w USING (trial, phase)
+    UNION ALL
+    SELECT p.trial, p.phase, p.series, p.period_ms, w.end_ns
+    FROM present p JOIN windows w USING (trial, phase)
+), gaps AS (
+    SELECT trial, phase, series, period_ms,
+           ts_ns - lag(ts_ns) OVER (PARTITION BY trial, phase, series ORDER BY ts_ns) AS gap_ns
+    FROM points
+)
+SELECT trial, phase, series, max(gap_ns) / 1e6 AS max_gap_ms, any_value(period_ms) AS period_ms
+FROM gaps GROUP BY trial, phase, series
+HAVING max(gap_ns) / 1e6 > $periods * any_value(period_ms)
+ORDER BY trial, phase, series
+"""
+
+
+def validity_problems(connection: Any, run_id: str) -> list[str]:
+    """Every reason the run's figures cannot be trusted (empty: valid)."""
+    run = loaded_run(connection, run_id)
+    if run is None:
+        return [f"run {run_id} is not loaded"]
+    manifest = run.manifest
+    problems: list[str] = []
+    if run.status != "ok":
+        problems.append(f"run status is {run.status}")
+    for outcome in manifest.get("results", []):
+        if outcome.get("status") != "ok":
+            problems.append(
+                f"trial {outcome.get('trial')} {outcome.get('phase')} "
+                f"{outcome.get('pipeline')}: {outcome.get('status')}: {outcome.get('error')}"
+            )
+    spec = manifest.get("spec") or {}
+    minimum = {
+        p["name"]: max(1, int((p.get("loadgen") or {}).get("min_queries") or 0))
+        for p in spec.get("pipelines", [])
+    }
+    measured = {
+        (int(trial), str(phase), str(pipeline)): int(queries)
+        for trial, phase, pipeline, queries in connection.execute(
+            "SELECT trial, phase, pipeline, queries FROM throughput WHERE run_id = ?", [run_id]
+        ).fetchall()
+    }
+    for outcome in manifest.get("results", []):
+        key = (int(outcome["trial"]), str(outcome["phase"]), str(outcome["pipeline"]))
+        wanted = minimum.get(key[2], 1)
+        if measured.get(key, 0) < wanted:
+            problems.append(
+                f"trial {key[0]} {key[1]} {key[2]}: {measured.get(key, 0)} measured queries, "
+                f"fewer than the minimum {wanted}"
+            )
+    telemetry = spec.get("telemetry") or {}
+    host = telemetry.get("host") or {}
+    gpu = telemetry.get("gpu") or {}
+    gaps = connection.execute(
+        _GAPS_SQL,
+        {
+            "run": run_id,
+            "host_period_ms": float(host.get("period_ms", 100.0)),
+            "host_enabled": bool(host.get("enabled", True)),
+            "gpu_period_ms": float(gpu.get("period_ms", 50.0)),
+            "periods": GAP_PERIODS,
+        },
+    ).fetchall()
+    for trial, phase, series, gap_ms, period_ms in gaps:
+        problems.append(
+            f"trial {trial} {phase}: {series} telemetry gap of {gap_ms:.0f} ms in the load "
+            f"window (period {period_ms:g} ms, allowed {GAP_PERIODS:g} periods)"
+        )
+    problems += [w for w in manifest.get("warnings", []) if FOREIGN_GPU_WARNING in w]
+    windows = connection.execute(
+        "SELECT trial, phase, pipeline, window_start_ns, window_end_ns FROM load_windows "
+        "WHERE run_id = ?",
+        [run_id],
+    ).fetchall()
+    for entry in manifest.get("timeline", []):
+        if entry.get("what") in HARNESS_TIMELINE or entry.get("end_ns") is None:
+            continue
+        for trial, phase, pipeline, start_ns, end_ns in windows:
+            if entry["start_ns"] < end_ns and entry["end_ns"] > start_ns:
+                problems.append(
+                    f"{entry['what']} ran inside the load window of trial {trial} {phase}"
+                    f"{f' ({pipeline})' if pipeline else ''}"
+                )
+    return problems
+
+
+def validity_result(connection: Any, run_id: str) -> dg.AssetCheckResult:
+    problems = validity_problems(connection, run_id)
+    return dg.AssetCheckResult(
+        check_name=VALIDITY,
+        passed=not problems,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description="valid" if not problems else f"{len(problems)} problem(s): {problems[0]}",
+        metadata={"run_id": run_id, "problems": _markdown(problems)},
+    )
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+
+def _comparison(connection: Any, previous: str, current: str) -> Any:
+    from analysis.compare import compare_connection
+
+    return compare_connection(connection, previous, current)
+
+
+def _rows_markdown(frame: Any) -> dg.MetadataValue:
+    from analysis.report_file import markdown_table
+
+    if frame.empty:
+        return dg.MetadataValue.md("none")
+    columns = [
+        ("trial", "trial"),
+        ("phase", "phase"),
+        ("pipeline", "pipeline"),
+        ("metric", "metric"),
+        ("previous", "a_value"),
+        ("this run", "b_value"),
+        ("ratio", "ratio|ratio_ci_low|ratio_ci_high"),
+        ("verdict", "verdict"),
+    ]
+    return dg.MetadataValue.md(markdown_table(frame, columns))
+
+
+def _not_comparable(
+    name: str, connection: Any, previous: str | None, current: str
+) -> dg.AssetCheckResult | None:
+    """A passing result saying why there is nothing to compare, or None when there is."""
+    if previous is None or previous == current:
+        reason = "no previous materialisation of this partition"
+    else:
+        a, b = loaded_run(connection, previous), loaded_run(connection, current)
+        if a is None or b is None:
+            reason = f"run {previous if a is None else current} is not in the warehouse"
+        elif a.spec_hash != b.spec_hash:
+            reason = (
+                f"the previous run {previous} used another spec (hash {str(a.spec_hash)[:12]}, "
+                f"now {str(b.spec_hash)[:12]}): not comparable"
+            )
+        else:
+            return None
+    return dg.AssetCheckResult(
+        check_name=name, passed=True, description=reason, metadata={"compared_with": "none"}
+    )
+
+
+def regression_result(connection: Any, previous: str | None, current: str) -> dg.AssetCheckResult:
+    """Fails when `analysis.compare.regressions` finds a headline row 'slower'."""
+    from analysis.compare import regressions
+
+    skipped = _not_comparable(REGRESSION, connection, previous, current)
+    if skipped is not None:
+        return skipped
+    assert previous is not None
+    found = regressions(_comparison(connection, previous, current))
+    return dg.AssetCheckResult(
+        check_name=REGRESSION,
+        passed=found.empty,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="no regression" if found.empty else f"{len(found)} figure(s) got worse",
+        metadata={"compared_with": previous, "regressions": _rows_markdown(found)},
+    )
+
+
+_SCHEDULE_SQL = """
+WITH a AS (
+    SELECT trial, phase, pipeline, query_id,
+           scheduled_ns - min(scheduled_ns) OVER (PARTITION BY trial, phase, pipeline) AS offset_ns
+    FROM queries WHERE run_id = $a
+), b AS (
+    SELECT trial, phase, pipeline, query_id,
+           scheduled_ns - min(scheduled_ns) OVER (PARTITION BY trial, phase, pipeline) AS offset_ns
+    FROM queries WHERE run_id = $b
+)
+SELECT count(*) AS arrivals,
+       count(*) FILTER (
+           WHERE a.offset_ns IS NULL OR b.offset_ns IS NULL
+              OR abs(a.offset_ns - b.offset_ns) > $tolerance
+       ) AS differing
+FROM a FULL OUTER JOIN b USING (trial, phase, pipeline, query_id)
+"""
+
+
+def reproducibility_problems(connection: Any, previous: str, current: str) -> list[str]:
+    """Why `current` does not reproduce `previous` (same spec hash assumed); empty: it does."""
+    a, b = loaded_run(connection, previous), loaded_run(connection, current)
+    assert a is not None and b is not None
+    problems = []
+    if a.manifest.get("seeds") != b.manifest.get("seeds"):
+        problems.append("the seeds differ")
+    row = connection.execute(
+        _SCHEDULE_SQL, {"a": previous, "b": current, "tolerance": SCHEDULE_TOLERANCE_NS}
+    ).fetchone()
+    arrivals, differing = (int(row[0]), int(row[1])) if row else (0, 0)
+    if differing:
+        problems.append(f"{differing} of {arrivals} scheduled arrivals differ from {previous}")
+    comparison = _comparison(connection, previous, current)
+    if not comparison.empty:
+        over_trials = comparison["trial"].isna()
+        headline = comparison[over_trials] if over_trials.any() else comparison
+        # 'faster' or 'slower' is a disagreement; no verdict (no interval, e.g. a p99 of
+        # too few queries) cannot be one.
+        changed = headline[headline["verdict"].isin(["faster", "slower"])]
+        for _, row_ in changed.iterrows():
+            problems.append(
+                f"trial {row_['trial'] if row_['trial'] == row_['trial'] else 'all'} "
+                f"{row_['phase']} {row_['pipeline']} {row_['metric']}: {row_['verdict']} "
+                f"(ratio {row_['ratio']:.3g} [{row_['ratio_ci_low']:.3g}, "
+                f"{row_['ratio_ci_high']:.3g}])"
+            )
+    return problems
+
+
+def reproducibility_result(
+    connection: Any, previous: str | None, current: str
+) -> dg.AssetCheckResult:
+    skipped = _not_comparable(REPRODUCIBILITY, connection, previous, current)
+    if skipped is not None:
+        return skipped
+    assert previous is not None
+    problems = reproducibility_problems(connection, previous, current)
+    return dg.AssetCheckResult(
+        check_name=REPRODUCIBILITY,
+        passed=not problems,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description="reproduced" if not problems else problems[0],
+        metadata={"compared_with": previous, "problems": _markdown(problems)},
+    )

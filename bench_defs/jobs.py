@@ -1,0 +1,30 @@
+"""Jobs: `artifacts_job` builds every dataset and model; `benchmark_job` (partitioned by spec
+file, as its assets are) runs a benchmark, loads it into the warehouse and writes its reports."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from bench_defs.artifacts import ARTIFACTS_GROUP
+from bench_defs.benchmark import benchmark_run
+from bench_defs.reports import report_assets
+from bench_defs.specs import DEFAULT_DEVICE, DEVICE_TAG
+from bench_defs.warehouse import warehouse
+
+artifacts_job = dg.define_asset_job(
+    "artifacts_job",
+    selection=dg.AssetSelection.groups(ARTIFACTS_GROUP),
+    description="Build (or find built) every dataset and model artefact.",
+)
+
+benchmark_job = dg.define_asset_job(
+    "benchmark_job",
+    selection=dg.AssetSelection.assets(benchmark_run, warehouse, *report_assets),
+    # The sensor and the schedule tag each run with its spec's devices; a Launchpad run gets
+    # this default unless its tags say otherwise (bench_defs/dagster.yaml limits one run per
+    # value at a time).
+    tags={DEVICE_TAG: DEFAULT_DEVICE},
+    description="One spec file's benchmark: run it (Pipes child), load it into DuckDB, check "
+    "it and write its reports. Launchpad config: ops.benchmark_run.config "
+    "{rate, duration_s, repeats, device}.",
+)

@@ -1,0 +1,184 @@
+"""The Pipes child of `benchmark_run`: runs `collobench run` and reports its figures to Dagster.
+
+    python -m bench_defs.pipes_runner --spec SPEC --out DIR --run-id ID [--set path=value]...
+
+Started by `GroupPipesClient` in its own session (process group leader). It runs the CLI as its
+child in the same group, so the benchmark's workers and samplers are all in one group that the
+orchestrator can end together. Each progress line of the CLI (phase starts and ends, warnings)
+goes to Dagster's event log through `PipesContext.log` and to stdout; once the CLI exits, the
+run's manifest is read and reported as the materialisation's metadata: per pipeline and phase
+throughput, p50 and p99 with their 95% intervals, the energy source, run directory, spec hash,
+run id and the overrides. Only dagster-pipes is imported here: torch stays in the CLI's workers.
+
+SIGTERM or SIGINT reaching this process (the whole group gets it on cancellation) is not fatal
+here: the CLI stops its workers, writes its manifest (status interrupted) and exits, and what
+was kept is still reported. Exit status: 0 when a manifest was reported and the run was not
+interrupted, else the CLI's (2 = invalid input, 130 = interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dagster_pipes import PipesContext, open_dagster_pipes
+
+TABLE_CHARACTERS = set("┏┃┡│└━┓┩┛┗╇╋┳┻─")
+EXIT_INTERRUPTED = 130
+
+
+def cli_command(spec: str, out: str, run_id: str, overrides: Sequence[str]) -> list[str]:
+    """The `collobench run` command line this runner starts."""
+    command = [sys.executable, "-m", "stages.cli", "run", spec, "--out", out, "--run-id", run_id]
+    for override in overrides:
+        command += ["--set", override]
+    return command
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.4g}"
+    return str(value)
+
+
+def _with_interval(figures: dict[str, Any], name: str, low: str, high: str) -> str:
+    text = _number(figures.get(name))
+    if figures.get(low) is not None and figures.get(high) is not None:
+        text += f" [{_number(figures[low])}, {_number(figures[high])}]"
+    return text
+
+
+def summary_markdown(results: list[dict[str, Any]]) -> str:
+    """Per trial, phase and pipeline: status, ok queries, q/s, p50 and p99 (ms) with their 95%
+    intervals, as the launcher's phase summaries (the analysis views) computed them."""
+    lines = [
+        "| trial | phase | pipeline | status | ok | q/s | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for outcome in results:
+        figures = outcome.get("summary") or {}
+        lines.append(
+            f"| {outcome['trial']} | {outcome['phase']} | {outcome['pipeline']} "
+            f"| {outcome['status']} | {_number(figures.get('queries_ok', outcome.get('ok')))} "
+            f"| {_with_interval(figures, 'queries_per_s', 'queries_per_s_ci_low', 'queries_per_s_ci_high')} "  # noqa: E501
+            f"| {_with_interval(figures, 'latency_p50_ms', 'latency_p50_ci_low_ms', 'latency_p50_ci_high_ms')} "  # noqa: E501
+            f"| {_with_interval(figures, 'latency_p99_ms', 'latency_p99_ci_low_ms', 'latency_p99_ci_high_ms')} |"  # noqa: E501
+        )
+    return "\n".join(lines)
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def manifest_metadata(manifest: dict[str, Any], run_dir: Path, exit_code: int) -> dict[str, Any]:
+    """The materialisation metadata of a run, in Pipes' typed form."""
+    results = manifest.get("results") or []
+    energy = manifest.get("energy") or {}
+    sources = [value for value in (energy.get("gpu_source"), energy.get("host_source")) if value]
+    devices = sorted(
+        {p.get("device", "cpu") for p in (manifest.get("spec") or {}).get("pipelines", [])}
+    )
+    metadata: dict[str, Any] = {
+        "run_id": {"raw_value": manifest["run_id"], "type": "text"},
+        "run_dir": {"raw_value": str(run_dir), "type": "path"},
+        "status": {"raw_value": manifest.get("status", "unknown"), "type": "text"},
+        "exit_code": {"raw_value": exit_code, "type": "int"},
+        "spec_hash": {"raw_value": manifest.get("spec_hash", ""), "type": "text"},
+        "spec_source": {"raw_value": manifest.get("spec_source", ""), "type": "path"},
+        "seed": {"raw_value": manifest.get("seed", 0), "type": "int"},
+        "seeds": {"raw_value": manifest.get("seeds", {}), "type": "json"},
+        "overrides": {"raw_value": manifest.get("overrides", []), "type": "json"},
+        "devices": {"raw_value": ", ".join(devices), "type": "text"},
+        "energy_source": {"raw_value": ",".join(sources) or "none", "type": "text"},
+        "warnings": {
+            "raw_value": "\n".join(f"- {w}" for w in manifest.get("warnings", [])) or "none",
+            "type": "md",
+        },
+        "summary": {"raw_value": summary_markdown(results), "type": "md"},
+    }
+    # Headline floats per pipeline (the UI plots them across materialisations): the last
+    # phase each pipeline ran in (collocated when there is one) of the last trial.
+    headline: dict[str, dict[str, Any]] = {}
+    for outcome in results:
+        headline[outcome["pipeline"]] = outcome.get("summary") or {}
+    for pipeline, figures in headline.items():
+        for key, name in (
+            ("queries_per_s", "queries_per_s"),
+            ("p50_ms", "latency_p50_ms"),
+            ("p99_ms", "latency_p99_ms"),
+        ):
+            value = _finite(figures.get(name))
+            if value is not None:
+                metadata[f"{pipeline}/{key}"] = {"raw_value": value, "type": "float"}
+    return metadata
+
+
+def relay(process: subprocess.Popen[str], pipes: PipesContext) -> None:
+    """Copy the CLI's output to stdout; progress lines (not table drawing) also to the event
+    log."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        text = line.rstrip()
+        if text.strip() and not (set(text.strip()[:1]) & TABLE_CHARACTERS):
+            pipes.log.info(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, help="Spec YAML file.")
+    parser.add_argument("--out", required=True, help="Parent folder of the run directory.")
+    parser.add_argument("--run-id", required=True, help="Run directory name.")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args(argv)
+    # The group gets SIGTERM on cancellation: let the CLI wind down and report what it kept.
+    # A handler that does nothing (not SIG_IGN, which the CLI would inherit through exec).
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _note_signal)
+    with open_dagster_pipes() as pipes:
+        command = cli_command(args.spec, args.out, args.run_id, args.overrides)
+        pipes.log.info("running " + " ".join(command[1:]))
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        relay(process, pipes)
+        exit_code = process.wait()
+        run_dir = Path(args.out) / args.run_id
+        manifest_path = run_dir / "manifest.json"
+        if not manifest_path.is_file():
+            pipes.log.error(f"collobench run exited with {exit_code} and wrote no manifest")
+            return exit_code or 1
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        pipes.report_asset_materialization(
+            metadata=manifest_metadata(manifest, run_dir, exit_code),
+            data_version=manifest["run_id"],
+        )
+        if manifest.get("status") == "interrupted":
+            return EXIT_INTERRUPTED
+        return 0
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    """Keep running: the CLI got the same signal and is stopping; its manifest follows."""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Resources of the code location: where collobench keeps things, the DuckDB warehouse, and the
+Pipes client that runs a benchmark as its own process group.
+
+Every default comes from `stages.settings` and is resolved when a step runs (not when the
+location loads), so `$COLLOBENCH_HOME` set for a run, a test or a deployment is honoured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+from pydantic import Field
+
+from stages import settings
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+    from analysis.loader import LoadResult
+
+SPECS_DIR_ENV = "COLLOBENCH_SPECS_DIR"
+"""Folder of the spec files that become `benchmark_run` partitions (default `specs/`)."""
+
+
+def default_specs_dir() -> Path:
+    """`$COLLOBENCH_SPECS_DIR`, else `specs/` in the working directory (the repository root
+    under `dagster dev`)."""
+    return Path(os.environ.get(SPECS_DIR_ENV, "specs")).absolute()
+
+
+class CollobenchResource(dg.ConfigurableResource):
+    """Where collobench reads specs and writes runs; unset fields follow `stages.settings`
+    (`$COLLOBENCH_HOME`, default `.collobench/`) and `$COLLOBENCH_SPECS_DIR`."""
+
+    home: str | None = Field(
+        default=None,
+        description="Home folder of runs, artefacts and the warehouse (default: settings).",
+    )
+    specs_dir: str | None = Field(
+        default=None, description="Folder whose *.yaml files are the benchmark_run partitions."
+    )
+    python: str | None = Field(
+        default=None, description="Python interpreter of the Pipes child (default: this one)."
+    )
+
+    def home_path(self) -> Path:
+        return Path(self.home).absolute() if self.home else settings.home()
+
+    def runs_path(self) -> Path:
+        return self.home_path() / "runs"
+
+    def specs_path(self) -> Path:
+        return Path(self.specs_dir).absolute() if self.specs_dir else default_specs_dir()
+
+    def spec_file(self, partition_key: str) -> Path:
+        """The spec file of a partition (key = file stem)."""
+        return self.specs_path() / f"{partition_key}.yaml"
+
+    def python_executable(self) -> str:
+        return self.python or sys.executable
+
+    def child_env(self) -> dict[str, str]:
+        """Environment of a child process: the home made explicit, so the child writes where
+        this resource says even if the step's environment differs."""
+        return {settings.HOME_ENV: str(self.home_path())}
+
+
+class WarehouseResource(dg.ConfigurableResource):
+    """The DuckDB warehouse: runs are loaded through `analysis.loader.load_runs` (the one
+    writer; it serialises writers), every read goes through a read-only connection."""
+
+    path: str | None = Field(
+        default=None, description="DuckDB file (default: $COLLOBENCH_HOME/results.duckdb)."
+    )
+
+    def db_path(self) -> Path:
+        return Path(self.path).absolute() if self.path else settings.duckdb_path()
+
+    def load(self, run_dirs: Sequence[Path]) -> list[LoadResult]:
+        """Load run directories (idempotent: a run loaded again replaces its rows)."""
+        from analysis.loader import load_runs
+
+        return load_runs(list(run_dirs), self.db_path())
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection, closed on exit; it can never change or lock the warehouse."""
+        from analysis.db import connect_read_only
+
+        connection = connect_read_only(self.db_path())
+        try:
+            yield connection
+        finally:
+            connection.close()
+
+    def report(self, run_id: str) -> dict[str, pd.DataFrame]:
+        """One DataFrame per report view for the run (analysis.report)."""
+        from analysis.report import report
+
+        return report(self.db_path(), run_id)
+
+
+class GroupPipesClient(dg.ConfigurableResource):
+    """Runs a Pipes child in a NEW SESSION (its own process group), so ending it ends every
+    process it started (the benchmark's workers and samplers), which the stock
+    `PipesSubprocessClient` does not: it sends SIGINT to the direct child only.
+
+    The child's stdout and stderr are read line by line and copied to this step's stdout (the
+    run's compute logs) as they come, so the child never blocks on a full pipe (the stock client
+    with `forward_stdio=False` hung past ~64 KB). On cancellation or any error the group gets
+    SIGTERM, then SIGKILL after `termination_grace_s`; after a normal exit, any process left in
+    the group is killed too."""
+
+    termination_grace_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="Seconds between SIGTERM to the child's process group and SIGKILL "
+        "(the launcher stops its workers within ~5 s of SIGTERM).",
+    )
+
+    def run(
+        self,
+        *,
+        context: dg.AssetExecutionContext,
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        extras: Mapping[str, Any] | None = None,
+    ) -> dg.PipesClientCompletedInvocation:
+        """Run `command` under a Pipes session and wait; raises DagsterPipesExecutionError on
+        a non-zero exit. Returns the invocation (its materialisation results)."""
+        with dg.open_pipes_session(
+            context=context,
+            context_injector=dg.PipesTempFileContextInjector(),
+            message_reader=dg.PipesTempFileMessageReader(),
+            extras=dict(extras or {}),
+        ) as session:
+            process = subprocess.Popen(
+                list(command),
+                cwd=cwd,
+                env={**os.environ, **(env or {}), **session.get_bootstrap_env_vars()},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            drain = threading.Thread(
+                target=_copy_lines, args=(process,), name="pipes-stdout", daemon=True
+            )
+            drain.start()
+            try:
+                returncode = process.wait()
+            except BaseException:  # cancelled (DagsterExecutionInterruptedError) or failed
+                context.log.info(
+                    f"ending the benchmark's process group {process.pid} "
+                    f"(SIGTERM, SIGKILL after {self.termination_grace_s:g} s)"
+                )
+                end_process_group(process, self.termination_grace_s)
+                raise
+            finally:
+                end_process_group(process, 0.0)  # anything the child left behind
+                drain.join(timeout=5)
+            if returncode != 0:
+                raise dg.DagsterPipesExecutionError(
+                    f"the benchmark process exited with code {returncode}; see the run's logs"
+                )
+        return dg.PipesClientCompletedInvocation(session)
+
+
+def _copy_lines(process: subprocess.Popen[bytes]) -> None:
+    """Copy the child's output to our stdout line by line (captured as compute logs)."""
+    assert process.stdout is not None
+    for line in iter(process.stdout.readline, b""):
+        sys.stdout.write(line.decode("utf-8", "replace"))
+        sys.stdout.flush()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies, which hold nothing, are not counted: an
+    orphan's zombie lingers where PID 1 does not reap)."""
+    import psutil
+
+    members = []
+    for process in psutil.process_iter(["pid", "status"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any live process of the group exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return bool(group_members(pgid))
+
+
+def end_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the child's whole process group, wait up to `grace_s` for it to empty, then
+    SIGKILL what is left; reaps the direct child. `grace_s=0`: SIGKILL straight away."""
+    pgid = process.pid  # start_new_session: the child leads its own group
+    if grace_s > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=0.1)
+            if process.returncode is not None and not group_alive(pgid):
+                return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)

@@ -1,0 +1,150 @@
+"""The spec folder as Dagster sees it: one dynamic partition per spec file, the file's content
+hash (what the sensor's cursor keeps), which artefacts a spec uses, and the Launchpad overrides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+SPEC_PARTITIONS = "spec_files"
+spec_partitions = dg.DynamicPartitionsDefinition(name=SPEC_PARTITIONS)
+"""`benchmark_run` and everything downstream: one partition per `specs/<stem>.yaml`."""
+
+DEVICE_TAG = "collobench/device"
+"""Run tag naming the device a benchmark uses (`cpu`, `cuda:0`; several joined by `+`)."""
+DEFAULT_DEVICE = "cpu"
+SPEC_HASH_TAG = "collobench/spec_file_hash"
+
+# Stage types that read a dataset artefact (their config has no artefact name).
+DATASET_STAGES: dict[str, str] = {
+    "dataset.digits": "digits",
+    "dataset.fake_images": "fake_images",
+    "dataset.prompts": "prompts",
+}
+# Config keys whose value names an artefact (`model: digits_cnn`, `corpus: rag_corpus`).
+ARTIFACT_KEYS = ("model", "corpus")
+TORCHVISION_MODEL = "torchvision_model"
+
+
+def spec_files(folder: Path) -> dict[str, Path]:
+    """Partition key (file stem) -> spec file, for every `*.yaml` in the folder."""
+    if not folder.is_dir():
+        return {}
+    return {path.stem: path for path in sorted(folder.glob("*.yaml")) if path.is_file()}
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of the file's bytes: a changed file is a new benchmark for the sensor."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def artifacts_used(normalized: Mapping[str, Any], known: Iterable[str]) -> list[str]:
+    """The artefacts (builder names) a normalised spec's stages use: the dataset stages' own
+    artefact, and every config `model`/`corpus` value that names one; a torchvision model name
+    that is not an artefact of its own (`resnet18`) is the `torchvision_model` artefact.
+
+    A declared mapping, kept beside the stage library's names (the library does not expose
+    what it builds); a stage type it does not know adds nothing."""
+    names = set(known)
+    used: set[str] = set()
+    for pipeline in normalized.get("pipelines", []):
+        for stage in pipeline.get("stages", []):
+            stage_type = str(stage.get("type", ""))
+            config = stage.get("config") or {}
+            if stage_type in DATASET_STAGES:
+                used.add(DATASET_STAGES[stage_type])
+            for key in ARTIFACT_KEYS:
+                value = config.get(key)
+                if isinstance(value, str) and value in names:
+                    if not (key == "model" and config.get("weights") == "random"):
+                        used.add(value)
+                elif (
+                    key == "model"
+                    and isinstance(value, str)
+                    and stage_type.startswith("torchvision.")
+                    and TORCHVISION_MODEL in names
+                ):
+                    used.add(TORCHVISION_MODEL)
+    return sorted(used)
+
+
+def devices_of(normalized: Mapping[str, Any], device_override: str | None = None) -> str:
+    """The devices a spec's pipelines use, as the run tag spells them (`cpu`, `cpu+cuda:0`);
+    a Launchpad `device` override puts every pipeline on that device."""
+    if device_override is not None:
+        return device_override
+    devices = sorted({str(p.get("device", "cpu")) for p in normalized.get("pipelines", [])})
+    return "+".join(devices) or DEFAULT_DEVICE
+
+
+class BenchmarkRunConfig(dg.Config):
+    """Launchpad overrides of one benchmark run, applied on top of the spec file to every
+    pipeline (as `collobench run --set`); recorded in the manifest (`overrides`) and in the
+    materialisation's metadata. Leave a field out to keep the spec's value."""
+
+    rate: float | None = Field(
+        default=None, description="Queries per second of every pipeline's load generator."
+    )
+    duration_s: float | None = Field(
+        default=None, description="Load window of every pipeline, in seconds."
+    )
+    repeats: int | None = Field(
+        default=None, description="Independent trials of the whole benchmark."
+    )
+    device: str | None = Field(
+        default=None, description="Device of every pipeline: cpu, cuda or cuda:N."
+    )
+
+    def overrides(self, pipelines: int) -> list[str]:
+        """The `--set path=value` strings these overrides stand for (pipelines by index)."""
+        result: list[str] = []
+        if self.repeats is not None:
+            result.append(f"repeats={self.repeats}")
+        for index in range(pipelines):
+            if self.rate is not None:
+                result.append(f"pipelines.{index}.loadgen.rate={self.rate:g}")
+            if self.duration_s is not None:
+                result.append(f"pipelines.{index}.loadgen.duration_s={self.duration_s:g}")
+            if self.device is not None:
+                result.append(f"pipelines.{index}.device={self.device}")
+        return result
+
+
+@dataclass(frozen=True)
+class SpecState:
+    """One spec file as the sensor and schedule see it: valid (with its normal form) or not."""
+
+    key: str
+    path: Path
+    content_hash: str
+    normalized: dict[str, Any] | None
+    problems: list[str]
+
+    @property
+    def valid(self) -> bool:
+        return self.normalized is not None
+
+
+def read_spec_state(key: str, path: Path) -> SpecState:
+    """Validate one spec file (safe YAML through stages.spec.loading); never raises for a bad
+    file: its problems (one line each) are returned instead."""
+    from stages.spec.loading import SpecError, load_spec
+
+    try:
+        digest = file_hash(path)
+    except OSError as error:
+        return SpecState(key, path, "", None, [f"{path}: cannot read: {error.strerror}"])
+    try:
+        loaded = load_spec(path)
+    except SpecError as error:
+        return SpecState(key, path, digest, None, error.lines())
+    except Exception as error:  # a spec must never crash the sensor
+        return SpecState(key, path, digest, None, [f"{path}: {type(error).__name__}: {error}"])
+    return SpecState(key, path, digest, loaded.normalized | {"nightly": loaded.spec.nightly}, [])

@@ -1,0 +1,113 @@
+"""`warehouse`: loads a partition's latest benchmark run into DuckDB, then checks it.
+
+The run directory comes from the latest `benchmark_run` materialisation of the same partition
+(its `run_dir` metadata); the previous one, when there is one, is what the regression and
+reproducibility checks compare with (loaded too if the warehouse lacks it). Loading goes
+through `analysis.loader.load_runs` (idempotent, one writer at a time); the checks and the
+report files read through read-only connections.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from bench_defs import checks
+from bench_defs.benchmark import BENCHMARK_GROUP, benchmark_run
+from bench_defs.resources import WarehouseResource
+from bench_defs.specs import spec_partitions
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a `benchmark_run` materialisation recorded about its run."""
+
+    run_id: str
+    run_dir: Path
+    spec_hash: str | None
+
+
+def _value(metadata: dict[str, Any], key: str) -> Any:
+    entry = metadata.get(key)
+    return getattr(entry, "value", entry)
+
+
+def benchmark_runs(
+    instance: dg.DagsterInstance, partition_key: str, limit: int = 2
+) -> list[RunRecord]:
+    """The latest `limit` materialisations of `benchmark_run` for a partition, newest first."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=benchmark_run.key, asset_partitions=[partition_key]),
+        limit=limit,
+    ).records
+    runs = []
+    for record in records:
+        materialization = record.asset_materialization
+        if materialization is None:
+            continue
+        metadata = dict(materialization.metadata)
+        run_id, run_dir = _value(metadata, "run_id"), _value(metadata, "run_dir")
+        if run_id and run_dir:
+            runs.append(RunRecord(str(run_id), Path(str(run_dir)), _value(metadata, "spec_hash")))
+    return runs
+
+
+def latest_run(context: dg.AssetExecutionContext) -> RunRecord:
+    """The partition's latest benchmark run, or a Failure naming the fix."""
+    found = benchmark_runs(context.instance, context.partition_key, limit=1)
+    if not found:
+        raise dg.Failure(
+            f"partition {context.partition_key!r} has no benchmark_run materialisation; "
+            "materialise benchmark_run first"
+        )
+    return found[0]
+
+
+@dg.asset(
+    partitions_def=spec_partitions,
+    deps=[benchmark_run],
+    group_name=BENCHMARK_GROUP,
+    kinds={"duckdb"},
+    check_specs=checks.check_specs("warehouse"),
+    description="The partition's latest benchmark run loaded into the DuckDB warehouse "
+    "(idempotent), with report.md and its plots written beside the run; checks: validity, "
+    "regression and reproducibility against the previous materialisation.",
+)
+def warehouse(
+    context: dg.AssetExecutionContext, duckdb_warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    from analysis.report_file import write_report
+
+    runs = benchmark_runs(context.instance, context.partition_key, limit=2)
+    if not runs:
+        latest_run(context)  # raises the Failure
+    current = runs[0]
+    previous = runs[1] if len(runs) > 1 else None
+    loaded = duckdb_warehouse.load([current.run_dir])[0]
+    with duckdb_warehouse.reader() as connection:
+        known = checks.loaded_run(connection, previous.run_id) if previous else None
+    if previous is not None and known is None and previous.run_dir.is_dir():
+        duckdb_warehouse.load([previous.run_dir])
+    files = write_report(duckdb_warehouse.db_path(), current.run_id)
+    previous_id = previous.run_id if previous else None
+    with duckdb_warehouse.reader() as connection:
+        results = [
+            checks.validity_result(connection, current.run_id),
+            checks.regression_result(connection, previous_id, current.run_id),
+            checks.reproducibility_result(connection, previous_id, current.run_id),
+        ]
+    return dg.MaterializeResult(
+        metadata={
+            "run_id": current.run_id,
+            "run_dir": dg.MetadataValue.path(str(current.run_dir)),
+            "database": dg.MetadataValue.path(str(duckdb_warehouse.db_path())),
+            "status": loaded.status,
+            "replaced": loaded.replaced,
+            "rows": dg.MetadataValue.json(dict(loaded.rows)),
+            "report_md": dg.MetadataValue.path(str(files.report_md)),
+            "previous_run_id": previous_id or "none",
+        },
+        data_version=dg.DataVersion(current.run_id),
+        check_results=results,
+    )

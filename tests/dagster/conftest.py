@@ -1,0 +1,84 @@
+"""Fixtures of the Dagster tests: tiny spec files in a temporary specs folder, a temporary
+Dagster instance, and the code location's definitions pointed at both."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import yaml
+
+from bench_defs.definitions import build_definitions
+from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
+
+
+def tiny_spec(name: str = "tiny", **extra: Any) -> dict[str, Any]:
+    """One sleep stage at 100 q/s for 1 s, no warm-up, solo only: a run takes a few seconds.
+    Host samples every 200 ms, so a loaded CI machine does not open a 3-period gap."""
+    return {
+        "name": name,
+        "collocation": {"solo_baselines": False},
+        "telemetry": {"host": {"period_ms": 200}},
+        "pipelines": [
+            {
+                "name": "p",
+                "loadgen": {
+                    "type": "server",
+                    "rate": 100,
+                    "duration_s": 1,
+                    "warmup_queries": 0,
+                    "timeout_s": 30,
+                },
+                "stages": [{"id": "s", "type": "sleep", "config": {"ms": 1}}],
+            }
+        ],
+        **extra,
+    }
+
+
+def write_spec(folder: Path, stem: str, document: dict[str, Any] | str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.yaml"
+    text = document if isinstance(document, str) else yaml.safe_dump(document, sort_keys=False)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def specs_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """The COLLOBENCH_HOME the conftest's autouse fixture set for this test."""
+    import os
+
+    return Path(os.environ["COLLOBENCH_HOME"])
+
+
+@pytest.fixture
+def resources(home: Path, specs_dir: Path) -> dict[str, Any]:
+    return {
+        "collobench": CollobenchResource(home=str(home), specs_dir=str(specs_dir)),
+        "duckdb_warehouse": WarehouseResource(path=str(home / "results.duckdb")),
+        "pipes_client": GroupPipesClient(termination_grace_s=10),
+    }
+
+
+@pytest.fixture
+def defs(resources: dict[str, Any]) -> dg.Definitions:
+    return build_definitions(resources)
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    folder = tmp_path / "dagster"
+    folder.mkdir()
+    with dg.instance_for_test(temp_dir=str(folder)) as instance:
+        yield instance

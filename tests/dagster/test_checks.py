@@ -1,0 +1,207 @@
+"""Each asset check passes on a good run and fails on a crafted bad one.
+
+One real run of a tiny spec (`collobench run`, module fixture); the bad runs are copies of it
+under another run id with one thing broken (manifest fields, or rows rewritten with DuckDB)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from analysis.db import connect_read_only
+from analysis.loader import load_runs
+from bench_defs import checks
+from tests.dagster.conftest import tiny_spec, write_spec
+from tests.helpers import REPO
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run directory of the tiny spec."""
+    root = tmp_path_factory.mktemp("checks")
+    spec = write_spec(root / "specs", "tiny", tiny_spec())
+    env = {**os.environ, "COLLOBENCH_HOME": str(root / "home"), "COLLOBENCH_MLFLOW": "0"}
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-m", "stages.cli", "run", str(spec), "--no-mlflow"),
+            *("--out", str(root / "runs"), "--run-id", "good"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    return root / "runs" / "good"
+
+
+def clone(
+    source: Path,
+    run_id: str,
+    manifest_edit: Callable[[dict[str, Any]], None] | None = None,
+    select: dict[str, str] | None = None,
+) -> Path:
+    """A copy of a run under `run_id`; `select` rewrites a table with a SELECT over `t` (the
+    original rows, run_id already replaced)."""
+    target = source.parent / run_id
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir()
+    connection = duckdb.connect()
+    for path in source.glob("*.parquet"):
+        table = path.stem
+        query = (select or {}).get(table, "SELECT * FROM t")
+        connection.execute(
+            f"CREATE OR REPLACE TEMP TABLE t AS SELECT * REPLACE ('{run_id}' AS run_id) "
+            f"FROM read_parquet('{path}')"
+        )
+        connection.execute(f"COPY ({query}) TO '{target / path.name}' (FORMAT parquet)")
+    connection.close()
+    manifest = json.loads((source / "manifest.json").read_text())
+    manifest["run_id"] = run_id
+    if manifest_edit is not None:
+        manifest_edit(manifest)
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+@contextmanager
+def warehouse(tmp_path: Path, *run_dirs: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    db = tmp_path / "results.duckdb"
+    load_runs(list(run_dirs), db)
+    connection = connect_read_only(db)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def test_validity_passes_on_a_good_run(good_run: Path, tmp_path: Path) -> None:
+    with warehouse(tmp_path, good_run) as connection:
+        result = checks.validity_result(connection, "good")
+    assert result.passed, result.metadata["problems"]
+
+
+def _fail_pipeline(manifest: dict[str, Any]) -> None:
+    manifest["status"] = "failed"
+    manifest["results"][0].update(status="failed", error="worker died")
+
+
+def _demand_more_queries(manifest: dict[str, Any]) -> None:
+    manifest["spec"]["pipelines"][0]["loadgen"]["min_queries"] = 1_000_000
+
+
+def _foreign_gpu_process(manifest: dict[str, Any]) -> None:
+    manifest["warnings"].append("foreign compute process on the GPU: pid 4242 (python)")
+
+
+def _probe_inside_the_window(manifest: dict[str, Any]) -> None:
+    phase = next(entry for entry in manifest["timeline"] if entry["what"] == "phase")
+    middle = (phase["start_ns"] + phase["end_ns"]) // 2
+    manifest["timeline"].append(
+        {"what": "environment_probe", "start_ns": middle, "end_ns": middle + 1_000_000}
+    )
+
+
+# host samples of the load window's middle 80% removed: a gap of several periods
+_GAP = """
+SELECT t.* FROM t, (
+    SELECT min(scheduled_ns) AS s, max(completed_ns) AS e
+    FROM read_parquet('{queries}') WHERE NOT warmup
+) AS w
+WHERE ts_ns NOT BETWEEN w.s + (w.e - w.s) * 0.1 AND w.e - (w.e - w.s) * 0.1
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "select", "expected"),
+    [
+        (_fail_pipeline, None, "worker died"),
+        (_demand_more_queries, None, "fewer than the minimum 1000000"),
+        (None, {"host_samples": _GAP}, "host telemetry gap of"),
+        (_foreign_gpu_process, None, "foreign compute process"),
+        (_probe_inside_the_window, None, "environment_probe ran inside the load window"),
+    ],
+    ids=["failed-pipeline", "min-queries", "telemetry-gap", "foreign-gpu", "start-up-work"],
+)
+def test_validity_fails_on_a_crafted_bad_run(
+    good_run: Path,
+    tmp_path: Path,
+    edit: Callable[[dict[str, Any]], None] | None,
+    select: dict[str, str] | None,
+    expected: str,
+) -> None:
+    select = {
+        table: query.format(queries=good_run / "queries.parquet")
+        for table, query in (select or {}).items()
+    }
+    bad = clone(good_run, f"bad-{tmp_path.name}", edit, select)
+    with warehouse(tmp_path, bad) as connection:
+        result = checks.validity_result(connection, bad.name)
+    assert not result.passed
+    assert expected in str(result.metadata["problems"].value)
+
+
+# every latency three times as long (completion moved away from the scheduled arrival)
+_SLOWER = """
+SELECT * REPLACE (
+    scheduled_ns + 3 * (completed_ns - scheduled_ns) AS completed_ns
+) FROM t
+"""
+# every other arrival moved by 1 ms: another schedule
+_RESCHEDULED = """
+SELECT * REPLACE (
+    CASE WHEN query_id % 2 = 1 THEN scheduled_ns + 1000000 ELSE scheduled_ns END AS scheduled_ns
+) FROM t
+"""
+
+
+def test_regression_and_reproducibility_pass_on_a_rerun_that_agrees(
+    good_run: Path, tmp_path: Path
+) -> None:
+    twin = clone(good_run, f"twin-{tmp_path.name}")
+    with warehouse(tmp_path, good_run, twin) as connection:
+        regression = checks.regression_result(connection, "good", twin.name)
+        reproduced = checks.reproducibility_result(connection, "good", twin.name)
+        first = checks.regression_result(connection, None, "good")
+    assert regression.passed and regression.metadata["compared_with"].value == "good"
+    assert reproduced.passed, reproduced.metadata["problems"]
+    assert first.passed and "no previous" in str(first.description)
+
+
+def test_regression_fails_when_latency_got_worse(good_run: Path, tmp_path: Path) -> None:
+    slow = clone(good_run, f"slow-{tmp_path.name}", select={"queries": _SLOWER})
+    with warehouse(tmp_path, good_run, slow) as connection:
+        result = checks.regression_result(connection, "good", slow.name)
+        reproduced = checks.reproducibility_result(connection, "good", slow.name)
+    assert not result.passed
+    assert "latency" in str(result.metadata["regressions"].value)
+    assert "slower" in str(result.metadata["regressions"].value)
+    assert not reproduced.passed  # the metrics disagree beyond their intervals
+
+
+def test_reproducibility_fails_on_another_schedule(good_run: Path, tmp_path: Path) -> None:
+    moved = clone(good_run, f"moved-{tmp_path.name}", select={"queries": _RESCHEDULED})
+    with warehouse(tmp_path, good_run, moved) as connection:
+        result = checks.reproducibility_result(connection, "good", moved.name)
+    assert not result.passed
+    assert "scheduled arrivals differ" in str(result.metadata["problems"].value)
+
+
+def test_runs_of_another_spec_are_not_compared(good_run: Path, tmp_path: Path) -> None:
+    other = clone(good_run, f"other-{tmp_path.name}", lambda m: m.update(spec_hash="0" * 64))
+    with warehouse(tmp_path, good_run, other) as connection:
+        regression = checks.regression_result(connection, "good", other.name)
+        reproduced = checks.reproducibility_result(connection, "good", other.name)
+    assert regression.passed and "not comparable" in str(regression.description)
+    assert reproduced.passed and "not comparable" in str(reproduced.description)

@@ -1,0 +1,93 @@
+"""The Pipes client ends the child's whole process group: grandchildren included, SIGKILL when
+SIGTERM is ignored, nothing left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+
+from bench_defs.pipes_runner import manifest_metadata, summary_markdown
+from bench_defs.resources import end_process_group, group_alive
+
+IGNORES_SIGTERM = (
+    "import signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "subprocess.Popen([sys.executable, '-c', "
+    "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+    "time.sleep(60)\n"
+)
+
+
+def _tree(process: subprocess.Popen[bytes], count: int) -> list[psutil.Process]:
+    parent = psutil.Process(process.pid)
+    deadline = time.monotonic() + 20
+    while len(parent.children(recursive=True)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [parent, *parent.children(recursive=True)]
+
+
+def _gone(processes: list[psutil.Process]) -> bool:
+    return all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in processes)
+
+
+def test_sigterm_ends_the_child_and_its_grandchildren() -> None:
+    process = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
+    tree = _tree(process, 2)
+    assert len(tree) == 3
+    started = time.monotonic()
+    end_process_group(process, grace_s=10)
+    assert time.monotonic() - started < 5  # SIGTERM was enough
+    assert _gone(tree) and not group_alive(process.pid)
+
+
+def test_a_group_that_ignores_sigterm_is_killed_after_the_grace() -> None:
+    process = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], start_new_session=True)
+    tree = _tree(process, 1)
+    time.sleep(0.5)  # both have installed their SIG_IGN
+    started = time.monotonic()
+    end_process_group(process, grace_s=1.0)
+    assert 0.9 < time.monotonic() - started < 10
+    assert _gone(tree) and not group_alive(process.pid)
+
+
+def test_manifest_becomes_typed_metadata() -> None:
+    results = [
+        {
+            "trial": 0,
+            "phase": "collocated",
+            "pipeline": "a",
+            "status": "ok",
+            "ok": 10,
+            "summary": {
+                "queries_ok": 10,
+                "queries_per_s": 99.5,
+                "queries_per_s_ci_low": 90.0,
+                "queries_per_s_ci_high": 110.0,
+                "latency_p50_ms": 1.5,
+                "latency_p99_ms": float("inf"),
+            },
+        }
+    ]
+    manifest = {
+        "run_id": "r1",
+        "status": "ok",
+        "spec_hash": "ab" * 32,
+        "spec": {"pipelines": [{"name": "a", "device": "cpu"}]},
+        "energy": {"gpu_source": None, "host_source": "rapl"},
+        "overrides": ["repeats=2"],
+        "warnings": [],
+        "results": results,
+    }
+    from pathlib import Path
+
+    metadata = manifest_metadata(manifest, Path("/runs/r1"), 0)
+    assert metadata["energy_source"]["raw_value"] == "rapl"
+    assert metadata["overrides"] == {"raw_value": ["repeats=2"], "type": "json"}
+    assert metadata["a/queries_per_s"] == {"raw_value": 99.5, "type": "float"}
+    assert "a/p99_ms" not in metadata  # an infinite percentile is no float to plot
+    assert "| 0 | collocated | a | ok | 10 | 99.5 [90, 110] | 1.5 | inf |" in (
+        summary_markdown(results)
+    )
