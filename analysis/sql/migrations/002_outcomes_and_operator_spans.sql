@@ -4,17 +4,18 @@
 -- records version 2, so a failure leaves the warehouse at version 1. Every statement is
 -- idempotent (IF NOT EXISTS), so it is also safe on a warehouse that already has some of them.
 
+-- First the columns older than issue 9 (generation timings from the first schema, joined_ns
+-- from issue 8), so a warehouse from before issue 8 reaches version 2 as well; no-ops on an
+-- issue-8 warehouse. Added first, so the columns end up in schema.sql's order (SELECT *).
+ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS first_token_ns BIGINT;
+ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS tokens INTEGER;
+ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS joined_ns BIGINT;
+
 -- stage_events outcome columns: samples graded and answered right (accuracy = correct / graded),
 -- and a training step's loss. Existing rows get NULL: those runs recorded no outcome.
 ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS graded INTEGER;
 ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS correct INTEGER;
 ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS loss DOUBLE;
-
--- Columns older still (generation timings from the first schema; joined_ns from issue 8), so a
--- warehouse from before issue 8 reaches version 2 as well. No-ops on an issue-8 warehouse.
-ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS first_token_ns BIGINT;
-ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS tokens INTEGER;
-ALTER TABLE stage_events ADD COLUMN IF NOT EXISTS joined_ns BIGINT;
 
 -- A short-lived development state of issue 9 had `correct BOOLEAN` (one answer per visit); the
 -- column is a count of samples now. true -> 1, false -> 0; a no-op on an INTEGER column.
