@@ -99,7 +99,10 @@ def temp_directory(db_path: Path | str) -> Path:
 
 def _connect(db_path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """duckdb.connect with the analysis layer's settings: THE place every connection opens."""
-    config = {"memory_limit": memory_limit(), "temp_directory": str(temp_directory(db_path))}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "memory_limit": memory_limit(),
+        "temp_directory": str(temp_directory(db_path)),
+    }
     try:
         return duckdb.connect(str(db_path), read_only=read_only, config=config)
     except (duckdb.ParserException, duckdb.InvalidInputException) as error:
@@ -122,7 +125,7 @@ def duckdb_lock_holder(error: BaseException) -> str | None:
 
 
 def _holder(handle: IO[str]) -> str:
-    """"pid N, since HH:MM:SS" from the lock file the current writer wrote (best effort)."""
+    """ "pid N, since HH:MM:SS" from the lock file the current writer wrote (best effort)."""
     try:
         handle.seek(0)
         record = json.loads(handle.read() or "{}")

@@ -65,8 +65,10 @@ def stored_version(connection: duckdb.DuckDBPyConnection) -> int | None:
     """The warehouse's schema version; None for an empty database (nothing created yet)."""
     tables = _tables(connection)
     if "schema_info" in tables:
-        row = connection.execute("SELECT max(version) FROM schema_info").fetchone()
-        return int(row[0]) if row and row[0] is not None else UNVERSIONED
+        # fetchall, not fetchone: an unfinished result would keep a reader's connection busy
+        # for connection.sql() (DuckDB's "Resource In Use")
+        rows = connection.execute("SELECT max(version) FROM schema_info").fetchall()
+        return int(rows[0][0]) if rows and rows[0][0] is not None else UNVERSIONED
     if "runs" in tables:
         return UNVERSIONED
     return None

@@ -102,7 +102,7 @@ def test_v1_warehouse_migrates_keeps_its_rows_and_takes_new_runs(
 ) -> None:
     old_run = single_pipeline_run(tmp_path / "runs").write()
     write_v1_warehouse(db_path, old_run, drop_joined_ns)
-    with pytest.raises(SchemaMismatch, match="version 1 is older.*collobench load"):
+    with pytest.raises(SchemaMismatch, match=r"version 1 is older.*collobench load"):
         connect_read_only(db_path)
 
     load_runs([collocated_run(tmp_path / "runs").write()], db_path)
