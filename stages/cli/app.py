@@ -1,7 +1,9 @@
 """The `collobench` command line.
 
 Exit codes: 0 success; 1 a run finished with failed pipelines (their data kept); 2 invalid input
-(one `path: message` line per problem on stderr, never a traceback); 130 interrupted.
+(one `path: message` line per problem on stderr, never a traceback), which includes a warehouse
+that cannot be used: busy past COLLOBENCH_WAREHOUSE_WAIT_S, or a schema version newer (or, for
+readers, older) than this collobench; 130 interrupted.
 """
 
 from __future__ import annotations
