@@ -76,13 +76,15 @@ def table_files(run_dir: Path, table: str) -> tuple[list[Path], bool]:
     return ([merged] if merged.is_file() else []) + parts, bool(parts)
 
 
-def ensure_schema(connection: duckdb.DuckDBPyConnection, db: Path | str = "warehouse") -> None:
+def ensure_schema(connection: duckdb.DuckDBPyConnection, db: Path | str = "warehouse") -> list[int]:
     """Bring the schema to the current version (create it, or migrate an older one; refuse a
-    newer one with migrations.SchemaMismatch), then (re)create every view, in file order."""
-    migrations.prepare(connection, db)
+    newer one with migrations.SchemaMismatch), then (re)create every view, in file order.
+    Returns the versions migrated to (empty unless an older warehouse was upgraded)."""
+    applied = migrations.prepare(connection, db)
     connection.execute(sql_text("schema.sql"))
     for name in view_files():
         connection.execute(sql_text(f"views/{name}"))
+    return applied
 
 
 def load_run(
@@ -167,9 +169,9 @@ def load_runs(
     loads nothing; a directory without manifest.json raises LoadError with a one-line reason.
     The writer lock is taken first: while another writer holds it, this waits up to wait_s
     (default `$COLLOBENCH_WAREHOUSE_WAIT_S`, 60 s), telling `notify` (default: stderr) once,
-    then raises analysis.db.WarehouseBusy. An older warehouse is migrated, a newer one refused
-    (migrations.SchemaMismatch). Each run is one transaction: a failure part-way leaves that
-    run as it was before."""
+    then raises analysis.db.WarehouseBusy. An older warehouse is migrated (and `notify` told),
+    a newer one refused (migrations.SchemaMismatch). Each run is one transaction: a failure
+    part-way leaves that run as it was before."""
     directories = [Path(run_dir) for run_dir in run_dirs]
     manifests = [_read_manifest(directory) for directory in directories]
     db = Path(db_path)
@@ -177,7 +179,12 @@ def load_runs(
     with writer_lock(db, wait_s, notify):
         connection = connect_writer(db, wait_s, notify)
         try:
-            ensure_schema(connection, db)
+            applied = ensure_schema(connection, db)
+            if applied:
+                notify(
+                    f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
+                    f"to {applied[-1]}"
+                )
             return [
                 load_run(connection, directory, manifest)
                 for directory, manifest in zip(directories, manifests, strict=True)
