@@ -5,7 +5,10 @@ run's Parquet files are inserted again, so loading a run twice (or re-loading it
 leaves exactly one copy. DuckDB reads the Parquet itself (`read_parquet` with the file list as a
 parameter): no pandas round trip, and column types come straight from the file contract.
 The schema and views are (re)created on every load, so a new version of a view reaches an
-existing warehouse the next time anything is loaded.
+existing warehouse the next time anything is loaded; an older warehouse's schema is migrated
+first (analysis/migrations.py) and a newer one is refused. One writer at a time: load_runs
+holds the warehouse's writer lock (analysis.db.writer_lock) from before it opens the file
+until it has closed it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from typing import Any
 
 import duckdb
 
-from analysis import summaries
-from analysis.db import sql_text, view_files
+from analysis import migrations, summaries
+from analysis.db import Notify, connect_writer, sql_text, to_stderr, view_files, writer_lock
 
 MANIFEST = "manifest.json"
 PARTS = "parts"
@@ -73,15 +76,19 @@ def table_files(run_dir: Path, table: str) -> tuple[list[Path], bool]:
     return ([merged] if merged.is_file() else []) + parts, bool(parts)
 
 
-def ensure_schema(connection: duckdb.DuckDBPyConnection) -> None:
-    """Create the tables if missing and (re)create every view, in file order; stored
-    summaries made by other view definitions are recomputed for every loaded run."""
+def ensure_schema(connection: duckdb.DuckDBPyConnection, db: Path | str = "warehouse") -> list[int]:
+    """Bring the schema to the current version (create it, or migrate an older one; refuse a
+    newer one with migrations.SchemaMismatch), then (re)create every view, in file order; stored
+    summaries made by other view definitions are recomputed for every loaded run.
+    Returns the versions migrated to (empty unless an older warehouse was upgraded)."""
+    applied = migrations.prepare(connection, db)
     connection.execute(sql_text("schema.sql"))
     stale = summaries.prepare(connection)
     for name in view_files():
         connection.execute(sql_text(f"views/{name}"))
     if stale:
         summaries.rebuild_all(connection)
+    return applied
 
 
 def load_run(
@@ -155,22 +162,37 @@ def _count(connection: duckdb.DuckDBPyConnection, table: str, run_id: str) -> in
     return int(row[0]) if row else 0
 
 
-def load_runs(run_dirs: list[Path] | list[str], db_path: Path | str) -> list[LoadResult]:
+def load_runs(
+    run_dirs: list[Path] | list[str],
+    db_path: Path | str,
+    wait_s: float | None = None,
+    notify: Notify = to_stderr,
+) -> list[LoadResult]:
     """Load each run directory into the warehouse at `db_path` (created if missing).
 
     Every directory's manifest is checked before anything is written, so one bad argument
     loads nothing; a directory without manifest.json raises LoadError with a one-line reason.
-    Each run is one transaction: a failure part-way leaves that run as it was before."""
+    The writer lock is taken first: while another writer holds it, this waits up to wait_s
+    (default `$COLLOBENCH_WAREHOUSE_WAIT_S`, 60 s), telling `notify` (default: stderr) once,
+    then raises analysis.db.WarehouseBusy. An older warehouse is migrated (and `notify` told),
+    a newer one refused (migrations.SchemaMismatch). Each run is one transaction: a failure
+    part-way leaves that run as it was before."""
     directories = [Path(run_dir) for run_dir in run_dirs]
     manifests = [_read_manifest(directory) for directory in directories]
     db = Path(db_path)
     db.parent.mkdir(parents=True, exist_ok=True)
-    connection = duckdb.connect(str(db))
-    try:
-        ensure_schema(connection)
-        return [
-            load_run(connection, directory, manifest)
-            for directory, manifest in zip(directories, manifests, strict=True)
-        ]
-    finally:
-        connection.close()
+    with writer_lock(db, wait_s, notify):
+        connection = connect_writer(db, wait_s, notify)
+        try:
+            applied = ensure_schema(connection, db)
+            if applied:
+                notify(
+                    f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
+                    f"to {applied[-1]}"
+                )
+            return [
+                load_run(connection, directory, manifest)
+                for directory, manifest in zip(directories, manifests, strict=True)
+            ]
+        finally:
+            connection.close()

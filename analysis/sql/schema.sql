@@ -7,6 +7,17 @@
 -- again, in one transaction. The fact tables carry no primary keys on purpose (index upkeep would
 -- slow bulk inserts, and uniqueness is the writer's contract, not the warehouse's).
 
+-- The warehouse's schema version: one row per version it has been at, written when it was
+-- created at that version or migrated to it (analysis/migrations.py; the migrations are in
+-- analysis/sql/migrations/NNN_*.sql, NNN the version each one reaches). Its latest version is
+-- max(version). A warehouse without this table was written before versions were recorded:
+-- version 1. Loading upgrades an older warehouse and refuses a newer one.
+CREATE TABLE IF NOT EXISTS schema_info (
+    version INTEGER NOT NULL,
+    written_by VARCHAR,         -- the collobench version that created or migrated it
+    migrated_at TIMESTAMPTZ NOT NULL
+);
+
 -- One row per loaded run directory: identity and status from manifest.json, the whole manifest
 -- kept as JSON text (spec, seeds, clock mapping, versions, per-pipeline outcomes, warnings).
 CREATE TABLE IF NOT EXISTS runs (

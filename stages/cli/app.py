@@ -1,7 +1,9 @@
 """The `collobench` command line.
 
 Exit codes: 0 success; 1 a run finished with failed pipelines (their data kept); 2 invalid input
-(one `path: message` line per problem on stderr, never a traceback); 130 interrupted.
+(one `path: message` line per problem on stderr, never a traceback), which includes a warehouse
+that cannot be used: busy past COLLOBENCH_WAREHOUSE_WAIT_S, or a schema version newer (or, for
+readers, older) than this collobench; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -427,12 +429,15 @@ def load(
     db: DbOption = None,
 ) -> None:
     """Load run directories into DuckDB; loading a run again replaces it (idempotent)."""
+    from analysis.db import WarehouseError
     from analysis.loader import LoadError, load_runs
 
     db_path = db or settings.duckdb_path()
     try:
         results = load_runs(run_dirs, db_path)
-    except LoadError as error:
+    except (LoadError, WarehouseError) as error:
+        # WarehouseError: the writer lock or another program held the warehouse past
+        # COLLOBENCH_WAREHOUSE_WAIT_S, or its schema is newer than this collobench: exit 2
         raise _fail_input([str(error)]) from None
     for loaded in results:
         verb = "replaced" if loaded.replaced else "loaded"
@@ -455,6 +460,7 @@ def report(
 ) -> None:
     """Print throughput, latency, stage breakdown, energy and contention for a run; write
     report.md with PNG plots and a Perfetto trace (trace.json) beside it."""
+    from analysis.db import WarehouseError
     from analysis.report import latest_run_id
     from analysis.report import report as build_report
 
@@ -462,6 +468,8 @@ def report(
     try:
         chosen = run_id if run_id is not None else latest_run_id(db_path)
         tables = build_report(db_path, chosen)
+    except WarehouseError as error:  # busy past the wait, or an older/newer schema version
+        raise _fail_input([str(error)]) from None
     except (LookupError, FileNotFoundError) as error:
         raise _fail_input([str(error).strip("'\"")]) from None
     for name, frame in _shown_tables(tables).items():
@@ -543,8 +551,12 @@ def sql(
         raise _fail_input(["--format: parquet is a binary file; name it with --out FILE"])
     if output_format == "table" and out_file is not None:
         raise _fail_input(["--out: the table format is for the terminal; use csv, json or parquet"])
+    from analysis.db import WarehouseError
+
     try:
         table = query_arrow(db or settings.duckdb_path(), query)
+    except WarehouseError as error:  # busy past the wait, or an older/newer schema version
+        raise _fail_input([str(error)]) from None
     except FileNotFoundError as error:
         raise _fail_input([str(error).strip("'\"")]) from None
     except duckdb.Error as error:
@@ -599,10 +611,13 @@ def compare(
     """Compare run B with run A per pipeline and phase: throughput and p50/p99 latency as
     ratios B / A with 95% intervals, and a verdict (faster, slower, no measurable change)."""
     from analysis.compare import SpecMismatch, UnknownRun, compare_runs
+    from analysis.db import WarehouseError
 
     db_path = db or settings.duckdb_path()
     try:
         frame = compare_runs(db_path, run_a, run_b, allow_different_specs)
+    except WarehouseError as error:  # busy past the wait, or an older/newer schema version
+        raise _fail_input([str(error)]) from None
     except FileNotFoundError as error:
         raise _fail_input([str(error).strip("'\"")]) from None
     except UnknownRun as error:

@@ -158,3 +158,57 @@ def test_analysis_does_not_import_stages() -> None:
     for path in root.rglob("*.py"):
         text = path.read_text()
         assert "import stages" not in text and "from stages" not in text, path
+
+
+def every_view(db_path: Path) -> list[str]:
+    _, rows = run_query(db_path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")
+    return sorted(row[0] for row in rows)
+
+
+def test_loading_twice_leaves_every_view_identical(tmp_path: Path, db_path: Path) -> None:
+    """Beyond VIEWS above: every view of the warehouse (repr, so NaN equals NaN)."""
+    runs = [single_pipeline_run(tmp_path).write(), collocated_run(tmp_path).write()]
+    load_runs(runs, db_path)
+    views = every_view(db_path)
+    assert len(views) == len(set(views)) >= 20
+    before = {
+        view: repr(run_query(db_path, f"SELECT * FROM {view} ORDER BY ALL")) for view in views
+    }
+    load_runs(runs[::-1], db_path)
+    assert every_view(db_path) == views
+    for view in views:
+        assert repr(run_query(db_path, f"SELECT * FROM {view} ORDER BY ALL")) == before[view], view
+
+
+def test_interrupted_run_missing_tables_loads_and_every_view_answers(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """An interrupted run left only parts/ of queries and host_samples: no stage_events, errors
+    or GPU tables at all. It loads, and every view answers over it."""
+    run = collocated_run(tmp_path)
+    run.status = "interrupted"
+    run.rows = {table: run.rows[table] for table in ("queries", "host_samples")}
+    run_dir = run.write(as_parts=True)
+    assert sorted(path.name for path in (run_dir / "parts").iterdir()) == [
+        "host_samples",
+        "queries",
+    ]
+    [result] = load_runs([run_dir], db_path)
+    assert result.status == "interrupted" and result.from_parts
+    assert result.rows["queries"] == 2300 and result.rows["stage_events"] == 0
+    assert result.rows["gpu_samples"] == 0 and result.rows["errors"] == 0
+    for view in every_view(db_path):
+        run_query(db_path, f"SELECT * FROM {view}")
+    _, rows = run_query(
+        db_path, "SELECT phase, pipeline, queries_per_s FROM throughput ORDER BY phase, pipeline"
+    )
+    assert rows == [
+        ("collocated", "a", pytest.approx(50.0)),
+        ("collocated", "b", pytest.approx(40.0)),
+        ("solo", "a", pytest.approx(100.0)),
+        ("solo", "b", pytest.approx(40.0)),
+    ]
+    _, rows = run_query(db_path, "SELECT pipeline, throughput_ratio FROM contention ORDER BY 1")
+    assert rows == [("a", pytest.approx(0.5)), ("b", pytest.approx(1.0))]
+    _, rows = run_query(db_path, "SELECT count(*) FROM stage_breakdown")
+    assert rows == [(0,)]
