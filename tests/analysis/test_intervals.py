@@ -205,3 +205,15 @@ def test_loadgen_quantile_index_for_every_small_n_and_large_n() -> None:
                 "SELECT loadgen_quantile(range, ?) FROM range(?)", [p, n]
             ).fetchone() or (None,)
             assert got == n * round(p * 1000) // 1000, (n, p)
+
+
+def test_loadgen_quantiles_equals_one_loadgen_quantile_per_p() -> None:
+    connection = macros()
+    connection.execute("CREATE TABLE v AS SELECT range % 97 AS g, random() AS x FROM range(50000)")
+    ps = [0.5, 0.9, 0.95, 0.99, 0.999]
+    singles = ", ".join(f"loadgen_quantile(x, {p})" for p in ps)
+    rows = connection.execute(
+        f"SELECT g, loadgen_quantiles(x, {ps}), [{singles}] FROM v GROUP BY g"
+    ).fetchall()
+    assert len(rows) == 97
+    assert all(listed == singles_list for _, listed, singles_list in rows)

@@ -27,7 +27,7 @@ WITH measured AS (
         ) AS batch
     FROM query_latency
 ),
-whole AS (
+quantiles AS (
     SELECT
         run_id,
         trial,
@@ -36,23 +36,40 @@ whole AS (
         count(*) AS measured_queries,
         count(*) FILTER (WHERE status = 'ok') AS ok_queries,
         count(*) FILTER (WHERE status <> 'ok') AS failed_queries,
-        loadgen_quantile(verdict_ms, 0.5) AS latency_p50_ms,
-        loadgen_quantile(verdict_ms, 0.9) AS latency_p90_ms,
-        loadgen_quantile(verdict_ms, 0.95) AS latency_p95_ms,
-        loadgen_quantile(verdict_ms, 0.99) AS latency_p99_ms,
-        loadgen_quantile(verdict_ms, 0.999) AS latency_p999_ms,
-        loadgen_quantile(completed_ms, 0.5) AS completed_p50_ms,
-        loadgen_quantile(completed_ms, 0.9) AS completed_p90_ms,
-        loadgen_quantile(completed_ms, 0.99) AS completed_p99_ms,
-        loadgen_quantile(completed_ms, 0.999) AS completed_p999_ms,
+        loadgen_quantiles(verdict_ms, [0.5, 0.9, 0.95, 0.99, 0.999]) AS verdict,
+        loadgen_quantiles(completed_ms, [0.5, 0.9, 0.99, 0.999]) AS completed,
         avg(completed_ms) AS completed_mean_ms,
         max(completed_ms) AS completed_max_ms,
-        loadgen_quantile(from_issue_ms, 0.5) AS from_issue_p50_ms,
-        loadgen_quantile(from_issue_ms, 0.99) AS from_issue_p99_ms,
-        loadgen_quantile(issue_delay_us, 0.5) AS issue_delay_p50_us,
-        loadgen_quantile(issue_delay_us, 0.99) AS issue_delay_p99_us
+        loadgen_quantiles(from_issue_ms, [0.5, 0.99]) AS from_issue,
+        loadgen_quantiles(issue_delay_us, [0.5, 0.99]) AS issue_delay
     FROM measured
     GROUP BY run_id, trial, phase, pipeline
+),
+whole AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        measured_queries,
+        ok_queries,
+        failed_queries,
+        verdict[1] AS latency_p50_ms,
+        verdict[2] AS latency_p90_ms,
+        verdict[3] AS latency_p95_ms,
+        verdict[4] AS latency_p99_ms,
+        verdict[5] AS latency_p999_ms,
+        completed[1] AS completed_p50_ms,
+        completed[2] AS completed_p90_ms,
+        completed[3] AS completed_p99_ms,
+        completed[4] AS completed_p999_ms,
+        completed_mean_ms,
+        completed_max_ms,
+        from_issue[1] AS from_issue_p50_ms,
+        from_issue[2] AS from_issue_p99_ms,
+        issue_delay[1] AS issue_delay_p50_us,
+        issue_delay[2] AS issue_delay_p99_us
+    FROM quantiles
 ),
 batches AS (
     SELECT
@@ -61,14 +78,24 @@ batches AS (
         phase,
         pipeline,
         batch,
-        count(verdict_ms) AS size,
-        loadgen_quantile(verdict_ms, 0.5) AS p50,
-        loadgen_quantile(verdict_ms, 0.9) AS p90,
-        loadgen_quantile(verdict_ms, 0.95) AS p95,
-        loadgen_quantile(verdict_ms, 0.99) AS p99,
-        loadgen_quantile(verdict_ms, 0.999) AS p999
-    FROM measured
-    GROUP BY run_id, trial, phase, pipeline, batch
+        size,
+        verdict[1] AS p50,
+        verdict[2] AS p90,
+        verdict[3] AS p95,
+        verdict[4] AS p99,
+        verdict[5] AS p999
+    FROM (
+        SELECT
+            run_id,
+            trial,
+            phase,
+            pipeline,
+            batch,
+            count(verdict_ms) AS size,
+            loadgen_quantiles(verdict_ms, [0.5, 0.9, 0.95, 0.99, 0.999]) AS verdict
+        FROM measured
+        GROUP BY run_id, trial, phase, pipeline, batch
+    )
 ),
 spread AS (
     SELECT

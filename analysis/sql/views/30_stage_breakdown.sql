@@ -25,6 +25,26 @@ WITH measured AS (
         AND e.pipeline IS NOT DISTINCT FROM w.pipeline
         AND e.query_id = w.query_id
     WHERE in_scope(e.run_id)
+),
+per_stage AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        stage,
+        count(*) AS visits,
+        count(DISTINCT query_id) AS queries,
+        count(*) FILTER (WHERE status = 'error') AS errors,
+        avg(join_wait_ms) AS join_wait_mean_ms,
+        loadgen_quantiles(join_wait_ms, [0.5, 0.99]) AS join_wait,
+        avg(queue_wait_ms) AS queue_wait_mean_ms,
+        loadgen_quantiles(queue_wait_ms, [0.5, 0.99]) AS queue_wait,
+        avg(service_ms) AS service_mean_ms,
+        loadgen_quantiles(service_ms, [0.5, 0.99]) AS service,
+        sum(finished_ns - started_ns) / 1e9 AS busy_s
+    FROM measured
+    GROUP BY run_id, trial, phase, pipeline, stage
 )
 SELECT
     run_id,
@@ -32,21 +52,20 @@ SELECT
     phase,
     pipeline,
     stage,
-    count(*) AS visits,
-    count(DISTINCT query_id) AS queries,
-    count(*) FILTER (WHERE status = 'error') AS errors,
-    avg(join_wait_ms) AS join_wait_mean_ms,
-    loadgen_quantile(join_wait_ms, 0.5) AS join_wait_p50_ms,
-    loadgen_quantile(join_wait_ms, 0.99) AS join_wait_p99_ms,
-    avg(queue_wait_ms) AS queue_wait_mean_ms,
-    loadgen_quantile(queue_wait_ms, 0.5) AS queue_wait_p50_ms,
-    loadgen_quantile(queue_wait_ms, 0.99) AS queue_wait_p99_ms,
-    avg(service_ms) AS service_mean_ms,
-    loadgen_quantile(service_ms, 0.5) AS service_p50_ms,
-    loadgen_quantile(service_ms, 0.99) AS service_p99_ms,
-    sum(finished_ns - started_ns) / 1e9 AS busy_s
-FROM measured
-GROUP BY run_id, trial, phase, pipeline, stage;
+    visits,
+    queries,
+    errors,
+    join_wait_mean_ms,
+    join_wait[1] AS join_wait_p50_ms,
+    join_wait[2] AS join_wait_p99_ms,
+    queue_wait_mean_ms,
+    queue_wait[1] AS queue_wait_p50_ms,
+    queue_wait[2] AS queue_wait_p99_ms,
+    service_mean_ms,
+    service[1] AS service_p50_ms,
+    service[2] AS service_p99_ms,
+    busy_s
+FROM per_stage;
 
 -- Stored once per run at load (analysis/summaries.py), so reading `stage_breakdown` scans a few rows
 -- per run however many events the warehouse holds; `stage_breakdown_from_rows` is the definition.
