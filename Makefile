@@ -42,6 +42,7 @@ perf: install
 	$(BIN)/python perf/launch.py
 	$(BIN)/python perf/profiling_cost.py
 	$(BIN)/python perf/fidelity.py
+	$(BIN)/python perf/analysis_speed.py
 
 soak: install
 	$(BIN)/python perf/stage_overhead.py --soak
