@@ -34,6 +34,7 @@ import dagster as dg
 
 from bench_defs.artifacts import ARTIFACT_NAMES, ARTIFACTS_GROUP
 from bench_defs.definitions import build_definitions
+from bench_defs.k8s import k8s_run_tags
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
     DEVICE_TAG,
@@ -189,7 +190,7 @@ def run_demo(
         benchmark = defs.resolve_job_def("benchmark_job").execute_in_process(
             instance=instance,
             partition_key=partition,
-            tags={DEVICE_TAG: devices},
+            tags={DEVICE_TAG: devices, **k8s_run_tags(devices)},
             run_config=QUIET_LOGGERS,
             raise_on_error=False,
         )

@@ -137,3 +137,16 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     return DemoRun(home, specs_dir, home / "dagster", completed)
+
+
+@pytest.fixture(autouse=True)
+def _forget_disposed_instances() -> Iterator[None]:
+    """After each test, clear Dagster's current defs-state storage (a context variable a
+    DagsterInstance sets while it lives): one test's disposed instance can stay current,
+    and the next `Definitions.get_repository_def()` then fails with "Attempted to resolve
+    undefined DagsterInstance weakref" (seen with test_sensor and test_schedule run before
+    test_definitions). Private Dagster API, test-only."""
+    yield
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    _current_storage.set(None)
