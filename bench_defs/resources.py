@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 SPECS_DIR_ENV = "COLLOBENCH_SPECS_DIR"
 """Folder of the spec files that become `benchmark_run` partitions (default `specs/`)."""
+RUNS_DIR_ENV = "COLLOBENCH_RUNS_DIR"
+"""Folder of the run directories (default `$COLLOBENCH_HOME/runs`)."""
 
 
 def default_specs_dir() -> Path:
@@ -53,11 +55,23 @@ class CollobenchResource(dg.ConfigurableResource):
     python: str | None = Field(
         default=None, description="Python interpreter of the Pipes child (default: this one)."
     )
+    runs_dir: str | None = Field(
+        default=None,
+        description="Folder of run directories (default: $COLLOBENCH_RUNS_DIR, else "
+        "<home>/runs); on Kubernetes the shared object-storage mount.",
+    )
 
     def home_path(self) -> Path:
         return Path(self.home).absolute() if self.home else settings.home()
 
     def runs_path(self) -> Path:
+        """Where run directories go: `runs_dir`, else `$COLLOBENCH_RUNS_DIR`, else
+        `<home>/runs`. On Kubernetes every pod mounts the shared bucket at the same path, so a
+        run directory recorded by one pod is read by the next (deploy/k8s/)."""
+        if self.runs_dir:
+            return Path(self.runs_dir).absolute()
+        if os.environ.get(RUNS_DIR_ENV):
+            return Path(os.environ[RUNS_DIR_ENV]).absolute()
         return self.home_path() / "runs"
 
     def specs_path(self) -> Path:

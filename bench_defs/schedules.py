@@ -12,6 +12,7 @@ import os
 import dagster as dg
 
 from bench_defs.jobs import benchmark_job
+from bench_defs.k8s import k8s_run_tags
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
     DEVICE_TAG,
@@ -54,6 +55,7 @@ def nightly_benchmarks(
                 partition_key=key,
                 tags={
                     DEVICE_TAG: devices_of(state.normalized),
+                    **k8s_run_tags(devices_of(state.normalized)),
                     SPEC_HASH_TAG: state.content_hash,
                 },
             )

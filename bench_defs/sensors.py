@@ -19,6 +19,7 @@ import json
 import dagster as dg
 
 from bench_defs.jobs import benchmark_job
+from bench_defs.k8s import k8s_run_tags
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
     DEVICE_TAG,
@@ -76,7 +77,11 @@ def spec_files_sensor(
             dg.RunRequest(
                 run_key=f"{key}:{digest[:16]}",
                 partition_key=key,
-                tags={DEVICE_TAG: devices_of(state.normalized), SPEC_HASH_TAG: digest},
+                tags={
+                    DEVICE_TAG: devices_of(state.normalized),
+                    SPEC_HASH_TAG: digest,
+                    **k8s_run_tags(devices_of(state.normalized)),
+                },
             )
         )
     to_delete = sorted(key for key in existing | set(seen) if key not in files)

@@ -8,12 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +19,7 @@ import psutil
 import pytest
 
 from bench_defs.specs import SPEC_PARTITIONS
+from tests.dagster import server
 from tests.dagster.conftest import tiny_spec, write_spec
 from tests.helpers import REPO
 
@@ -49,23 +46,6 @@ query ($key: AssetKeyInput!, $partition: String!) {
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _end_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=10)
-
-
 @pytest.fixture
 def dagster_dev(tmp_path: Path, specs_dir: Path) -> Iterator[tuple[Any, subprocess.Popen[bytes]]]:
     from dagster_graphql import DagsterGraphQLClient
@@ -79,41 +59,9 @@ def dagster_dev(tmp_path: Path, specs_dir: Path) -> Iterator[tuple[Any, subproce
     write_spec(specs_dir, "long", long)
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         instance.add_dynamic_partitions(SPEC_PARTITIONS, ["tiny", "long"])
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(dagster_home),
-        "COLLOBENCH_SPECS_DIR": str(specs_dir),
-        "PYTHONPATH": str(REPO),
-    }
-    log = (tmp_path / "dagster_dev.log").open("wb")
-    process = subprocess.Popen(
-        [
-            *(str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml"),
-            *("-h", "127.0.0.1", "-p", str(port)),
-        ],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, (tmp_path / "dagster_dev.log").read_text()[-3000:]
-            with contextlib.suppress(OSError):
-                url = f"http://127.0.0.1:{port}/server_info"
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        break
-            assert time.monotonic() < deadline, "dagster dev did not answer in 180 s"
-            time.sleep(1)
+    env = {"COLLOBENCH_SPECS_DIR": str(specs_dir)}
+    with server.dagster_dev(dagster_home, env, tmp_path / "dagster_dev.log") as (port, process):
         yield DagsterGraphQLClient("127.0.0.1", port_number=port), process
-    finally:
-        _end_group(process)
-        log.close()
 
 
 def _wait_for(client: Any, run_id: str, statuses: set[str], timeout_s: float) -> str:

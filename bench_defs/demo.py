@@ -1,0 +1,259 @@
+"""`make demo` through Dagster: materialise the demo benchmark on the persistent instance the UI
+reads, then say where everything is and how to open the UI.
+
+    python -m bench_defs.demo [--partition demo] [--specs-dir specs]
+
+1. `$DAGSTER_HOME` (default `$COLLOBENCH_HOME/dagster`, made absolute) is created with the
+   instance configuration of `bench_defs/dagster.yaml` (telemetry off, one run per device tag)
+   unless it already has a non-empty `dagster.yaml`.
+2. The spec file `<specs-dir>/<partition>.yaml` is validated (a bad one: its problems, exit 2)
+   and its partition of `spec_files` is added.
+3. `artifacts_job` materialises the artefact assets the spec uses, and their upstream ones.
+4. `benchmark_job` materialises `benchmark_run`, `warehouse` (with its checks) and the report
+   assets for that partition.
+
+Both jobs run in this process (`execute_in_process`) on `DagsterInstance.get()`, so the runs
+and materialisations are recorded where `dagster dev` (`make ui`) finds them; the benchmark
+itself still runs in its own Pipes child process group, whose output is copied here as it
+comes. Exit status: 0 done, 1 a step failed (its error is printed), 2 invalid spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from bench_defs.artifacts import ARTIFACT_NAMES, ARTIFACTS_GROUP
+from bench_defs.definitions import build_definitions
+from bench_defs.k8s import k8s_run_tags
+from bench_defs.resources import CollobenchResource
+from bench_defs.specs import (
+    DEVICE_TAG,
+    SPEC_PARTITIONS,
+    artifacts_used,
+    devices_of,
+    read_spec_state,
+)
+from stages import settings
+
+DAGSTER_HOME_ENV = "DAGSTER_HOME"
+INSTANCE_CONFIG = Path(__file__).with_name("dagster.yaml")
+"""The instance configuration `make demo` installs (telemetry off, one run per device)."""
+UI_HINT = "open the UI: make ui  (dagster dev on http://127.0.0.1:3000)"
+QUIET_LOGGERS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+"""Run config keeping Dagster's console logger to warnings: the demo prints its own progress
+lines (every event is still in the instance's event log, which the UI shows)."""
+
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+
+
+@dataclass
+class DemoResult:
+    """What the demo materialised and where its files are."""
+
+    partition: str
+    dagster_home: Path
+    artifacts: list[str] = field(default_factory=list)
+    dagster_run_ids: list[str] = field(default_factory=list)
+    run_id: str | None = None
+    run_dir: Path | None = None
+    checks: dict[str, bool] = field(default_factory=dict)
+    check_notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def report_md(self) -> Path | None:
+        return self.run_dir / "report.md" if self.run_dir else None
+
+    @property
+    def trace(self) -> Path | None:
+        return self.run_dir / "trace.json" if self.run_dir else None
+
+    def plots(self) -> list[Path]:
+        return sorted(self.run_dir.glob("*.png")) if self.run_dir else []
+
+
+class DemoError(Exception):
+    """A step of the demo failed; `code` is the exit status, the message one line per problem."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def dagster_home(collobench_home: Path | None = None) -> Path:
+    """`$DAGSTER_HOME` when set, else `<COLLOBENCH_HOME>/dagster`; absolute (Dagster uses and
+    deletes a temporary folder for a relative or missing one)."""
+    configured = os.environ.get(DAGSTER_HOME_ENV)
+    if configured:
+        return Path(configured).absolute()
+    return (collobench_home or settings.home()) / "dagster"
+
+
+def prepare_dagster_home(folder: Path) -> Path:
+    """Create the instance folder and install `bench_defs/dagster.yaml` into it, unless it has
+    a non-empty `dagster.yaml` of its own (a user's edits are kept). Returns the config file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "dagster.yaml"
+    if not config.is_file() or not config.read_text(encoding="utf-8").strip():
+        config.write_text(INSTANCE_CONFIG.read_text(encoding="utf-8"), encoding="utf-8")
+    return config
+
+
+def _failure_lines(result: dg.ExecuteInProcessResult) -> list[str]:
+    lines = []
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data is not None:
+            error = event.step_failure_data.error
+            message = error.message.strip() if error else "failed"
+            lines.append(f"{event.step_key}: {message.splitlines()[0] if message else 'failed'}")
+    return lines or [f"run {result.run_id} failed"]
+
+
+def _value(metadata: dict[str, Any], key: str) -> Any:
+    entry = metadata.get(key)
+    return getattr(entry, "value", entry)
+
+
+def run_demo(
+    partition: str = "demo",
+    specs_dir: Path | None = None,
+    echo: Callable[[str], None] = print,
+) -> DemoResult:
+    """Materialise the spec `partition`'s artefacts and benchmark on `DagsterInstance.get()`
+    (after `prepare_dagster_home`); raises DemoError with the reason when a step fails."""
+    home = dagster_home()
+    prepare_dagster_home(home)
+    os.environ[DAGSTER_HOME_ENV] = str(home)
+    resource = CollobenchResource(specs_dir=str(specs_dir.absolute()) if specs_dir else None)
+    spec_path = resource.spec_file(partition)
+    state = read_spec_state(partition, spec_path)
+    if not spec_path.is_file():
+        raise DemoError(f"{spec_path}: no such spec file", EXIT_INVALID)
+    if state.normalized is None:
+        raise DemoError("\n".join(state.problems), EXIT_INVALID)
+    defs = build_definitions({"collobench": resource})
+    used = artifacts_used(state.normalized, ARTIFACT_NAMES)
+    graph = defs.resolve_asset_graph()
+    selection = (
+        dg.AssetSelection.assets(*used).upstream() & dg.AssetSelection.groups(ARTIFACTS_GROUP)
+        if used
+        else None
+    )
+    keys = sorted(selection.resolve(graph), key=lambda k: k.to_user_string()) if selection else []
+    result = DemoResult(partition=partition, dagster_home=home)
+    echo(f"Dagster instance: {home} (DAGSTER_HOME); home: {settings.home()}")
+    with dg.DagsterInstance.get() as instance:
+        if not instance.has_dynamic_partition(SPEC_PARTITIONS, partition):
+            instance.add_dynamic_partitions(SPEC_PARTITIONS, [partition])
+            echo(f"added partition {partition!r} of {SPEC_PARTITIONS}")
+        if keys:
+            names = ", ".join(key.to_user_string() for key in keys)
+            echo(f"[1/2] artifacts_job: {names}")
+            started = time.monotonic()
+            built = defs.resolve_job_def("artifacts_job").execute_in_process(
+                instance=instance,
+                asset_selection=keys,
+                run_config=QUIET_LOGGERS,
+                raise_on_error=False,
+            )
+            result.dagster_run_ids.append(built.run_id)
+            if not built.success:
+                raise DemoError("\n".join(_failure_lines(built)))
+            for event in built.get_asset_materialization_events():
+                materialization = event.materialization
+                metadata = dict(materialization.metadata)
+                name = materialization.asset_key.to_user_string()
+                result.artifacts.append(name)
+                echo(
+                    f"      {name}: {_value(metadata, 'content_hash')[:12]} "
+                    f"({_value(metadata, 'size_bytes')} bytes) {_value(metadata, 'path')}"
+                )
+            echo(f"      done in {time.monotonic() - started:.1f} s")
+        else:
+            echo("[1/2] artifacts_job: the spec uses no artefact")
+        devices = devices_of(state.normalized)
+        echo(
+            f"[2/2] benchmark_job[{partition}]: benchmark_run (Pipes child) -> warehouse "
+            f"-> throughput, latency, perf_per_watt, contention; device tag {devices}"
+        )
+        started = time.monotonic()
+        benchmark = defs.resolve_job_def("benchmark_job").execute_in_process(
+            instance=instance,
+            partition_key=partition,
+            tags={DEVICE_TAG: devices, **k8s_run_tags(devices)},
+            run_config=QUIET_LOGGERS,
+            raise_on_error=False,
+        )
+        result.dagster_run_ids.append(benchmark.run_id)
+        if not benchmark.success:
+            raise DemoError("\n".join(_failure_lines(benchmark)))
+        for event in benchmark.get_asset_materialization_events():
+            metadata = dict(event.materialization.metadata)
+            if event.materialization.asset_key == dg.AssetKey("benchmark_run"):
+                result.run_id = str(_value(metadata, "run_id"))
+                result.run_dir = Path(str(_value(metadata, "run_dir")))
+        for evaluation in benchmark.get_asset_check_evaluations():
+            result.checks[evaluation.check_name] = evaluation.passed
+            result.check_notes[evaluation.check_name] = str(evaluation.description or "")
+        echo(f"      done in {time.monotonic() - started:.1f} s (Dagster run {benchmark.run_id})")
+    return result
+
+
+def summary_lines(result: DemoResult) -> list[str]:
+    """The closing lines: where the run, its report, plots and trace are; the checks; the UI."""
+    lines = [f"run directory: {result.run_dir}", f"report: {result.report_md}"]
+    lines += [f"plot: {path}" for path in result.plots()]
+    if result.trace is not None and result.trace.is_file():
+        lines.append(f"trace: {result.trace} (opens in https://ui.perfetto.dev)")
+    if result.checks:
+        verdicts = ", ".join(
+            f"{name} {'passed' if passed else 'FAILED'}" for name, passed in result.checks.items()
+        )
+        lines.append(f"checks: {verdicts}")
+        lines += [
+            f"check {name}: {result.check_notes.get(name, '')}"
+            for name, passed in result.checks.items()
+            if not passed
+        ]
+    lines.append(UI_HINT)
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--partition", default="demo", help="Spec file stem to benchmark (default: demo)."
+    )
+    parser.add_argument(
+        "--specs-dir",
+        type=Path,
+        default=None,
+        help="Folder of the spec files (default: $COLLOBENCH_SPECS_DIR, else specs/).",
+    )
+    args = parser.parse_args(argv)
+    # Dagster's preview/beta notes (Pipes internals) say nothing to a demo's reader.
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
+    try:
+        result = run_demo(args.partition, args.specs_dir)
+    except DemoError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.code
+    print("--- the demo benchmark, through Dagster ---")
+    for line in summary_lines(result):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
