@@ -241,3 +241,8 @@ def end_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)
+    # SIGKILL is delivered at once but a loaded machine may take a moment to tear the
+    # processes down: return only when nothing of the group runs (bounded).
+    deadline = time.monotonic() + 5
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
