@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import dagster as dg
@@ -84,37 +85,9 @@ def _markdown(lines: list[str]) -> dg.MetadataValue:
 # ----------------------------------------------------------------------------- validity
 
 
-_GAPS_SQL = """
-WITH windows AS (
-    SELECT trial, phase, min(window_start_ns) AS start_ns, max(window_end_ns) AS end_ns
-    FROM load_windows WHERE run_id = $run GROUP BY trial, phase
-), series AS (
-    SELECT trial, phase, 'host' AS series, ts_ns, $host_period_ms AS period_ms
-    FROM host_samples WHERE run_id = $run AND scope = 'host' AND $host_enabled
-    UNION ALL
-    SELECT trial, phase, 'gpu ' || gpu, ts_ns, $gpu_period_ms
-    FROM gpu_samples WHERE run_id = $run
-), present AS (SELECT DISTINCT trial, phase, series, period_ms FROM series),
-points AS (
-    SELECT s.trial, s.phase, s.series, s.period_ms, s.ts_ns
-    FROM series s JOIN windows w USING (trial, phase)
-    WHERE s.ts_ns BETWEEN w.start_ns AND w.end_ns
-    UNION ALL  -- the window's edges: a series must cover the window from start to end
-    SELECT p.trial, p.phase, p.series, p.period_ms, w.start_ns
-    FROM present p JOIN windows w USING (trial, phase)
-    UNION ALL
-    SELECT p.trial, p.phase, p.series, p.period_ms, w.end_ns
-    FROM present p JOIN windows w USING (trial, phase)
-), gaps AS (
-    SELECT trial, phase, series, period_ms,
-           ts_ns - lag(ts_ns) OVER (PARTITION BY trial, phase, series ORDER BY ts_ns) AS gap_ns
-    FROM points
-)
-SELECT trial, phase, series, max(gap_ns) / 1e6 AS max_gap_ms, any_value(period_ms) AS period_ms
-FROM gaps GROUP BY trial, phase, series
-HAVING max(gap_ns) / 1e6 > $periods * any_value(period_ms)
-ORDER BY trial, phase, series
-"""
+def _sql(name: str) -> str:
+    """The text of `bench_defs/sql/<name>` (works from a wheel as from a checkout)."""
+    return resources.files("bench_defs").joinpath("sql", name).read_text(encoding="utf-8")
 
 
 def validity_problems(connection: Any, run_id: str) -> list[str]:
@@ -155,7 +128,7 @@ def validity_problems(connection: Any, run_id: str) -> list[str]:
     host = telemetry.get("host") or {}
     gpu = telemetry.get("gpu") or {}
     gaps = connection.execute(
-        _GAPS_SQL,
+        _sql("telemetry_gaps.sql"),
         {
             "run": run_id,
             "host_period_ms": float(host.get("period_ms", 100.0)),
@@ -164,9 +137,10 @@ def validity_problems(connection: Any, run_id: str) -> list[str]:
             "periods": GAP_PERIODS,
         },
     ).fetchall()
-    for trial, phase, series, gap_ms, period_ms in gaps:
+    for trial, phase, pipeline, series, gap_ms, period_ms in gaps:
+        window = f"{phase} {pipeline}" if pipeline else phase
         problems.append(
-            f"trial {trial} {phase}: {series} telemetry gap of {gap_ms:.0f} ms in the load "
+            f"trial {trial} {window}: {series} telemetry gap of {gap_ms:.0f} ms in the load "
             f"window (period {period_ms:g} ms, allowed {GAP_PERIODS:g} periods)"
         )
     problems += [w for w in manifest.get("warnings", []) if FOREIGN_GPU_WARNING in w]
@@ -265,25 +239,6 @@ def regression_result(connection: Any, previous: str | None, current: str) -> dg
     )
 
 
-_SCHEDULE_SQL = """
-WITH a AS (
-    SELECT trial, phase, pipeline, query_id,
-           scheduled_ns - min(scheduled_ns) OVER (PARTITION BY trial, phase, pipeline) AS offset_ns
-    FROM queries WHERE run_id = $a
-), b AS (
-    SELECT trial, phase, pipeline, query_id,
-           scheduled_ns - min(scheduled_ns) OVER (PARTITION BY trial, phase, pipeline) AS offset_ns
-    FROM queries WHERE run_id = $b
-)
-SELECT count(*) AS arrivals,
-       count(*) FILTER (
-           WHERE a.offset_ns IS NULL OR b.offset_ns IS NULL
-              OR abs(a.offset_ns - b.offset_ns) > $tolerance
-       ) AS differing
-FROM a FULL OUTER JOIN b USING (trial, phase, pipeline, query_id)
-"""
-
-
 def reproducibility_problems(connection: Any, previous: str, current: str) -> list[str]:
     """Why `current` does not reproduce `previous` (same spec hash assumed); empty: it does."""
     a, b = loaded_run(connection, previous), loaded_run(connection, current)
@@ -292,7 +247,8 @@ def reproducibility_problems(connection: Any, previous: str, current: str) -> li
     if a.manifest.get("seeds") != b.manifest.get("seeds"):
         problems.append("the seeds differ")
     row = connection.execute(
-        _SCHEDULE_SQL, {"a": previous, "b": current, "tolerance": SCHEDULE_TOLERANCE_NS}
+        _sql("schedule_agreement.sql"),
+        {"a": previous, "b": current, "tolerance": SCHEDULE_TOLERANCE_NS},
     ).fetchone()
     arrivals, differing = (int(row[0]), int(row[1])) if row else (0, 0)
     if differing:

@@ -205,3 +205,34 @@ def test_runs_of_another_spec_are_not_compared(good_run: Path, tmp_path: Path) -
         reproduced = checks.reproducibility_result(connection, "good", other.name)
     assert regression.passed and "not comparable" in str(regression.description)
     assert reproduced.passed and "not comparable" in str(reproduced.description)
+
+
+def test_the_time_between_two_solo_baselines_is_not_a_telemetry_gap(tmp_path: Path) -> None:
+    """Two solo baselines (phase 'solo' both) 10 s apart, the host sampled every 100 ms inside
+    and around each window but not between them (the samplers restart): no gap. Then a 1 s
+    hole inside the second window: one gap, named by its window."""
+    from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder
+
+    def build(run_id: str, hole: tuple[int, int] | None) -> Path:
+        run = RunBuilder(tmp_path, run_id, {"a": "server", "b": "server"})
+        for pipeline, start_ns in (("a", 100 * SECOND_NS), ("b", 120 * SECOND_NS)):
+            run.uniform_queries(0, "solo", pipeline, 100, 10 * SECOND_NS, start_ns)
+            for tick in range(-5, 106):
+                ts_ns = start_ns + tick * 100 * MS_NS
+                if hole and pipeline == "b" and hole[0] <= ts_ns - start_ns < hole[1]:
+                    continue
+                run.add("host_samples", 0, "solo", None, ts_ns=ts_ns, scope="host", cpu_util=1.0)
+        return run.write()
+
+    with warehouse(tmp_path, build("20260101-000000-apart", None)) as connection:
+        problems = checks.validity_problems(connection, "20260101-000000-apart")
+    assert not [problem for problem in problems if "telemetry gap" in problem], problems
+    with warehouse(
+        tmp_path / "hole", build("20260101-000000-hole", (2 * SECOND_NS, 3 * SECOND_NS))
+    ) as connection:
+        problems = checks.validity_problems(connection, "20260101-000000-hole")
+    gaps = [problem for problem in problems if "telemetry gap" in problem]
+    assert gaps == [
+        "trial 0 solo b: host telemetry gap of 1100 ms in the load window "
+        "(period 100 ms, allowed 3 periods)"
+    ], problems
