@@ -1,4 +1,5 @@
-"""The Dagster code location loads, and never drags torch into the code server."""
+"""`dagster definitions validate -w workspace.yaml` (the path `make ui` uses) accepts the code
+location; no torch in it is checked by tests/test_layering.py."""
 
 from __future__ import annotations
 
@@ -29,15 +30,3 @@ def test_workspace_validates(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "All code locations passed validation" in completed.stderr + completed.stdout
 
-
-def test_definitions_do_not_import_torch() -> None:
-    code = "import sys, bench_defs.definitions; print('torch' in sys.modules)"
-    completed = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert completed.stdout.strip() == "False"
