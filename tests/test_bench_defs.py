@@ -29,4 +29,3 @@ def test_workspace_validates(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "All code locations passed validation" in completed.stderr + completed.stdout
-
