@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from analysis.db import ReadOnlyRequired, connect_read_only, is_read_only, sql_text
+from analysis.db import connect_read_only, require_read_only, sql_text
 
 # The columns of a comparison, in order (see analysis/sql/compare.sql for their definitions).
 COLUMNS = [
@@ -89,8 +89,7 @@ def compare_connection(
     """The comparison of run B against run A on an open read-only connection (COLUMNS).
 
     Raises ReadOnlyRequired on a writable connection, UnknownRun, SpecMismatch."""
-    if not is_read_only(connection):
-        raise ReadOnlyRequired("refusing to run a query on a writable connection")
+    require_read_only(connection)
     check_comparable(connection, run_a, run_b, allow_different_specs)
     frame = connection.execute(sql_text("compare.sql"), {"run_a": run_a, "run_b": run_b}).df()
     return frame[COLUMNS]

@@ -18,8 +18,7 @@ writer cannot). So:
   other program's pid.
 Every connection gets `memory_limit` (`COLLOBENCH_DUCKDB_MEMORY`, default 1GB) and a
 `temp_directory` beside the warehouse (`<db>.tmp/`), where DuckDB spills what does not fit.
-The settings are read here and, for the rest of collobench, described in stages/settings.py
-(the analysis package never imports the stages package; a test checks the two agree).
+The two settings are read here only (the analysis package never imports the stages package).
 """
 
 from __future__ import annotations
@@ -321,14 +320,19 @@ def is_read_only(connection: duckdb.DuckDBPyConnection) -> bool:
     return row is not None and str(row[0]).lower() == "read_only"
 
 
+def require_read_only(connection: duckdb.DuckDBPyConnection) -> None:
+    """Raise ReadOnlyRequired unless the connection is read-only (checked before any query)."""
+    if not is_read_only(connection):
+        raise ReadOnlyRequired("refusing to run a query on a writable connection")
+
+
 def query_connection(
     connection: duckdb.DuckDBPyConnection, sql: str
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run `sql` on a read-only connection; returns (column names, rows).
 
     Raises ReadOnlyRequired on a writable connection, before running anything."""
-    if not is_read_only(connection):
-        raise ReadOnlyRequired("refusing to run a query on a writable connection")
+    require_read_only(connection)
     result = connection.execute(sql)
     columns = [column[0] for column in result.description or []]
     return columns, result.fetchall()

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.db import ReadOnlyRequired, connect_read_only, is_read_only
+from analysis.db import connect_read_only, require_read_only
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -39,8 +39,7 @@ def query_arrow(db_path: Path | str, sql: str) -> pa.Table:
         # connection busy for connection.sql().
         probe = connection.cursor()
         try:
-            if not is_read_only(probe):
-                raise ReadOnlyRequired("refusing to run a query on a writable connection")
+            require_read_only(probe)
         finally:
             probe.close()
         relation = connection.sql(sql)
@@ -83,7 +82,7 @@ def json_value(value: Any) -> Any:
     return str(value)
 
 
-def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+def table_rows(table: pa.Table) -> list[tuple[Any, ...]]:
     """The rows as tuples, column by column (to_pylist's dicts would merge duplicate names)."""
     return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
 
@@ -94,7 +93,7 @@ def to_json(table: pa.Table) -> str:
     names = table.column_names
     rows = [
         {name: json_value(value) for name, value in zip(names, row, strict=True)}
-        for row in _rows(table)
+        for row in table_rows(table)
     ]
     return json.dumps(rows, allow_nan=False, ensure_ascii=False)
 
@@ -114,7 +113,7 @@ def to_csv(table: pa.Table) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(table.column_names)
-    for row in _rows(table):
+    for row in table_rows(table):
         writer.writerow([_csv_field(value) for value in row])
     return buffer.getvalue()
 

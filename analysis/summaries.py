@@ -16,6 +16,7 @@ and `rebuild_all` recomputes them for every loaded run.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -28,15 +29,19 @@ STATE_TABLE = "summaries_version"
 _SUMMARY_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (summary_\w+)\s+AS", re.IGNORECASE)
 
 
-def summary_tables() -> list[str]:
+# The view files are package data, fixed for the life of a process: read them once, not once
+# per loaded run.
+@functools.cache
+def summary_tables() -> tuple[str, ...]:
     """The summary tables in view-file order (a summary may read an earlier one)."""
-    return [
+    return tuple(
         table
         for name in view_files()
         for table in _SUMMARY_TABLE.findall(sql_text(f"views/{name}"))
-    ]
+    )
 
 
+@functools.cache
 def views_hash() -> str:
     """sha256 of every view file, names and text: the version of the summaries' definitions."""
     digest = hashlib.sha256()

@@ -39,33 +39,3 @@ def mlflow_tracking_uri() -> str | None:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     return f"sqlite:///{home() / 'mlflow.db'}"
-
-
-# The DuckDB warehouse's settings. The analysis package reads the same variables itself
-# (analysis/db.py: memory_limit, writer_wait_s; it imports nothing from stages); a test checks
-# that the two readings agree.
-WAREHOUSE_WAIT_ENV = "COLLOBENCH_WAREHOUSE_WAIT_S"
-DUCKDB_MEMORY_ENV = "COLLOBENCH_DUCKDB_MEMORY"
-
-
-def warehouse_wait_s() -> float:
-    """`$COLLOBENCH_WAREHOUSE_WAIT_S`, else 60: how long a `collobench load` (or the load at the
-    end of `collobench run`, or a reader) waits for another process writing the warehouse
-    before it gives up with one line (the CLI exits 2). A value that is not a number >= 0 is a
-    ValueError."""
-    raw = os.environ.get(WAREHOUSE_WAIT_ENV, "").strip()
-    if not raw:
-        return 60.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ValueError(f"{WAREHOUSE_WAIT_ENV}: {raw!r} is not a number of seconds >= 0")
-    return value
-
-
-def duckdb_memory_limit() -> str:
-    """`$COLLOBENCH_DUCKDB_MEMORY`, else "1GB": DuckDB's memory_limit on every warehouse
-    connection (beyond it DuckDB spills to `<db>.tmp/` beside the warehouse)."""
-    return os.environ.get(DUCKDB_MEMORY_ENV, "").strip() or "1GB"

@@ -106,7 +106,8 @@ def content_hash(folder: Path) -> str:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` (created) for the `with` block: one process at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -114,6 +115,23 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def single_thread_torch(seed: int | None = None) -> Iterator[Any]:
+    """torch on one intra-op thread (bitwise-reproducible reductions: the same float sums in
+    the same order each time), seeded; the process's thread count is restored afterwards
+    (builds may run inside a test or a worker). Yields the torch module."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield torch
+    finally:
+        torch.set_num_threads(threads)
 
 
 class ArtifactStore:
@@ -158,7 +176,7 @@ class ArtifactStore:
             )
         recipe = recipe_of(builder, params)
         digest_of_recipe = recipe_hash(recipe)
-        with _locked(self.root / builder.name / RECIPES / f".{digest_of_recipe}.lock"):
+        with locked(self.root / builder.name / RECIPES / f".{digest_of_recipe}.lock"):
             found = self.find(builder, params)  # another process built it while we waited
             if found is not None:
                 return found

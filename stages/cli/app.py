@@ -543,7 +543,7 @@ def sql(
     table, CSV or JSON, or write it to a file (csv, json, parquet)."""
     import duckdb
 
-    from analysis.export import FORMATS, query_arrow, to_csv, to_json, write_parquet
+    from analysis.export import FORMATS, query_arrow, table_rows, to_csv, to_json, write_parquet
 
     if output_format not in FORMATS:
         raise _fail_input([f"--format: {output_format!r} is not one of {', '.join(FORMATS)}"])
@@ -562,8 +562,7 @@ def sql(
     except duckdb.Error as error:
         raise _fail_input([f"sql: {str(error).splitlines()[0]}"]) from None
     if output_format == "table":
-        rows = zip(*(column.to_pylist() for column in table.columns), strict=True)
-        out.print(_frame_table(None, table.column_names, rows))
+        out.print(_frame_table(None, table.column_names, table_rows(table)))
         return
     if output_format == "parquet":
         assert out_file is not None

@@ -12,7 +12,6 @@ statement check imports duckdb inside the validator, which only runs when a spec
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import threading
@@ -23,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from stages.artifacts.store import locked
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
 
@@ -378,8 +378,7 @@ def _corpus_database(parquet: Path, cache_dir: Path) -> Path:
     folder = cache_dir / "retrieval_sql"
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{digest.hexdigest()[:32]}.duckdb"
-    with (folder / f"{target.name}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(folder / f"{target.name}.lock"):
         if not target.exists():
             scratch = target.with_suffix(f".{os.getpid()}.tmp")
             scratch.unlink(missing_ok=True)

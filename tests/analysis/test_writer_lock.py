@@ -20,7 +20,6 @@ import pytest
 from analysis import db as warehouse
 from analysis.db import WarehouseError, connect_read_only, writer_lock
 from analysis.loader import load_runs
-from stages import settings
 from tests.analysis.conftest import collocated_run, single_pipeline_run
 from tests.helpers import REPO
 
@@ -188,21 +187,20 @@ def test_every_connection_has_the_memory_limit_and_temp_directory(
         connect_read_only(db_path)
 
 
-@pytest.mark.parametrize("value", ["", "0", "2.5", "abc", "-1", "nan"])
-def test_the_settings_agree_with_what_analysis_reads(
-    value: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("", 60.0), ("0", 0.0), ("2.5", 2.5), ("abc", None), ("-1", None), ("nan", None)],
+)
+def test_the_writer_wait_setting(
+    value: str, expected: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(settings.WAREHOUSE_WAIT_ENV, value)
-    monkeypatch.setenv(settings.DUCKDB_MEMORY_ENV, value)
-    assert settings.WAREHOUSE_WAIT_ENV == warehouse.WAIT_ENV
-    assert settings.DUCKDB_MEMORY_ENV == warehouse.MEMORY_ENV
-    assert settings.duckdb_memory_limit() == warehouse.memory_limit()
-    try:
-        expected: float | None = settings.warehouse_wait_s()
-    except ValueError:
-        expected = None
+    """$COLLOBENCH_WAREHOUSE_WAIT_S: 60 s unset, a number >= 0, anything else one clear error;
+    $COLLOBENCH_DUCKDB_MEMORY: "1GB" unset."""
+    monkeypatch.setenv(warehouse.WAIT_ENV, value)
+    monkeypatch.setenv(warehouse.MEMORY_ENV, value)
+    assert warehouse.memory_limit() == (value or "1GB")
     if expected is None:
-        with pytest.raises(WarehouseError, match=settings.WAREHOUSE_WAIT_ENV):
+        with pytest.raises(WarehouseError, match=warehouse.WAIT_ENV):
             warehouse.writer_wait_s()
     else:
         assert warehouse.writer_wait_s() == expected

@@ -3,7 +3,7 @@
 -- of measured queries only (inner join on the query id to a non-warm-up `queries` row: warm-up
 -- queries are left out, and only the window's scheduled arrivals have rows). A query that
 -- visits the stage several times (a loop) contributes every visit. Percentiles are LoadGen's
--- (macro loadgen_quantile: sorted[floor(N * p)], an observed value).
+-- (macro loadgen_quantiles: sorted[floor(N * p)], an observed value).
 --   ttft_p*_ms        time to first token AS A USER SEES IT: first_token_ns - scheduled_ns, from
 --                     the query's scheduled arrival, so issue delay, queueing and upstream stages
 --                     count (no coordinated omission in open loop).
@@ -64,15 +64,10 @@ summary AS (
         count(*) AS generations,
         CAST(sum(tokens) AS BIGINT) AS tokens,
         avg(tokens) AS tokens_mean,
-        loadgen_quantile(ttft_ms, 0.5) AS ttft_p50_ms,
-        loadgen_quantile(ttft_ms, 0.9) AS ttft_p90_ms,
-        loadgen_quantile(ttft_ms, 0.99) AS ttft_p99_ms,
-        loadgen_quantile(stage_ttft_ms, 0.5) AS stage_ttft_p50_ms,
-        loadgen_quantile(stage_ttft_ms, 0.9) AS stage_ttft_p90_ms,
-        loadgen_quantile(stage_ttft_ms, 0.99) AS stage_ttft_p99_ms,
+        loadgen_quantiles(ttft_ms, [0.5, 0.9, 0.99]) AS ttft,
+        loadgen_quantiles(stage_ttft_ms, [0.5, 0.9, 0.99]) AS stage_ttft,
         avg(tpot_ms) AS tpot_mean_ms,
-        loadgen_quantile(tpot_ms, 0.5) AS tpot_p50_ms,
-        loadgen_quantile(tpot_ms, 0.99) AS tpot_p99_ms
+        loadgen_quantiles(tpot_ms, [0.5, 0.99]) AS tpot
     FROM events
     GROUP BY run_id, trial, phase, pipeline, stage
 )
@@ -86,15 +81,15 @@ SELECT
     s.generations,
     s.tokens,
     s.tokens_mean,
-    s.ttft_p50_ms,
-    s.ttft_p90_ms,
-    s.ttft_p99_ms,
-    s.stage_ttft_p50_ms,
-    s.stage_ttft_p90_ms,
-    s.stage_ttft_p99_ms,
+    s.ttft[1] AS ttft_p50_ms,
+    s.ttft[2] AS ttft_p90_ms,
+    s.ttft[3] AS ttft_p99_ms,
+    s.stage_ttft[1] AS stage_ttft_p50_ms,
+    s.stage_ttft[2] AS stage_ttft_p90_ms,
+    s.stage_ttft[3] AS stage_ttft_p99_ms,
     s.tpot_mean_ms,
-    s.tpot_p50_ms,
-    s.tpot_p99_ms,
+    s.tpot[1] AS tpot_p50_ms,
+    s.tpot[2] AS tpot_p99_ms,
     t.window_s,
     s.tokens / nullif(t.window_s, 0) AS tokens_per_s
 FROM summary AS s
