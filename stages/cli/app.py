@@ -158,10 +158,8 @@ def run(
     except LaunchError as error:
         raise _fail_input([f"{spec}: {error}"]) from None
     except LauncherInterruptedWithResult as interrupted:
-        _record_overrides(interrupted.result.run_dir, overrides or [])
         err.print(f"interrupted; kept what was measured in {interrupted.result.run_dir}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    _record_overrides(result.run_dir, overrides or [])
     out.print(_summary_table(result))
     db_path = db or settings.duckdb_path()
     if _load_and_show_results(result.run_dir, result.run_id, db_path):
@@ -182,20 +180,6 @@ def run(
                 markup=False,
             )
         raise typer.Exit(EXIT_FAILED_PIPELINES)
-
-
-def _record_overrides(run_dir: Path, overrides: list[str]) -> None:
-    """Add the `--set` overrides, as given, to the finished run's manifest (`overrides`), so a
-    reader sees what was changed on top of the spec file (the normalised spec holds the
-    result). Written atomically, before the run is loaded into the warehouse."""
-    from stages.rundir.tables import MANIFEST
-
-    path = run_dir / MANIFEST
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["overrides"] = list(overrides)
-    temporary = path.with_name(MANIFEST + ".tmp")
-    temporary.write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
-    temporary.replace(path)
 
 
 # The CLI is the one place where `stages` calls into `analysis` (lazily, per command).

@@ -619,6 +619,7 @@ class Launcher:
             "spec": self.loaded.normalized,
             "spec_hash": self.loaded.spec_hash,
             "spec_source": self.loaded.source,
+            "overrides": list(self.loaded.overrides),
             "seed": self.spec.seed,
             "seeds": {
                 pipeline.name: {

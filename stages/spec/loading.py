@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ class LoadedSpec:
     normalized: dict[str, Any]
     spec_hash: str
     source: str
+    overrides: tuple[str, ...] = ()
+    """The `--set path=value` overrides applied on top of the file, as given (the manifest
+    records them; `normalized` holds their result)."""
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:
@@ -136,7 +140,7 @@ def load_spec(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> 
             apply_override(document, text)
     except SpecError as error:
         raise SpecError(error.problems, str(path)) from None
-    return validate_document(document, str(path))
+    return dataclasses.replace(validate_document(document, str(path)), overrides=tuple(overrides))
 
 
 def normalize(spec: BenchmarkSpec) -> dict[str, Any]:
