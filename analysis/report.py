@@ -8,6 +8,7 @@ the report, the CLI summary and MLflow agree.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -48,8 +49,11 @@ def latest_run_id(db_path: Path | str) -> str:
     return str(row[0])
 
 
-def report(db_path: Path | str, run_id: str | None = None) -> dict[str, pd.DataFrame]:
-    """One DataFrame per view (keys of VIEWS) for `run_id`, or for the latest run when None.
+def report(
+    db_path: Path | str, run_id: str | None = None, views: Iterable[str] | None = None
+) -> dict[str, pd.DataFrame]:
+    """One DataFrame per view (`views`, default every key of VIEWS) for `run_id`, or for the
+    latest run when None.
 
     Raises LookupError for an unknown run_id or an empty warehouse, FileNotFoundError when the
     database does not exist."""
@@ -61,8 +65,8 @@ def report(db_path: Path | str, run_id: str | None = None) -> dict[str, pd.DataF
         if not (known.fetchone() or (0,))[0]:
             raise LookupError(f"{db_path}: no run {chosen!r} loaded")
         frames: dict[str, pd.DataFrame] = {}
-        for view, order in VIEWS.items():
-            # `view` and `order` come from the fixed VIEWS table, never from input.
+        for view in VIEWS if views is None else views:
+            order = VIEWS[view]  # `view` and `order` come from the fixed VIEWS table
             frames[view] = connection.execute(
                 f"SELECT * FROM {view} WHERE run_id = ? ORDER BY {', '.join(order)}", [chosen]
             ).df()

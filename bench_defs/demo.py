@@ -34,15 +34,15 @@ import dagster as dg
 
 from bench_defs.artifacts import ARTIFACT_NAMES, ARTIFACTS_GROUP
 from bench_defs.definitions import build_definitions
-from bench_defs.k8s import k8s_run_tags
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
-    DEVICE_TAG,
     SPEC_PARTITIONS,
     artifacts_used,
     devices_of,
     read_spec_state,
+    run_tags,
 )
+from bench_defs.warehouse import metadata_value
 from stages import settings
 
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
@@ -119,11 +119,6 @@ def _failure_lines(result: dg.ExecuteInProcessResult) -> list[str]:
     return lines or [f"run {result.run_id} failed"]
 
 
-def _value(metadata: dict[str, Any], key: str) -> Any:
-    entry = metadata.get(key)
-    return getattr(entry, "value", entry)
-
-
 def run_demo(
     partition: str = "demo",
     specs_dir: Path | None = None,
@@ -175,8 +170,9 @@ def run_demo(
                 name = materialization.asset_key.to_user_string()
                 result.artifacts.append(name)
                 echo(
-                    f"      {name}: {_value(metadata, 'content_hash')[:12]} "
-                    f"({_value(metadata, 'size_bytes')} bytes) {_value(metadata, 'path')}"
+                    f"      {name}: {metadata_value(metadata, 'content_hash')[:12]} "
+                    f"({metadata_value(metadata, 'size_bytes')} bytes) "
+                    f"{metadata_value(metadata, 'path')}"
                 )
             echo(f"      done in {time.monotonic() - started:.1f} s")
         else:
@@ -190,7 +186,7 @@ def run_demo(
         benchmark = defs.resolve_job_def("benchmark_job").execute_in_process(
             instance=instance,
             partition_key=partition,
-            tags={DEVICE_TAG: devices, **k8s_run_tags(devices)},
+            tags=run_tags(devices),
             run_config=QUIET_LOGGERS,
             raise_on_error=False,
         )
@@ -200,8 +196,8 @@ def run_demo(
         for event in benchmark.get_asset_materialization_events():
             metadata = dict(event.materialization.metadata)
             if event.materialization.asset_key == dg.AssetKey("benchmark_run"):
-                result.run_id = str(_value(metadata, "run_id"))
-                result.run_dir = Path(str(_value(metadata, "run_dir")))
+                result.run_id = str(metadata_value(metadata, "run_id"))
+                result.run_dir = Path(str(metadata_value(metadata, "run_dir")))
         for evaluation in benchmark.get_asset_check_evaluations():
             result.checks[evaluation.check_name] = evaluation.passed
             result.check_notes[evaluation.check_name] = str(evaluation.description or "")

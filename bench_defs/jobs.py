@@ -7,9 +7,8 @@ import dagster as dg
 
 from bench_defs.artifacts import ARTIFACTS_GROUP
 from bench_defs.benchmark import benchmark_run
-from bench_defs.k8s import k8s_run_tags
 from bench_defs.reports import report_assets
-from bench_defs.specs import DEFAULT_DEVICE, DEVICE_TAG
+from bench_defs.specs import DEFAULT_DEVICE, run_tags
 from bench_defs.warehouse import warehouse
 
 artifacts_job = dg.define_asset_job(
@@ -24,7 +23,7 @@ benchmark_job = dg.define_asset_job(
     # The sensor and the schedule tag each run with its spec's devices; a Launchpad run gets
     # this default unless its tags say otherwise (bench_defs/dagster.yaml limits one run per
     # value at a time).
-    tags={DEVICE_TAG: DEFAULT_DEVICE, **k8s_run_tags(DEFAULT_DEVICE)},
+    tags=run_tags(DEFAULT_DEVICE),
     description="One spec file's benchmark: run it (Pipes child), load it into DuckDB, check "
     "it and write its reports. Launchpad config: ops.benchmark_run.config "
     "{rate, duration_s, repeats, device}.",

@@ -36,7 +36,9 @@ EXIT_INTERRUPTED = 130
 
 def cli_command(spec: str, out: str, run_id: str, overrides: Sequence[str]) -> list[str]:
     """The `collobench run` command line this runner starts."""
+    # The `warehouse` asset loads the run and writes its report and trace: the child only runs.
     command = [sys.executable, "-m", "stages.cli", "run", spec, "--out", out, "--run-id", run_id]
+    command.append("--no-load")
     for override in overrides:
         command += ["--set", override]
     return command

@@ -117,7 +117,7 @@ def _report_asset(view: str, description: str) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, duckdb_warehouse: WarehouseResource
     ) -> dg.MaterializeResult:
         run = latest_run(context)
-        frames = duckdb_warehouse.report(run.run_id)
+        frames = duckdb_warehouse.report(run.run_id, [view])
         return dg.MaterializeResult(
             metadata=report_metadata(view, frames[view], run.run_id, run.run_dir),
             data_version=dg.DataVersion(run.run_id),

@@ -118,11 +118,11 @@ class WarehouseResource(dg.ConfigurableResource):
         finally:
             connection.close()
 
-    def report(self, run_id: str) -> dict[str, pd.DataFrame]:
-        """One DataFrame per report view for the run (analysis.report)."""
+    def report(self, run_id: str, views: list[str] | None = None) -> dict[str, pd.DataFrame]:
+        """One DataFrame per report view (`views`, default all) for the run (analysis.report)."""
         from analysis.report import report
 
-        return report(self.db_path(), run_id)
+        return report(self.db_path(), run_id, views)
 
 
 class GroupPipesClient(dg.ConfigurableResource):

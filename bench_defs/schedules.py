@@ -12,14 +12,13 @@ import os
 import dagster as dg
 
 from bench_defs.jobs import benchmark_job
-from bench_defs.k8s import k8s_run_tags
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
-    DEVICE_TAG,
     SPEC_HASH_TAG,
     SPEC_PARTITIONS,
     devices_of,
     read_spec_state,
+    run_tags,
     spec_files,
 )
 
@@ -53,11 +52,7 @@ def nightly_benchmarks(
             dg.RunRequest(
                 run_key=f"nightly:{key}:{day}",
                 partition_key=key,
-                tags={
-                    DEVICE_TAG: devices_of(state.normalized),
-                    **k8s_run_tags(devices_of(state.normalized)),
-                    SPEC_HASH_TAG: state.content_hash,
-                },
+                tags={**run_tags(devices_of(state.normalized)), SPEC_HASH_TAG: state.content_hash},
             )
         )
     return requests or dg.SkipReason("no spec file opts in with `nightly: true`")

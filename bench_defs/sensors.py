@@ -19,15 +19,14 @@ import json
 import dagster as dg
 
 from bench_defs.jobs import benchmark_job
-from bench_defs.k8s import k8s_run_tags
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
-    DEVICE_TAG,
     SPEC_HASH_TAG,
     SPEC_PARTITIONS,
     devices_of,
     file_hash,
     read_spec_state,
+    run_tags,
     spec_files,
 )
 
@@ -77,15 +76,10 @@ def spec_files_sensor(
             dg.RunRequest(
                 run_key=f"{key}:{digest[:16]}",
                 partition_key=key,
-                tags={
-                    DEVICE_TAG: devices_of(state.normalized),
-                    SPEC_HASH_TAG: digest,
-                    **k8s_run_tags(devices_of(state.normalized)),
-                },
+                tags={**run_tags(devices_of(state.normalized)), SPEC_HASH_TAG: digest},
             )
         )
-    to_delete = sorted(key for key in existing | set(seen) if key not in files)
-    to_delete = [key for key in to_delete if key in existing]
+    to_delete = sorted(existing - files.keys())
     partition_requests: list[
         dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest
     ] = []

@@ -13,6 +13,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from bench_defs.k8s import k8s_run_tags
+
 SPEC_PARTITIONS = "spec_files"
 spec_partitions = dg.DynamicPartitionsDefinition(name=SPEC_PARTITIONS)
 """`benchmark_run` and everything downstream: one partition per `specs/<stem>.yaml`."""
@@ -148,3 +150,9 @@ def read_spec_state(key: str, path: Path) -> SpecState:
     except Exception as error:  # a spec must never crash the sensor
         return SpecState(key, path, digest, None, [f"{path}: {type(error).__name__}: {error}"])
     return SpecState(key, path, digest, loaded.normalized | {"nightly": loaded.spec.nightly}, [])
+
+
+def run_tags(devices: str) -> dict[str, str]:
+    """The tags of a benchmark run on `devices`: the device tag (one run per device at a time)
+    and, under `$COLLOBENCH_K8S`, the pod configuration (bench_defs/k8s.py)."""
+    return {DEVICE_TAG: devices, **k8s_run_tags(devices)}

@@ -25,10 +25,10 @@ class RunRecord:
 
     run_id: str
     run_dir: Path
-    spec_hash: str | None
 
 
-def _value(metadata: dict[str, Any], key: str) -> Any:
+def metadata_value(metadata: dict[str, Any], key: str) -> Any:
+    """A materialisation's metadata entry as a plain value."""
     entry = metadata.get(key)
     return getattr(entry, "value", entry)
 
@@ -47,20 +47,24 @@ def benchmark_runs(
         if materialization is None:
             continue
         metadata = dict(materialization.metadata)
-        run_id, run_dir = _value(metadata, "run_id"), _value(metadata, "run_dir")
+        run_id, run_dir = metadata_value(metadata, "run_id"), metadata_value(metadata, "run_dir")
         if run_id and run_dir:
-            runs.append(RunRecord(str(run_id), Path(str(run_dir)), _value(metadata, "spec_hash")))
+            runs.append(RunRecord(str(run_id), Path(str(run_dir))))
     return runs
+
+
+def _no_benchmark_run(partition_key: str) -> dg.Failure:
+    return dg.Failure(
+        f"partition {partition_key!r} has no benchmark_run materialisation; "
+        "materialise benchmark_run first"
+    )
 
 
 def latest_run(context: dg.AssetExecutionContext) -> RunRecord:
     """The partition's latest benchmark run, or a Failure naming the fix."""
     found = benchmark_runs(context.instance, context.partition_key, limit=1)
     if not found:
-        raise dg.Failure(
-            f"partition {context.partition_key!r} has no benchmark_run materialisation; "
-            "materialise benchmark_run first"
-        )
+        raise _no_benchmark_run(context.partition_key)
     return found[0]
 
 
@@ -71,17 +75,18 @@ def latest_run(context: dg.AssetExecutionContext) -> RunRecord:
     kinds={"duckdb"},
     check_specs=checks.check_specs("warehouse"),
     description="The partition's latest benchmark run loaded into the DuckDB warehouse "
-    "(idempotent), with report.md and its plots written beside the run; checks: validity, "
-    "regression and reproducibility against the previous materialisation.",
+    "(idempotent), with report.md, its plots and trace.json written beside the run; checks: "
+    "validity, regression and reproducibility against the previous materialisation.",
 )
 def warehouse(
     context: dg.AssetExecutionContext, duckdb_warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
     from analysis.report_file import write_report
+    from analysis.trace import write_trace
 
     runs = benchmark_runs(context.instance, context.partition_key, limit=2)
     if not runs:
-        latest_run(context)  # raises the Failure
+        raise _no_benchmark_run(context.partition_key)
     current = runs[0]
     previous = runs[1] if len(runs) > 1 else None
     loaded = duckdb_warehouse.load([current.run_dir])[0]
@@ -90,6 +95,7 @@ def warehouse(
     if previous is not None and known is None and previous.run_dir.is_dir():
         duckdb_warehouse.load([previous.run_dir])
     files = write_report(duckdb_warehouse.db_path(), current.run_id)
+    trace = write_trace(duckdb_warehouse.db_path(), current.run_id)
     previous_id = previous.run_id if previous else None
     with duckdb_warehouse.reader() as connection:
         results = [
@@ -106,6 +112,7 @@ def warehouse(
             "replaced": loaded.replaced,
             "rows": dg.MetadataValue.json(dict(loaded.rows)),
             "report_md": dg.MetadataValue.path(str(files.report_md)),
+            "trace": dg.MetadataValue.path(str(trace.path)),
             "previous_run_id": previous_id or "none",
         },
         data_version=dg.DataVersion(current.run_id),

@@ -127,6 +127,14 @@ def run(
             "<UTC time>-<spec name>-<random>. Dagster passes one so it knows the folder.",
         ),
     ] = None,
+    load: Annotated[
+        bool,
+        typer.Option(
+            "--load/--no-load",
+            help="Load the run into DuckDB and write its report and trace (Dagster's "
+            "`warehouse` asset does both itself, so its runs pass --no-load).",
+        ),
+    ] = True,
 ) -> None:
     """Run a benchmark: solo baselines, then the pipelines collocated; write a run directory,
     load it into DuckDB and record it in MLflow. `--set` overrides are recorded in the
@@ -162,7 +170,7 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     out.print(_summary_table(result))
     db_path = db or settings.duckdb_path()
-    if _load_and_show_results(result.run_dir, result.run_id, db_path):
+    if load and _load_and_show_results(result.run_dir, result.run_id, db_path):
         try:
             _write_report_files(db_path, result.run_id, None)
         except Exception as error:  # the run is on disk: a report failure is only a warning

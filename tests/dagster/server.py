@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from bench_defs.resources import end_process_group
 from tests.helpers import REPO
 
 START_TIMEOUT_S = 180.0
@@ -25,18 +25,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def end_group(process: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
-    """SIGTERM the process group the process leads, SIGKILL what is left after `grace_s`."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -81,4 +69,4 @@ def dagster_dev(
                 time.sleep(1)
             yield port, process
         finally:
-            end_group(process)
+            end_process_group(process, grace_s=30.0)
