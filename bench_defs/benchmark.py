@@ -76,7 +76,8 @@ def benchmark_run(
     if tagged != devices:
         context.log.warning(
             f"this run is tagged {DEVICE_TAG}={tagged!r} but the benchmark uses {devices!r}: "
-            "the one-run-per-device limit cannot protect it; set the tag when launching"
+            "Dagster may start it beside another benchmark on that device, and then it waits "
+            "for the device lock `collobench run` holds; set the tag when launching"
         )
     run_id = collobench_run_id(key, context.run.run_id)
     runs = collobench.runs_path()

@@ -27,6 +27,18 @@ def artifacts_dir() -> Path:
     return home() / "artifacts"
 
 
+def locks_dir() -> Path:
+    """Where the one-benchmark-per-device locks live: `$COLLOBENCH_LOCK_DIR`, else `locks/` under
+    the home (set it to one folder for every home on a machine to share the devices' locks)."""
+    return Path(os.environ.get("COLLOBENCH_LOCK_DIR") or home() / "locks").absolute()
+
+
+def device_wait_s() -> float:
+    """How long a run waits for a device another benchmark holds (`COLLOBENCH_DEVICE_WAIT_S`,
+    default one hour) before giving up with exit code 2."""
+    return float(os.environ.get("COLLOBENCH_DEVICE_WAIT_S", "3600"))
+
+
 def duckdb_path() -> Path:
     return home() / "results.duckdb"
 

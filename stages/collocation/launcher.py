@@ -32,6 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from stages import settings
+from stages.collocation.device_locks import DeviceBusy, held_devices
 from stages.collocation.placement import check_collocation
 from stages.collocation.worker import WorkerTask, worker_main
 from stages.rundir.tables import MANIFEST, merge_parts, read_table
@@ -128,6 +130,10 @@ class RunOptions:
     log_to_mlflow: Callable[[Path, str], str | None] | None = None
     """Records the finished run at `mlflow_uri` and returns the MLflow run id (injected by the
     composition root, as `summarize_phase` is)."""
+    lock_dir: Path = field(default_factory=settings.locks_dir)
+    """Where the per-device locks live (see `device_locks`)."""
+    device_wait_s: float = field(default_factory=settings.device_wait_s)
+    """How long to wait for a device another benchmark holds before refusing to start."""
 
 
 def new_run_id(spec_name: str) -> str:
@@ -696,5 +702,12 @@ class LauncherInterruptedWithResult(Exception):
 
 
 def run_benchmark(loaded: LoadedSpec, options: RunOptions) -> RunResult:
-    """Run a validated spec; see `Launcher`."""
-    return Launcher(loaded, options).run()
+    """Run a validated spec; see `Launcher`. The run holds its devices' locks throughout, so
+    two benchmarks never share a device by accident, however each was started."""
+    launcher = Launcher(loaded, options)
+    devices = [pipeline.device for pipeline in loaded.spec.pipelines]
+    try:
+        with held_devices(devices, options.lock_dir, options.device_wait_s, launcher.run_id):
+            return launcher.run()
+    except DeviceBusy as busy:
+        raise LaunchError(str(busy)) from None
