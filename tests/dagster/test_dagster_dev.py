@@ -1,7 +1,9 @@
 """The real path, as a user meets it: `dagster dev` on a loopback port with a temporary
 DAGSTER_HOME; `benchmark_job` launched for a tiny spec through the GraphQL API (as the
-Launchpad does, the partition as the `dagster/partition` tag); the report metadata found; then a
-long run cancelled, and no process of it left. The server is ended by process group."""
+Launchpad does, the partition as the `dagster/partition` tag) and the report metadata found;
+the same launch again, reproduced by the `reproducibility` check; a spec file dropped into the
+specs folder, run by the daemon's `spec_files_sensor`; then a long run cancelled, and no process
+of it left. The server is ended by process group."""
 
 from __future__ import annotations
 
@@ -64,6 +66,52 @@ def dagster_dev(tmp_path: Path, specs_dir: Path) -> Iterator[tuple[Any, subproce
         yield DagsterGraphQLClient("127.0.0.1", port_number=port), process
 
 
+CHECK_EXECUTIONS = """
+query ($key: AssetKeyInput!, $check: String!) {
+  assetCheckExecutions(assetKey: $key, checkName: $check, limit: 5) {
+    runId
+    evaluation {
+      success
+      description
+      metadataEntries { label ... on TextMetadataEntry { text } }
+    }
+  }
+}
+"""
+
+SENSOR_TICKS = """
+query ($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    ... on Sensor { sensorState { ticks(limit: 5) { status } } }
+  }
+}
+"""
+
+PARTITION_RUNS = """
+query ($partition: String!) {
+  runsOrError(filter: {tags: [{key: "dagster/partition", value: $partition}]}) {
+    ... on Runs { results { runId status tags { key value } } }
+  }
+}
+"""
+
+
+def _sensor_ticked(client: Any) -> bool:
+    selector = {
+        "repositoryLocationName": LOCATION,
+        "repositoryName": "__repository__",
+        "sensorName": "spec_files_sensor",
+    }
+    data = client._execute(SENSOR_TICKS, {"selector": selector})
+    ticks = data["sensorOrError"]["sensorState"]["ticks"]
+    return any(tick["status"] in ("SKIPPED", "SUCCESS") for tick in ticks)
+
+
+def _partition_runs(client: Any, partition: str) -> list[dict[str, Any]]:
+    data = client._execute(PARTITION_RUNS, {"partition": partition})
+    return list(data["runsOrError"]["results"])
+
+
 def _wait_for(client: Any, run_id: str, statuses: set[str], timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -90,7 +138,9 @@ def _benchmark_processes(dev_group: int) -> list[psutil.Process]:
     return found
 
 
-def test_launch_from_graphql_then_cancel(dagster_dev: tuple[Any, subprocess.Popen[bytes]]) -> None:
+def test_launch_rerun_sensor_then_cancel(
+    dagster_dev: tuple[Any, subprocess.Popen[bytes]], specs_dir: Path
+) -> None:
     client, server = dagster_dev
     run_id = client.submit_job_execution(
         "benchmark_job",
@@ -106,6 +156,48 @@ def test_launch_from_graphql_then_cancel(dagster_dev: tuple[Any, subprocess.Pope
     assert "p99 ms" in entries["table"]["mdStr"]
     assert entries["plot_latency_cdf"]["mdStr"].startswith("![latency_cdf](data:image/png;base64,")
     assert Path(entries["plot_latency_cdf_path"]["path"]).is_file()
+
+    # Drop a new spec once the daemon's sensor has taken its baseline (its first tick), so the
+    # file is new to it; its next tick (30 s later at most) runs the file's benchmark.
+    deadline = time.monotonic() + 120
+    while not _sensor_ticked(client):
+        assert time.monotonic() < deadline, "spec_files_sensor never ticked"
+        time.sleep(1)
+    write_spec(specs_dir, "dropped", tiny_spec("dropped"))
+
+    # Rerun the partition as the Launchpad would: the reproducibility check compares the two.
+    rerun_id = client.submit_job_execution(
+        "benchmark_job",
+        repository_location_name=LOCATION,
+        run_config={"ops": {"benchmark_run": {"config": {"rate": 60}}}},
+        tags={"dagster/partition": "tiny"},
+    )
+    assert _wait_for(client, rerun_id, {"SUCCESS", "FAILURE", "CANCELED"}, 300) == "SUCCESS"
+    checks = client._execute(
+        CHECK_EXECUTIONS,
+        {"key": {"path": ["warehouse"]}, "check": "reproducibility"},
+    )["assetCheckExecutions"]
+    latest = next((e for e in checks if e["runId"] == rerun_id), None)
+    assert latest is not None, (rerun_id, checks)
+    evaluation = latest["evaluation"]
+    compared = {entry["label"]: entry.get("text") for entry in evaluation["metadataEntries"]}
+    assert compared["compared_with"].endswith(f"-tiny-{run_id[:8]}"), evaluation
+    # The schedule is the deterministic half of reproducing; the figures may disagree on a
+    # machine as loaded as CI's (then the description names which), never the schedule.
+    assert "scheduled arrivals differ" not in evaluation["description"], evaluation
+    assert evaluation["success"] == (evaluation["description"] == "reproduced"), evaluation
+
+    deadline = time.monotonic() + 180
+    while not (runs := _partition_runs(client, "dropped")):
+        assert time.monotonic() < deadline, "the sensor did not run the dropped spec"
+        time.sleep(2)
+    (sensor_run,) = runs
+    tags = {tag["key"]: tag["value"] for tag in sensor_run["tags"]}
+    assert tags["dagster/sensor_name"] == "spec_files_sensor"
+    assert tags["collobench/device"] == "cpu"
+    assert _wait_for(client, sensor_run["runId"], {"SUCCESS", "FAILURE", "CANCELED"}, 300) == (
+        "SUCCESS"
+    )
 
     long_id = client.submit_job_execution(
         "benchmark_job", repository_location_name=LOCATION, tags={"dagster/partition": "long"}
