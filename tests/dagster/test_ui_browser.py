@@ -148,6 +148,9 @@ def test_asset_graph_and_run_page_render(ui: Ui, tmp_path: Path) -> None:
     )
     assert "p99 ms" in report and "| solo |" not in report  # a table, not raw Markdown
     assert "plot_latency_cdf" in report and "solo" in report
+    # Dagster's UI renders Markdown of 1,000 characters or more (our base64 plots) behind a
+    # "[Show Markdown]" link that opens it in a dialog; shorter Markdown (the table) inline.
+    assert re.search(r"plot_latency_cdf .{0,40}\[Show Markdown\]", report), report[:2000]
 
     page = render(f"{ui.base_url}/runs/{run_id}", tmp_path / "run.png", profile)
     assert "benchmark_job" in page and run_id[:8] in page
