@@ -221,15 +221,34 @@ def _not_comparable(
     )
 
 
-def regression_result(connection: Any, previous: str | None, current: str) -> dg.AssetCheckResult:
-    """Fails when `analysis.compare.regressions` finds a headline row 'slower'."""
+def comparison_results(
+    connection: Any, previous: str | None, current: str
+) -> list[dg.AssetCheckResult]:
+    """`regression` and `reproducibility`, both read from one comparison of the two runs."""
+    comparable = _not_comparable(REGRESSION, connection, previous, current) is None
+    comparison = None
+    if comparable and previous is not None:
+        comparison = _comparison(connection, previous, current)
+    return [
+        regression_result(connection, previous, current, comparison),
+        reproducibility_result(connection, previous, current, comparison),
+    ]
+
+
+def regression_result(
+    connection: Any, previous: str | None, current: str, comparison: Any = None
+) -> dg.AssetCheckResult:
+    """Fails when `analysis.compare.regressions` finds a headline row 'slower'; `comparison`
+    is `compare`'s frame of the two runs when the caller has it already."""
     from analysis.compare import regressions
 
     skipped = _not_comparable(REGRESSION, connection, previous, current)
     if skipped is not None:
         return skipped
     assert previous is not None
-    found = regressions(_comparison(connection, previous, current))
+    if comparison is None:
+        comparison = _comparison(connection, previous, current)
+    found = regressions(comparison)
     return dg.AssetCheckResult(
         check_name=REGRESSION,
         passed=found.empty,
@@ -239,7 +258,9 @@ def regression_result(connection: Any, previous: str | None, current: str) -> dg
     )
 
 
-def reproducibility_problems(connection: Any, previous: str, current: str) -> list[str]:
+def reproducibility_problems(
+    connection: Any, previous: str, current: str, comparison: Any = None
+) -> list[str]:
     """Why `current` does not reproduce `previous` (same spec hash assumed); empty: it does."""
     a, b = loaded_run(connection, previous), loaded_run(connection, current)
     assert a is not None and b is not None
@@ -253,7 +274,8 @@ def reproducibility_problems(connection: Any, previous: str, current: str) -> li
     arrivals, differing = (int(row[0]), int(row[1])) if row else (0, 0)
     if differing:
         problems.append(f"{differing} of {arrivals} scheduled arrivals differ from {previous}")
-    comparison = _comparison(connection, previous, current)
+    if comparison is None:
+        comparison = _comparison(connection, previous, current)
     if not comparison.empty:
         over_trials = comparison["trial"].isna()
         headline = comparison[over_trials] if over_trials.any() else comparison
@@ -271,13 +293,13 @@ def reproducibility_problems(connection: Any, previous: str, current: str) -> li
 
 
 def reproducibility_result(
-    connection: Any, previous: str | None, current: str
+    connection: Any, previous: str | None, current: str, comparison: Any = None
 ) -> dg.AssetCheckResult:
     skipped = _not_comparable(REPRODUCIBILITY, connection, previous, current)
     if skipped is not None:
         return skipped
     assert previous is not None
-    problems = reproducibility_problems(connection, previous, current)
+    problems = reproducibility_problems(connection, previous, current, comparison)
     return dg.AssetCheckResult(
         check_name=REPRODUCIBILITY,
         passed=not problems,

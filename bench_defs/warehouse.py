@@ -100,8 +100,7 @@ def warehouse(
     with duckdb_warehouse.reader() as connection:
         results = [
             checks.validity_result(connection, current.run_id),
-            checks.regression_result(connection, previous_id, current.run_id),
-            checks.reproducibility_result(connection, previous_id, current.run_id),
+            *checks.comparison_results(connection, previous_id, current.run_id),
         ]
     return dg.MaterializeResult(
         metadata={

@@ -179,11 +179,23 @@ def test_regression_and_reproducibility_pass_on_a_rerun_that_agrees(
     assert first.passed and "no previous" in str(first.description)
 
 
-def test_regression_fails_when_latency_got_worse(good_run: Path, tmp_path: Path) -> None:
+def test_regression_fails_when_latency_got_worse(
+    good_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import analysis.compare
+
+    comparisons: list[str] = []
+    compare_connection = analysis.compare.compare_connection
+
+    def counted(connection: Any, a: str, b: str) -> Any:
+        comparisons.append(b)
+        return compare_connection(connection, a, b)
+
+    monkeypatch.setattr(analysis.compare, "compare_connection", counted)
     slow = clone(good_run, f"slow-{tmp_path.name}", select={"queries": _SLOWER})
     with warehouse(tmp_path, good_run, slow) as connection:
-        result = checks.regression_result(connection, "good", slow.name)
-        reproduced = checks.reproducibility_result(connection, "good", slow.name)
+        result, reproduced = checks.comparison_results(connection, "good", slow.name)
+    assert comparisons == [slow.name]  # both checks read one comparison
     assert not result.passed
     assert "latency" in str(result.metadata["regressions"].value)
     assert "slower" in str(result.metadata["regressions"].value)
