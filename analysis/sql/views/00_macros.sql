@@ -42,6 +42,15 @@ CREATE OR REPLACE MACRO t975(df) AS
         ][CAST(df AS BIGINT)]
     END AS DOUBLE);
 
+-- wilson95(p, n, side): an end of the Wilson score 95% interval (z = 1.96) of a share p of n
+-- independent draws; side = -1 the low end, +1 the high end. Unlike p +- z*sqrt(p(1-p)/n) it
+-- stays inside [0, 1] and is sensible at p = 0 and p = 1. NULL when p is NULL.
+-- (p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
+CREATE OR REPLACE MACRO wilson95(p, n, side) AS
+    (p + 1.96 * 1.96 / (2 * n)
+        + side * 1.96 * sqrt(p * (1 - p) / n + 1.96 * 1.96 / (4 * n * n)))
+    / (1 + 1.96 * 1.96 / n);
+
 -- Batch means within one trial: the measured queries, in scheduled order, are cut into
 -- CI_BATCHES consecutive batches (ntile), a statistic is computed per batch, and its standard
 -- error is stddev(batch statistics) / sqrt(batches). Consecutive batches keep the run's

@@ -39,8 +39,7 @@ WITH counted AS (
 shares AS (
     SELECT
         *,
-        CASE WHEN slo_ms IS NOT NULL THEN good_queries / queries::DOUBLE END AS p,
-        1.96 AS z
+        CASE WHEN slo_ms IS NOT NULL THEN good_queries / queries::DOUBLE END AS p
     FROM counted
 )
 SELECT
@@ -56,13 +55,8 @@ SELECT
     CASE WHEN s.slo_ms IS NOT NULL THEN s.good_queries END AS good_queries,
     CASE WHEN s.slo_ms IS NOT NULL THEN s.late_queries END AS late_queries,
     s.p AS goodput_share,
-    -- Wilson: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
-    (s.p + s.z * s.z / (2 * s.queries)
-        - s.z * sqrt(s.p * (1 - s.p) / s.queries + s.z * s.z / (4 * s.queries * s.queries)))
-        / (1 + s.z * s.z / s.queries) AS goodput_share_ci_low,
-    (s.p + s.z * s.z / (2 * s.queries)
-        + s.z * sqrt(s.p * (1 - s.p) / s.queries + s.z * s.z / (4 * s.queries * s.queries)))
-        / (1 + s.z * s.z / s.queries) AS goodput_share_ci_high,
+    wilson95(s.p, s.queries, -1) AS goodput_share_ci_low,
+    wilson95(s.p, s.queries, 1) AS goodput_share_ci_high,
     CASE WHEN s.p IS NOT NULL THEN 'wilson_95' END AS ci_method,
     t.window_s,
     CASE WHEN s.slo_ms IS NOT NULL THEN s.good_queries / nullif(t.window_s, 0) END

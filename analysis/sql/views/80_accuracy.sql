@@ -32,10 +32,7 @@ totals AS (
     GROUP BY run_id, trial, phase, pipeline, stage
 ),
 wilson AS (
-    SELECT
-        *,
-        CASE WHEN graded > 0 THEN correct / graded::DOUBLE END AS p,
-        1.96 AS z
+    SELECT *, CASE WHEN graded > 0 THEN correct / graded::DOUBLE END AS p
     FROM totals
 )
 SELECT
@@ -48,13 +45,8 @@ SELECT
     graded,
     correct,
     p AS accuracy,
-    -- Wilson: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
-    (p + z * z / (2 * graded)
-        - z * sqrt(p * (1 - p) / graded + z * z / (4 * graded * graded)))
-        / (1 + z * z / graded) AS accuracy_ci_low,
-    (p + z * z / (2 * graded)
-        + z * sqrt(p * (1 - p) / graded + z * z / (4 * graded * graded)))
-        / (1 + z * z / graded) AS accuracy_ci_high,
+    wilson95(p, graded, -1) AS accuracy_ci_low,
+    wilson95(p, graded, 1) AS accuracy_ci_high,
     'wilson_95' AS ci_method
 FROM wilson;
 
