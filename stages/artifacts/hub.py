@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -69,16 +70,22 @@ def probe_endpoint(endpoint: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         pass
 
 
-def _from_pretrained(task: Task, name: str, local_files_only: bool) -> tuple[Any, Any]:
-    """(model, tokenizer) through transformers; the one call tests replace with a fake."""
+def load_pretrained(source: str | Path, task: Task, local_files_only: bool) -> tuple[Any, Any]:
+    """(model in eval mode, tokenizer) through transformers, from a hub name or a model folder;
+    the one place collobench calls `from_pretrained`."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     loader = AutoModelForCausalLM if task == "causal_lm" else AutoModel
-    tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_files_only)
-    model = loader.from_pretrained(name, local_files_only=local_files_only)
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
+    model = loader.from_pretrained(source, local_files_only=local_files_only).eval()
     return model, tokenizer
+
+
+def _from_pretrained(task: Task, name: str, local_files_only: bool) -> tuple[Any, Any]:
+    """A hub model through `load_pretrained`; the one call tests replace with a fake."""
+    return load_pretrained(name, task, local_files_only)
 
 
 def _short_timeouts() -> None:

@@ -255,13 +255,9 @@ class MiniLmBuilder(ArtifactBuilder):
 
 def load_encoder(folder: Path | str, local_files_only: bool = True) -> tuple[Any, Any]:
     """(model, tokenizer) of a sentence-embedding model folder, hub offline."""
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from stages.artifacts.hub import load_pretrained
 
-    hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=local_files_only)
-    model = AutoModel.from_pretrained(folder, local_files_only=local_files_only).eval()
-    return model, tokenizer
+    return load_pretrained(folder, "encoder", local_files_only)
 
 
 def mean_pool_normalised(hidden: Any, attention_mask: Any) -> Any:

@@ -144,12 +144,9 @@ def _load_model(
 
         model, tokenizer = load_encoder(built.path)
         return model, tokenizer, f"{reference}@{built.content_hash[:12]}"
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from stages.artifacts.hub import load_pretrained
 
-    hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(built.path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(built.path, local_files_only=True).eval()
+    model, tokenizer = load_pretrained(built.path, "causal_lm", local_files_only=True)
     return model, tokenizer, f"{reference}@{built.content_hash[:12]}"
 
 
