@@ -135,8 +135,10 @@ def build_trace(
     """The trace of `run_id` as a Chrome JSON object ({"traceEvents": [...], ...})."""
     params = {"run_id": run_id, "max_queries": max_queries}
     tracks = _fetch(connection, "traced_queries", **params)
-    visits = _fetch(connection, "visits", **params)
-    operators = _fetch(connection, "operators", **params)
+    # Which queries to draw is decided once (traced_queries.sql), and passed to the others.
+    kept = [track for track in tracks if track["kept"]]
+    visits = _fetch(connection, "visits", run_id=run_id, tracks=kept) if kept else []
+    operators = _fetch(connection, "operators", run_id=run_id, tracks=kept) if kept else []
     counters = _fetch(connection, "counters", run_id=run_id)
     trials = len({row["trial"] for row in tracks}) or 1
     builder = _Builder()

@@ -1,22 +1,12 @@
 -- operators: the operator spans (`operator_spans`, written only when a model stage profiled)
 -- of the queries the trace keeps (the first $max_queries query ids per (trial, phase,
--- pipeline), as in visits.sql), the profiler's `window` rows included (each encloses its
+-- pipeline), traced_queries.sql's tracks as in visits.sql), the profiler's `window` rows included (each encloses its
 -- visit's operators). Ordered by start, longest first, so an enclosing span comes before the
 -- spans it contains.
 WITH kept AS (
-    SELECT pipeline, phase, trial, query_id
-    FROM (
-        SELECT
-            trial,
-            phase,
-            pipeline,
-            query_id,
-            dense_rank() OVER (PARTITION BY trial, phase, pipeline ORDER BY query_id) AS position
-        FROM stage_events
-        WHERE run_id = $run_id
-    )
-    WHERE position <= $max_queries
-    GROUP BY ALL
+    -- One row per track: $tracks is traced_queries.sql's result, passed back by the caller.
+    SELECT track.trial, track.phase, track.pipeline, track.last_kept_query_id
+    FROM (SELECT unnest($tracks) AS track)
 )
 SELECT
     o.trial,
@@ -38,6 +28,6 @@ SEMI JOIN kept AS k
     ON o.trial = k.trial
     AND o.phase = k.phase
     AND o.pipeline IS NOT DISTINCT FROM k.pipeline
-    AND o.query_id = k.query_id
+    AND o.query_id <= k.last_kept_query_id
 WHERE o.run_id = $run_id
 ORDER BY o.pipeline, o.phase, o.trial, o.stage, o.start_ns, o.end_ns DESC;

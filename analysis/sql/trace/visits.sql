@@ -4,19 +4,9 @@
 -- integer nanoseconds of the run's monotonic clock; the trace divides by 1000 (microseconds).
 -- Ordered by query and start, so consecutive rows of one query are the hops of its flow.
 WITH kept AS (
-    SELECT pipeline, phase, trial, query_id
-    FROM (
-        SELECT
-            trial,
-            phase,
-            pipeline,
-            query_id,
-            dense_rank() OVER (PARTITION BY trial, phase, pipeline ORDER BY query_id) AS position
-        FROM stage_events
-        WHERE run_id = $run_id
-    )
-    WHERE position <= $max_queries
-    GROUP BY ALL
+    -- One row per track: $tracks is traced_queries.sql's result, passed back by the caller.
+    SELECT track.trial, track.phase, track.pipeline, track.last_kept_query_id
+    FROM (SELECT unnest($tracks) AS track)
 )
 SELECT
     e.trial,
@@ -38,7 +28,7 @@ SEMI JOIN kept AS k
     ON e.trial = k.trial
     AND e.phase = k.phase
     AND e.pipeline IS NOT DISTINCT FROM k.pipeline
-    AND e.query_id = k.query_id
+    AND e.query_id <= k.last_kept_query_id
 LEFT JOIN queries AS q
     ON q.run_id = e.run_id
     AND q.trial = e.trial
