@@ -226,6 +226,7 @@ def test_twenty_random_worker_kills_lose_nothing_older_than_one_flush(tmp_path: 
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1200)  # 20 launches of five workers: ~4 min, more on a loaded machine
 def test_a_hundred_random_worker_kills_lose_nothing_older_than_one_flush(
     tmp_path: Path,
 ) -> None:
