@@ -52,8 +52,11 @@ perf: install
 	$(BIN)/python perf/fidelity.py
 	$(BIN)/python perf/analysis_speed.py
 
+# The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through
+# dagster dev and the CLI) and the 1M-query runtime flatness run (perf/stage_overhead.py --soak),
+# summed up in one JSON line; exits 1 when pytest fails or a target is missed.
 soak: install
-	$(BIN)/python perf/stage_overhead.py --soak
+	$(BIN)/python perf/soak.py
 
 # On a machine with an NVIDIA GPU: NVML, CUDA sync and placement, the GPU sampler, MPS, and the
 # model specs on cuda; one line per check and a JSON line (also to $$GPU_CHECK_OUT when set).

@@ -1,23 +1,84 @@
 """Helpers of the tests that start processes of their own: `dagster dev` on a free loopback
 port (from Python, in a new session, ended by process group: started from a shell in the
-background it ignores SIGINT and SIGTERM), and the process-group ending itself."""
+background it ignores SIGINT and SIGTERM), the process-group ending itself, a Dagster instance
+prepared for it, and `benchmark_job` launched and awaited through GraphQL (as the Launchpad
+does)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import psutil
 
 from bench_defs.resources import end_process_group
+from bench_defs.specs import SPEC_PARTITIONS
 from tests.helpers import REPO
 
 START_TIMEOUT_S = 180.0
+LOCATION = "collobench"
+"""The code location's name in workspace.yaml."""
+ENDED = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
+
+
+def prepare_instance(dagster_home: Path, partitions: Iterable[str]) -> None:
+    """A fresh DAGSTER_HOME with the project's dagster.yaml and these spec partitions."""
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "bench_defs" / "dagster.yaml", dagster_home / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        instance.add_dynamic_partitions(SPEC_PARTITIONS, list(partitions))
+
+
+def launch_benchmark(
+    client: Any, partition: str, run_config: Mapping[str, Any] | None = None
+) -> str:
+    """Submit `benchmark_job` for one spec partition through GraphQL; returns the run id."""
+    return str(
+        client.submit_job_execution(
+            "benchmark_job",
+            repository_location_name=LOCATION,
+            run_config=dict(run_config or {}),
+            tags={"dagster/partition": partition},
+        )
+    )
+
+
+def wait_for_run(client: Any, run_id: str, statuses: Iterable[str], timeout_s: float) -> str:
+    """Poll a Dagster run until its status is one of `statuses`; returns that status."""
+    wanted = set(statuses)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = client.get_run_status(run_id).value
+        if status in wanted:
+            return str(status)
+        assert time.monotonic() < deadline, f"run {run_id} still {status} after {timeout_s} s"
+        time.sleep(1)
+
+
+def benchmark_processes(dev_group: int) -> list[psutil.Process]:
+    """Processes of this test's benchmarks: they carry its COLLOBENCH_HOME and are not part of
+    dagster dev's own process group (the Pipes child starts its own session)."""
+    home = os.environ["COLLOBENCH_HOME"]
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if process.environ().get("COLLOBENCH_HOME") == home and (
+                os.getpgid(process.pid) != dev_group
+            ):
+                found.append(process)
+    return found
 
 
 def free_port() -> int:

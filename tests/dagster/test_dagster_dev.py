@@ -7,27 +7,19 @@ of it left. The server is ended by process group."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
-import psutil
 import pytest
 
-from bench_defs.specs import SPEC_PARTITIONS
 from tests.dagster import server
 from tests.dagster.conftest import tiny_spec, write_spec
-from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 
-LOCATION = "collobench"
 CANCEL_WITHIN_S = 30.0
 
 MATERIALIZATIONS = """
@@ -46,25 +38,6 @@ query ($key: AssetKeyInput!, $partition: String!) {
   }
 }
 """
-
-
-@pytest.fixture
-def dagster_dev(tmp_path: Path, specs_dir: Path) -> Iterator[tuple[Any, subprocess.Popen[bytes]]]:
-    from dagster_graphql import DagsterGraphQLClient
-
-    dagster_home = tmp_path / "dagster_home"
-    dagster_home.mkdir()
-    shutil.copy(REPO / "bench_defs" / "dagster.yaml", dagster_home / "dagster.yaml")
-    write_spec(specs_dir, "tiny", tiny_spec())
-    long = tiny_spec("long")
-    long["pipelines"][0]["loadgen"].update(duration_s=120, timeout_s=300)
-    write_spec(specs_dir, "long", long)
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        instance.add_dynamic_partitions(SPEC_PARTITIONS, ["tiny", "long"])
-    env = {"COLLOBENCH_SPECS_DIR": str(specs_dir)}
-    with server.dagster_dev(dagster_home, env, tmp_path / "dagster_dev.log") as (port, process):
-        yield DagsterGraphQLClient("127.0.0.1", port_number=port), process
-
 
 CHECK_EXECUTIONS = """
 query ($key: AssetKeyInput!, $check: String!) {
@@ -98,7 +71,7 @@ query ($partition: String!) {
 
 def _sensor_ticked(client: Any) -> bool:
     selector = {
-        "repositoryLocationName": LOCATION,
+        "repositoryLocationName": server.LOCATION,
         "repositoryName": "__repository__",
         "sensorName": "spec_files_sensor",
     }
@@ -112,43 +85,29 @@ def _partition_runs(client: Any, partition: str) -> list[dict[str, Any]]:
     return list(data["runsOrError"]["results"])
 
 
-def _wait_for(client: Any, run_id: str, statuses: set[str], timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status = client.get_run_status(run_id).value
-        if status in statuses:
-            return str(status)
-        assert time.monotonic() < deadline, f"run {run_id} still {status} after {timeout_s} s"
-        time.sleep(1)
+@pytest.fixture
+def dagster_dev(tmp_path: Path, specs_dir: Path) -> Iterator[tuple[Any, subprocess.Popen[bytes]]]:
+    from dagster_graphql import DagsterGraphQLClient
 
-
-def _benchmark_processes(dev_group: int) -> list[psutil.Process]:
-    """Processes of this test's benchmarks: they carry its COLLOBENCH_HOME and are not part of
-    dagster dev's own process group (the Pipes child starts its own session)."""
-    home = os.environ["COLLOBENCH_HOME"]
-    found = []
-    for process in psutil.process_iter(["pid", "cmdline"]):
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if process.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if process.environ().get("COLLOBENCH_HOME") == home and (
-                os.getpgid(process.pid) != dev_group
-            ):
-                found.append(process)
-    return found
+    dagster_home = tmp_path / "dagster_home"
+    write_spec(specs_dir, "tiny", tiny_spec())
+    long = tiny_spec("long")
+    long["pipelines"][0]["loadgen"].update(duration_s=120, timeout_s=300)
+    write_spec(specs_dir, "long", long)
+    server.prepare_instance(dagster_home, ["tiny", "long"])
+    env = {"COLLOBENCH_SPECS_DIR": str(specs_dir)}
+    with server.dagster_dev(dagster_home, env, tmp_path / "dagster_dev.log") as (port, process):
+        yield DagsterGraphQLClient("127.0.0.1", port_number=port), process
 
 
 def test_launch_rerun_sensor_then_cancel(
     dagster_dev: tuple[Any, subprocess.Popen[bytes]], specs_dir: Path
 ) -> None:
-    client, server = dagster_dev
-    run_id = client.submit_job_execution(
-        "benchmark_job",
-        repository_location_name=LOCATION,
-        run_config={"ops": {"benchmark_run": {"config": {"rate": 60}}}},
-        tags={"dagster/partition": "tiny"},
+    client, server_process = dagster_dev
+    run_id = server.launch_benchmark(
+        client, "tiny", {"ops": {"benchmark_run": {"config": {"rate": 60}}}}
     )
-    assert _wait_for(client, run_id, {"SUCCESS", "FAILURE", "CANCELED"}, 300) == "SUCCESS"
+    assert server.wait_for_run(client, run_id, server.ENDED, 300) == "SUCCESS"
     data = client._execute(MATERIALIZATIONS, {"key": {"path": ["latency"]}, "partition": "tiny"})
     materialization = data["assetOrError"]["assetMaterializations"][0]
     assert materialization["runId"] == run_id
@@ -166,16 +125,12 @@ def test_launch_rerun_sensor_then_cancel(
     write_spec(specs_dir, "dropped", tiny_spec("dropped"))
 
     # Rerun the partition as the Launchpad would: the reproducibility check compares the two.
-    rerun_id = client.submit_job_execution(
-        "benchmark_job",
-        repository_location_name=LOCATION,
-        run_config={"ops": {"benchmark_run": {"config": {"rate": 60}}}},
-        tags={"dagster/partition": "tiny"},
+    rerun_id = server.launch_benchmark(
+        client, "tiny", {"ops": {"benchmark_run": {"config": {"rate": 60}}}}
     )
-    assert _wait_for(client, rerun_id, {"SUCCESS", "FAILURE", "CANCELED"}, 300) == "SUCCESS"
+    assert server.wait_for_run(client, rerun_id, server.ENDED, 300) == "SUCCESS"
     checks = client._execute(
-        CHECK_EXECUTIONS,
-        {"key": {"path": ["warehouse"]}, "check": "reproducibility"},
+        CHECK_EXECUTIONS, {"key": {"path": ["warehouse"]}, "check": "reproducibility"}
     )["assetCheckExecutions"]
     latest = next((e for e in checks if e["runId"] == rerun_id), None)
     assert latest is not None, (rerun_id, checks)
@@ -195,18 +150,14 @@ def test_launch_rerun_sensor_then_cancel(
     tags = {tag["key"]: tag["value"] for tag in sensor_run["tags"]}
     assert tags["dagster/sensor_name"] == "spec_files_sensor"
     assert tags["collobench/device"] == "cpu"
-    assert _wait_for(client, sensor_run["runId"], {"SUCCESS", "FAILURE", "CANCELED"}, 300) == (
-        "SUCCESS"
-    )
+    assert server.wait_for_run(client, sensor_run["runId"], server.ENDED, 300) == "SUCCESS"
 
-    long_id = client.submit_job_execution(
-        "benchmark_job", repository_location_name=LOCATION, tags={"dagster/partition": "long"}
-    )
+    long_id = server.launch_benchmark(client, "long")
     deadline = time.monotonic() + 240
     while not any(
         "stages.collocation.worker" in " ".join(p.cmdline())
         or "spawn_main" in " ".join(p.cmdline())
-        for p in _benchmark_processes(server.pid)
+        for p in server.benchmark_processes(server_process.pid)
     ):
         assert client.get_run_status(long_id).value in (
             "QUEUED",
@@ -218,9 +169,9 @@ def test_launch_rerun_sensor_then_cancel(
         time.sleep(1)
     started = time.monotonic()
     client.terminate_run(long_id)
-    while _benchmark_processes(server.pid):
+    while server.benchmark_processes(server_process.pid):
         assert time.monotonic() - started < CANCEL_WITHIN_S, [
-            " ".join(p.cmdline())[:120] for p in _benchmark_processes(server.pid)
+            " ".join(p.cmdline())[:120] for p in server.benchmark_processes(server_process.pid)
         ]
         time.sleep(0.5)
-    assert _wait_for(client, long_id, {"CANCELED", "FAILURE", "SUCCESS"}, 60) == "CANCELED"
+    assert server.wait_for_run(client, long_id, server.ENDED, 60) == "CANCELED"
