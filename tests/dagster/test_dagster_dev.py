@@ -22,6 +22,15 @@ from bench_defs.specs import SPEC_PARTITIONS
 from tests.dagster import server
 from tests.dagster.conftest import tiny_spec, write_spec
 from tests.helpers import REPO
+from tests.reliability import figures
+from tests.reliability.faults import (
+    fresh_warehouse,
+    is_gone,
+    manifest,
+    query_rows,
+    validity,
+    warehouse_reasons,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -111,11 +120,13 @@ def test_launch_from_graphql_then_cancel(dagster_dev: tuple[Any, subprocess.Pope
         "benchmark_job", repository_location_name=LOCATION, tags={"dagster/partition": "long"}
     )
     deadline = time.monotonic() + 240
+    runs = Path(os.environ["COLLOBENCH_HOME"], "runs")
+    # Cancelled once the workers run and have flushed rows (what the cancel must keep).
     while not any(
         "stages.collocation.worker" in " ".join(p.cmdline())
         or "spawn_main" in " ".join(p.cmdline())
         for p in _benchmark_processes(server.pid)
-    ):
+    ) or not list(runs.glob(f"*-long-{long_id[:8]}/parts/queries/*.parquet")):
         assert client.get_run_status(long_id).value in (
             "QUEUED",
             "NOT_STARTED",
@@ -124,11 +135,33 @@ def test_launch_from_graphql_then_cancel(dagster_dev: tuple[Any, subprocess.Pope
         )
         assert time.monotonic() < deadline, "the long benchmark's workers never started"
         time.sleep(1)
+    # The cancel is one fault of the reliability suite (tests/reliability/test_faults.py
+    # asserts the same four things of every fault; one dagster dev per suite, so it is here).
+    fault = "dagster_run_cancel"
+    benchmark = _benchmark_processes(server.pid)
     started = time.monotonic()
     client.terminate_run(long_id)
+    figures.count("faults_injected", fault)
+    # 1. bounded: everything of the benchmark ends within CANCEL_WITHIN_S of the cancel
     while _benchmark_processes(server.pid):
         assert time.monotonic() - started < CANCEL_WITHIN_S, [
             " ".join(p.cmdline())[:120] for p in _benchmark_processes(server.pid)
         ]
         time.sleep(0.5)
     assert _wait_for(client, long_id, {"CANCELED", "FAILURE", "SUCCESS"}, 60) == "CANCELED"
+    # 2. no process left: the benchmark's processes seen before the cancel are all gone
+    left = [process for process in benchmark if not is_gone(process)]
+    figures.count("processes_left", fault, len(left))
+    assert not left
+    # 3. what was measured is kept and loads; 4. the manifest, the warehouse and the
+    # validity check say the run was interrupted
+    (run_dir,) = runs.glob(f"*-long-{long_id[:8]}")
+    assert manifest(run_dir)["status"] == "interrupted"
+    assert len(query_rows(run_dir)) > 0
+    with fresh_warehouse(run_dir.parent / "cancelled.duckdb", run_dir) as connection:
+        assert "run status interrupted" in warehouse_reasons(connection, run_dir.name)
+        loaded = connection.execute("SELECT count(*) FROM queries").fetchone()
+        passed, said = validity(connection, run_dir.name)
+    assert loaded == (len(query_rows(run_dir)),)
+    assert not passed and "run status is interrupted" in said
+    figures.count("faults_survived", fault)
