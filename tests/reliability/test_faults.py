@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ Case = Callable[[str, Path, pytest.MonkeyPatch], Injected]
 
 
 def _in_process(
-    doc: dict, tmp_path: Path, on_progress: Callable[[ProgressEvent], None] | None = None
+    doc: dict[str, Any], tmp_path: Path, on_progress: Callable[[ProgressEvent], None] | None = None
 ) -> tuple[Path, int, ProcessWatch]:
     """Run `doc` with the launcher in this process, watching its children; returns the run
     directory, when the run ended (monotonic ns) and the watch."""
@@ -118,8 +119,10 @@ def stage_hang(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> In
     run_dir, ended_ns, watch = _in_process(doc, tmp_path)
     (hung,) = query_rows(run_dir).query("pipeline == 'victim' and query_id == 5").status
     assert hung == "timeout"
+    (victim,) = [r for r in manifest(run_dir)["results"] if r["pipeline"] == "victim"]
+    assert victim["status"] == "timeout"
     reason = "queries still running after 2.0 s"
-    return Injected(run_dir, ended_ns, limit_s(doc), watch, "victim: timeout: ", reason)
+    return Injected(run_dir, ended_ns, limit_s(doc), watch, reason, reason)
 
 
 def host_sampler_killed(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Injected:
@@ -162,7 +165,9 @@ def _fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **device: object)
     return trigger
 
 
-def _gpu_fault_run(doc: dict, tmp_path: Path, trigger: Path) -> tuple[Path, int, ProcessWatch]:
+def _gpu_fault_run(
+    doc: dict[str, Any], tmp_path: Path, trigger: Path
+) -> tuple[Path, int, ProcessWatch]:
     """Run `doc`, starting the fake GPU's scripted events once the victim has flushed."""
 
     def start_events(event: ProgressEvent) -> None:
