@@ -149,7 +149,10 @@ def test_raising_stage_marks_errors_and_the_budget_fails_the_pipeline(tmp_path: 
     result = run(doc, tmp_path)
     victim = outcome(result, "victim")
     assert victim.status == "failed"
-    assert victim.error == "error budget exhausted: 20 failed queries"
+    assert victim.error == (
+        "error budget exhausted: 20 failed queries "
+        "(most often bad: InjectedFailureError: injected failure)"
+    )
     assert victim.errors == 20 and victim.ok >= 19
     errors = read_table(result.run_dir, "errors").to_pylist()
     assert [(e["pipeline"], e["stage"], e["count"]) for e in errors] == [("victim", "bad", 20)]

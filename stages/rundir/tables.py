@@ -9,6 +9,7 @@ to the parts when a run was cut short before the merge.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from pathlib import Path
@@ -19,6 +20,21 @@ import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
 PARTS = "parts"
+DISK_FULL_ENV = "COLLOBENCH_FAULT_DISK_FULL"
+"""Fault injection (the reliability suite): `<label suffix>:<chunks>` makes every ChunkWriter
+whose label ends with the suffix (a worker's label is `t<trial>-<phase>-<pipeline>`) run out of
+disk space after writing that many chunks: the next chunk leaves a truncated temporary file
+and raises ENOSPC, as a full disk does half-way through a write. Unset in normal use."""
+
+
+def _disk_full_after(label: str) -> int | None:
+    """Chunks this writer may write before the injected disk-full fault (None: no fault)."""
+    setting = os.environ.get(DISK_FULL_ENV, "")
+    suffix, _, chunks = setting.rpartition(":")
+    if not setting or not label.endswith(suffix) or not chunks.isdigit():
+        return None
+    return int(chunks)
+
 
 # Columns every row carries. Host-wide and device-wide samples have pipeline = NULL.
 _KEY_FIELDS = [
@@ -155,6 +171,7 @@ class ChunkWriter:
         self.label = label
         self.keys = keys
         self._sequence = itertools.count(1)
+        self._chunks_before_disk_full = _disk_full_after(label)
 
     def warm_up(self) -> None:
         """Pay Parquet's one-time set-up (~150 ms: codecs, thread pools) now, before a
@@ -185,9 +202,25 @@ class ChunkWriter:
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         path = self.directory / f"{self.label}-{next(self._sequence):06d}.parquet"
         temporary = path.with_suffix(".tmp")
+        if self._chunks_before_disk_full is not None:
+            self._chunks_before_disk_full = self._fill_disk(
+                table, temporary, self._chunks_before_disk_full
+            )
         pq.write_table(table, temporary, compression="zstd")
         os.replace(temporary, path)  # atomic: readers never see a half-written chunk
         return path
+
+    @staticmethod
+    def _fill_disk(table: pa.Table, temporary: Path, chunks_left: int) -> int:
+        """The injected fault (DISK_FULL_ENV): with chunks left, one fewer; with none, write
+        half of this chunk and raise ENOSPC."""
+        if chunks_left > 0:
+            return chunks_left - 1
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        temporary.write_bytes(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(temporary))
 
 
 def part_files(run_dir: Path, table: str) -> list[Path]:
@@ -211,6 +244,9 @@ def merge_parts(run_dir: Path) -> dict[str, int]:
     run_dir = Path(run_dir)
     counts: dict[str, int] = {}
     for table_name in SCHEMAS:
+        # A temporary chunk left by a failed write (a full disk) holds no whole rows.
+        for leftover in (run_dir / PARTS / table_name).glob("*.tmp"):
+            leftover.unlink()
         parts = part_files(run_dir, table_name)
         merged = run_dir / f"{table_name}.parquet"
         if not parts and not merged.exists():

@@ -61,6 +61,9 @@ def run_load(runtime: PipelineRuntime, scenario: Scenario, start_ns: int) -> Pha
         status, error = "timeout", f"{inflight} queries still running after {spec.timeout_s} s"
     else:
         status, error = "ok", None
+    # The last rows were handed to the writer just now: wait until they are on disk (or
+    # failed to get there: a full disk), so a failed write is never reported as an ok phase.
+    runtime.recorder.close()
     if runtime.recorder.write_errors:
         status = "failed"
         error = f"recording failed: {runtime.recorder.write_errors[0]}"

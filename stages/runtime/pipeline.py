@@ -622,8 +622,18 @@ class PipelineRuntime:
             failed = sum(tally.error for tally in self._tallies)
         if self._error_budget is not None and failed >= self._error_budget:
             if self.failure is None:
-                self.failure = f"error budget exhausted: {failed} failed queries"
+                self.failure = f"error budget exhausted: {failed} failed queries{self._top_error()}"
             self.stop_issuing.set()
+
+    def _top_error(self) -> str:
+        """ " (most often <stage>: <error>)" for the most frequent stage error so far, so the
+        pipeline's failure names its cause, not only the count ("" when none was noted)."""
+        # list() copies each dict in one step under the GIL while stage threads may add to it
+        records = [record for node in self.nodes for record in list(node.errors.values())]
+        if not records:
+            return ""
+        top = max(records, key=lambda record: record.count)
+        return f" (most often {top.stage}: {top.error})"
 
     # ----------------------------------------------------------------- shutdown
 

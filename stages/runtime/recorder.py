@@ -162,6 +162,7 @@ class Recorder:
             **{table: [] for table in EXTRA_TABLES},
         }
         self.write_errors: list[str] = []
+        self._closed = False
         self.recent_latency_ns: collections.deque[int] = collections.deque(maxlen=LATENCY_WINDOW)
         """Latencies of the latest ok, non-warm-up queries written: the live p99's input."""
         self._thread = threading.Thread(target=self._write_loop, name="recorder", daemon=True)
@@ -197,13 +198,18 @@ class Recorder:
                     self.write_errors.append(f"{first}: {type(error).__name__}: {error}")
                 continue
             stage_rows, query_rows = first, rows
-            try:
-                if stage_rows:
+            # Each table on its own: a failed stage_events chunk must not take the queries of
+            # the same hand-off with it (nor kill the stage threads: a full disk is reported).
+            if stage_rows:
+                try:
                     self._write("stage_events", self._stage_arrays(stage_rows))
-                if query_rows:
+                except Exception as error:
+                    self.write_errors.append(f"stage_events: {type(error).__name__}: {error}")
+            if query_rows:
+                try:
                     self._write("queries", self._query_arrays(query_rows))
-            except Exception as error:  # a full disk must not kill the stage threads
-                self.write_errors.append(f"{type(error).__name__}: {error}")
+                except Exception as error:
+                    self.write_errors.append(f"queries: {type(error).__name__}: {error}")
 
     def _stage_arrays(self, rows: list[tuple[Any, ...]]) -> dict[str, pa.ChunkedArray]:
         columns = _rows_to_arrays(STAGE_COLUMNS, _STAGE_ROW_TYPES, rows)
@@ -251,11 +257,17 @@ class Recorder:
         writer = self._writers.get("errors")
         if writer is not None and errors:
             columns = {name: [row[name] for row in errors] for name in errors[0]}
-            writer.write_columns(columns)
+            try:
+                writer.write_columns(columns)
+            except OSError as error:  # a full disk: reported with the phase's status
+                self.write_errors.append(f"errors: {type(error).__name__}: {error}")
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Write everything submitted so far and stop the writer thread."""
-        self._inbox.put(None)
+        """Write everything submitted so far and stop the writer thread (once; again is a
+        no-op). After it, `write_errors` holds every failed write of the phase."""
+        if not self._closed:
+            self._closed = True
+            self._inbox.put(None)
         self._thread.join(timeout_s)
 
     def table(self, name: str) -> dict[str, list[Any]]:

@@ -191,6 +191,13 @@ class FakeDevice(_ScriptModel):
     energy_update_period_ms: float = Field(100.0, gt=0)
     energy_resets_at_s: list[float] = Field(default_factory=list)  # counter restarts at 0
     lost_at_s: float | None = None  # from then on every device query raises GpuIsLost
+    # From then on every device query raises RuntimeError, an error outside NVML's own (a
+    # broken binding or driver): the sampler process crashes, as no NVML error would make it.
+    crash_at_s: float | None = None
+    # When set, lost_at_s, crash_at_s and energy_resets_at_s count from the moment this file
+    # first exists (checked on every call) instead of from the origin, and none happens before:
+    # a test creates the file to inject the fault at a moment of its choosing (mid-window).
+    events_after_file: str | None = None
     not_supported: list[str] = Field(
         default_factory=list, description="nvml function names that raise NotSupported"
     )
@@ -319,6 +326,7 @@ class FakeNvml:
             time.time_ns() - time.monotonic_ns() if wall_offset_ns is None else wall_offset_ns
         )
         self._init_count = 0
+        self._file_seen_s: dict[int, float] = {}  # device index -> when events_after_file appeared
 
     @classmethod
     def from_file(
@@ -352,12 +360,25 @@ class FakeNvml:
 
     def _counter_mj(self, device: FakeDevice, t_s: float) -> int:
         updated_s = self._grid_s(device.energy_update_period_ms)  # the last counter update
-        resets = [r for r in device.energy_resets_at_s if r <= t_s]
+        offset_s = self._events_offset_s(device, t_s)
+        resets = [r + offset_s for r in device.energy_resets_at_s if r + offset_s <= t_s]
         if resets:
             since_s = max(resets)
             return round(step_integral(device.power_w, since_s, max(updated_s, since_s)) * 1000)
         joules = step_integral(device.power_w, 0.0, updated_s)
         return device.energy_counter_start_mj + round(joules * 1000)
+
+    def _events_offset_s(self, device: FakeDevice, t_s: float) -> float:
+        """Where the device's scripted events count from: 0 (the origin), or the script time
+        its `events_after_file` first existed (infinity while it does not)."""
+        if device.events_after_file is None:
+            return 0.0
+        index = next(i for i, d in enumerate(self.script.devices) if d is device)
+        if index not in self._file_seen_s:
+            if not os.path.exists(device.events_after_file):
+                return float("inf")
+            self._file_seen_s[index] = t_s
+        return self._file_seen_s[index]
 
     def _check_init(self) -> None:
         if self._init_count <= 0:
@@ -370,8 +391,11 @@ class FakeNvml:
             raise NVMLError_InvalidArgument()
         device = self.script.devices[handle.index]
         t_s = self.elapsed_s()
-        if device.lost_at_s is not None and t_s >= device.lost_at_s:
+        offset_s = self._events_offset_s(device, t_s)
+        if device.lost_at_s is not None and t_s >= device.lost_at_s + offset_s:
             raise NVMLError_GpuIsLost()
+        if device.crash_at_s is not None and t_s >= device.crash_at_s + offset_s:
+            raise RuntimeError(f"fake NVML crashed in {function} (crash_at_s)")
         if function in device.not_supported:
             raise NVMLError_NotSupported()
         from_s = device.not_supported_from_s.get(function)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
@@ -126,8 +127,10 @@ class SamplerGroup:
     def stop(self) -> list[str]:
         """Stop every sampler (each takes a last sample and flushes); returns warnings."""
         warnings: list[str] = []
-        for sampler in self._running:
-            sampler.stop_event.set()
+        setters = [self._signal_stop(sampler) for sampler in self._running]
+        for setter in setters:
+            if setter is not None:
+                setter.join(timeout=STOP_GRACE_S)
         for sampler in self._running:
             process = sampler.process
             process.join(timeout=STOP_GRACE_S)
@@ -148,6 +151,21 @@ class SamplerGroup:
                 )
         self._running = []
         return warnings
+
+    @staticmethod
+    def _signal_stop(sampler: _Sampler) -> threading.Thread | None:
+        """Set a live sampler's stop event, from a daemon thread. A multiprocessing Event's
+        set() waits until every process sleeping in wait() has woken; a sampler killed while
+        sleeping (SIGKILL, the OOM killer) never wakes, and set() would hang the launcher for
+        ever. So a dead sampler's event is left alone, and a set() that hangs because the
+        sampler died just now is abandoned after STOP_GRACE_S (stop() then kills and reaps)."""
+        if not sampler.process.is_alive():
+            return None
+        setter = threading.Thread(
+            target=sampler.stop_event.set, name=f"stop {sampler.process.name}", daemon=True
+        )
+        setter.start()
+        return setter
 
 
 class _StopOnSignal:

@@ -7,6 +7,7 @@ of it left. The server is ended by process group."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,6 +18,15 @@ import pytest
 
 from tests.dagster import server
 from tests.dagster.conftest import tiny_spec, write_spec
+from tests.reliability import figures
+from tests.reliability.faults import (
+    fresh_warehouse,
+    is_gone,
+    manifest,
+    query_rows,
+    validity,
+    warehouse_reasons,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -143,10 +153,10 @@ def test_launch_rerun_sensor_then_cancel(
     assert evaluation["success"] == (evaluation["description"] == "reproduced"), evaluation
 
     deadline = time.monotonic() + 180
-    while not (runs := _partition_runs(client, "dropped")):
+    while not (sensor_runs := _partition_runs(client, "dropped")):
         assert time.monotonic() < deadline, "the sensor did not run the dropped spec"
         time.sleep(2)
-    (sensor_run,) = runs
+    (sensor_run,) = sensor_runs
     tags = {tag["key"]: tag["value"] for tag in sensor_run["tags"]}
     assert tags["dagster/sensor_name"] == "spec_files_sensor"
     assert tags["collobench/device"] == "cpu"
@@ -154,11 +164,13 @@ def test_launch_rerun_sensor_then_cancel(
 
     long_id = server.launch_benchmark(client, "long")
     deadline = time.monotonic() + 240
+    runs = Path(os.environ["COLLOBENCH_HOME"], "runs")
+    # Cancelled once the workers run and have flushed rows (what the cancel must keep).
     while not any(
         "stages.collocation.worker" in " ".join(p.cmdline())
         or "spawn_main" in " ".join(p.cmdline())
         for p in server.benchmark_processes(server_process.pid)
-    ):
+    ) or not list(runs.glob(f"*-long-{long_id[:8]}/parts/queries/*.parquet")):
         assert client.get_run_status(long_id).value in (
             "QUEUED",
             "NOT_STARTED",
@@ -167,11 +179,33 @@ def test_launch_rerun_sensor_then_cancel(
         )
         assert time.monotonic() < deadline, "the long benchmark's workers never started"
         time.sleep(1)
+    # The cancel is one fault of the reliability suite (tests/reliability/test_faults.py
+    # asserts the same four things of every fault; one dagster dev per suite, so it is here).
+    fault = "dagster_run_cancel"
+    benchmark = server.benchmark_processes(server_process.pid)
     started = time.monotonic()
     client.terminate_run(long_id)
+    figures.count("faults_injected", fault)
+    # 1. bounded: everything of the benchmark ends within CANCEL_WITHIN_S of the cancel
     while server.benchmark_processes(server_process.pid):
         assert time.monotonic() - started < CANCEL_WITHIN_S, [
             " ".join(p.cmdline())[:120] for p in server.benchmark_processes(server_process.pid)
         ]
         time.sleep(0.5)
     assert server.wait_for_run(client, long_id, server.ENDED, 60) == "CANCELED"
+    # 2. no process left: the benchmark's processes seen before the cancel are all gone
+    left = [process for process in benchmark if not is_gone(process)]
+    figures.count("processes_left", fault, len(left))
+    assert not left
+    # 3. what was measured is kept and loads; 4. the manifest, the warehouse and the
+    # validity check say the run was interrupted
+    (run_dir,) = runs.glob(f"*-long-{long_id[:8]}")
+    assert manifest(run_dir)["status"] == "interrupted"
+    assert len(query_rows(run_dir)) > 0
+    with fresh_warehouse(run_dir.parent / "cancelled.duckdb", run_dir) as connection:
+        assert "run status interrupted" in warehouse_reasons(connection, run_dir.name)
+        loaded = connection.execute("SELECT count(*) FROM queries").fetchone()
+        passed, said = validity(connection, run_dir.name)
+    assert loaded == (len(query_rows(run_dir)),)
+    assert not passed and "run status is interrupted" in said
+    figures.count("faults_survived", fault)
