@@ -543,7 +543,7 @@ def sql(
         raise _fail_input(["--format: parquet is a binary file; name it with --out FILE"])
     if output_format == "table" and out_file is not None:
         raise _fail_input(["--out: the table format is for the terminal; use csv, json or parquet"])
-    from analysis.db import WarehouseError
+    from analysis.db import ReadOnlyRequired, WarehouseError
 
     try:
         table = query_arrow(db or settings.duckdb_path(), query)
@@ -551,21 +551,27 @@ def sql(
         raise _fail_input([str(error)]) from None
     except FileNotFoundError as error:
         raise _fail_input([str(error).strip("'\"")]) from None
+    except ReadOnlyRequired as error:  # not one SELECT: refused before the warehouse opened
+        raise _fail_input([f"sql: {error}"]) from None
     except duckdb.Error as error:
-        raise _fail_input([f"sql: {str(error).splitlines()[0]}"]) from None
+        lines = str(error).splitlines() or [type(error).__name__]
+        raise _fail_input([f"sql: {lines[0]}"]) from None
     if output_format == "table":
         out.print(_frame_table(None, table.column_names, table_rows(table)))
         return
-    if output_format == "parquet":
-        assert out_file is not None
-        write_parquet(table, out_file)
-    else:
-        text = to_json(table) + "\n" if output_format == "json" else to_csv(table)
-        if out_file is None:
-            sys.stdout.write(text)  # nothing else goes to stdout: pipe it into jq or a file
-            return
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_text(text, encoding="utf-8")
+    try:
+        if output_format == "parquet":
+            assert out_file is not None
+            write_parquet(table, out_file)
+        else:
+            text = to_json(table) + "\n" if output_format == "json" else to_csv(table)
+            if out_file is None:
+                sys.stdout.write(text)  # nothing else goes to stdout: pipe it into jq or a file
+                return
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(text, encoding="utf-8")
+    except (OSError, ValueError) as error:  # an unwritable --out, a NUL byte in it
+        raise _fail_input([f"--out: {getattr(error, 'strerror', None) or error}"]) from None
     err.print(
         f"wrote {table.num_rows} rows to {out_file}", markup=False, highlight=False, soft_wrap=True
     )
