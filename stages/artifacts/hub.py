@@ -42,7 +42,9 @@ def check_hub_reference(reference: str) -> str:
         raise ValueError(f"'{reference}' is not a hub reference (hf:<org>/<name>)")
     parts = name.split("/")
     # Hub ids only: a part such as `..` or `/abs` would make from_pretrained load a local folder
-    if len(parts) > 2 or not all(HUB_NAME_PART.fullmatch(part) and ".." not in part for part in parts):
+    if len(parts) > 2 or not all(
+        HUB_NAME_PART.fullmatch(part) and ".." not in part for part in parts
+    ):
         raise ValueError(f"bad hub model name '{name}': expected hf:<org>/<name> or hf:<name>")
     return name
 

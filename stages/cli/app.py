@@ -18,16 +18,48 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from stages import settings
 from stages.cli.artifacts import artifacts_app
+from stages.spec.checks import one_line
 from stages.spec.loading import LoadedSpec, SpecError, load_spec
+
+
+class _OneLineUsageErrors(typer.core.TyperGroup):
+    """Click prints a usage error (an unknown option, a missing argument) as usage, a hint and
+    the error, four lines; the contract is one `where: reason` line per problem and exit 2,
+    `where` being the command path (`collobench sql`)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("standalone_mode", True):
+            return super().main(*args, **kwargs)
+        try:
+            code = super().main(*args, **{**kwargs, "standalone_mode": False})
+        except typer.Abort:
+            err.print("Aborted!", markup=False, highlight=False)
+            sys.exit(1)
+        except typer.TyperException as error:  # click's ClickException and UsageError
+            if type(error).__name__ == "NoArgsIsHelpError":  # `collobench` alone: the help
+                error.show()  # type: ignore[attr-defined]
+                sys.exit(EXIT_INVALID_INPUT)
+            context = getattr(error, "ctx", None)
+            where = context.command_path if context is not None else "collobench"
+            message = getattr(error, "format_message", lambda: str(error))()
+            err.print(
+                one_line(f"{where}: {message}"), markup=False, highlight=False, soft_wrap=True
+            )
+            sys.exit(getattr(error, "exit_code", EXIT_INVALID_INPUT))
+        # non-standalone click returns a typer.Exit's code, or the command's value (None)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
     name="collobench",
+    cls=_OneLineUsageErrors,
     help="Collocated ML pipeline benchmarks: validate specs, run them, query the results.",
     add_completion=False,
     no_args_is_help=True,

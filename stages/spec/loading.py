@@ -34,6 +34,10 @@ MAX_DEPTH = 64
 exhaust Python's recursion limit in the composer (a traceback instead of a one-line error)."""
 
 
+MAX_OVERRIDE_PATH_CHARS = 256
+"""Longest `--set` path (`pipelines.0.loadgen.rate` is 24): it is echoed in problem lines."""
+
+
 class SpecError(Exception):
     """A spec cannot be used; `problems` holds one readable line each."""
 
@@ -86,17 +90,13 @@ class LimitedSafeLoader(yaml.SafeLoader):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
                 mark = self.peek_event().start_mark
-                raise ComposerError(
-                    None, None, f"more than {MAX_ALIASES} aliases (*name)", mark
-                )
+                raise ComposerError(None, None, f"more than {MAX_ALIASES} aliases (*name)", mark)
             return super().compose_node(parent, index)
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark
-                raise ComposerError(
-                    None, None, f"nested deeper than {MAX_DEPTH} levels", mark
-                )
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -150,16 +150,23 @@ def _yaml_problem(error: Exception) -> tuple[str, str]:
     return where, f"invalid YAML: {problem}"
 
 
+def _shown(text: str, limit: int = 80) -> str:
+    """`text` quoted for a problem line, cut to `limit` characters (an argument may be MBs)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 def _parse_override(text: str) -> tuple[list[str], Any]:
+    limit = max_spec_bytes()
+    if len(text.encode("utf-8", "surrogatepass")) > limit:
+        raise SpecError([SpecProblem("--set", f"{_shown(text)} is longer than {limit} bytes")])
     path_text, sep, value_text = text.partition("=")
     if not sep or not path_text.strip():
-        raise SpecError([SpecProblem("--set", f"expected path=value, got {text!r}")])
+        raise SpecError([SpecProblem("--set", f"expected path=value, got {_shown(text)}")])
+    if len(path_text) > MAX_OVERRIDE_PATH_CHARS:
+        raise SpecError([SpecProblem("--set", f"path {_shown(path_text)} is too long")])
     path = [part for part in path_text.strip().replace("[", ".").replace("]", "").split(".")]
     if any(not part for part in path):
-        raise SpecError([SpecProblem("--set", f"malformed path {path_text!r}")])
-    limit = max_spec_bytes()
-    if len(value_text.encode("utf-8", "surrogatepass")) > limit:
-        raise SpecError([SpecProblem(f"--set {path_text}", f"value longer than {limit} bytes")])
+        raise SpecError([SpecProblem("--set", f"malformed path {_shown(path_text)}")])
     try:
         value = safe_yaml(value_text) if value_text.strip() else ""
     except (yaml.YAMLError, ValueError) as error:

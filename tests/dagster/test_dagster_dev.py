@@ -21,7 +21,8 @@ import pytest
 from bench_defs.specs import SPEC_PARTITIONS
 from tests.dagster import server
 from tests.dagster.conftest import tiny_spec, write_spec
-from tests.helpers import REPO
+from tests.helpers import LOOPBACK, REPO, listening_addresses
+from tests.reliability import figures
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +93,10 @@ def _benchmark_processes(dev_group: int) -> list[psutil.Process]:
 
 def test_launch_from_graphql_then_cancel(dagster_dev: tuple[Any, subprocess.Popen[bytes]]) -> None:
     client, server = dagster_dev
+    # Every socket dagster dev's tree listens on (webserver, code server, daemon) is loopback.
+    listening = listening_addresses(server.pid)
+    assert listening and all(address in LOOPBACK for address, _ in listening), listening
+    figures.count("security_checks", "dagster_dev_binds_loopback")
     run_id = client.submit_job_execution(
         "benchmark_job",
         repository_location_name=LOCATION,
