@@ -48,7 +48,8 @@ class _OneLineUsageErrors(typer.core.TyperGroup):
                 sys.exit(EXIT_INVALID_INPUT)
             context = getattr(error, "ctx", None)
             where = context.command_path if context is not None else "collobench"
-            message = getattr(error, "format_message", lambda: str(error))()
+            format_message = getattr(error, "format_message", None)
+            message = format_message() if callable(format_message) else str(error)
             err.print(
                 one_line(f"{where}: {message}"), markup=False, highlight=False, soft_wrap=True
             )

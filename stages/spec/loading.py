@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.composer import ComposerError
 from pydantic import ValidationError
+from yaml.composer import ComposerError
 
 from stages.runtime.registry import default_registry
 from stages.spec.checks import SpecProblem, check_spec, one_line, problems_from_validation_error
 from stages.spec.models import BenchmarkSpec
-
 
 MAX_BYTES_ENV = "COLLOBENCH_SPEC_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 20

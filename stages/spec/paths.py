@@ -31,7 +31,8 @@ def allowed_roots(spec_dir: Path) -> list[Path]:
     """The spec's folder, `$COLLOBENCH_HOME` and each folder in `$COLLOBENCH_ALLOWED_ROOTS`,
     symlinks resolved."""
     extra = [part for part in os.environ.get(ALLOWED_ROOTS_ENV, "").split(os.pathsep) if part]
-    return [Path(root).expanduser().resolve() for root in (spec_dir, settings.home(), *extra)]
+    roots: list[Path] = [spec_dir, settings.home(), *(Path(part) for part in extra)]
+    return [root.expanduser().resolve() for root in roots]
 
 
 def resolve_file(value: str, spec_dir: Path) -> Path:

@@ -253,6 +253,7 @@ def test_yaml_limits_are_named_in_the_reason(sandbox: Sandbox) -> None:
 
 def spec_naming(field: str, value: str) -> dict[str, Any]:
     """A valid spec but for `field`, which names `value`."""
+    stage: dict[str, Any]
     if field == "trace":
         stage = {"id": "s", "type": "noop"}
         loadgen: dict[str, Any] = {"type": "trace", "trace": value, "timeout_s": 20}
