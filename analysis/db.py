@@ -97,11 +97,19 @@ def temp_directory(db_path: Path | str) -> Path:
 
 
 def _connect(db_path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """duckdb.connect with the analysis layer's settings: THE place every connection opens."""
-    config: dict[str, str | bool | int | float | list[str]] = {
-        "memory_limit": memory_limit(),
-        "temp_directory": str(temp_directory(db_path)),
-    }
+    """duckdb.connect with the analysis layer's settings: THE place every connection opens.
+
+    A reader also gets external access switched off (no file but the warehouse and its spill
+    folder, no network, no extension: `read_csv('/etc/passwd')`, `COPY ... TO`, `ATTACH`,
+    `INSTALL` fail) and its configuration locked, so no statement can `SET` that back."""
+    config: dict[str, str | bool | int | float | list[str]] = {}
+    if read_only:
+        # DuckDB applies the options in this order, and temp_directory may only be set AFTER
+        # external access is off (the other way round it refuses to open the file).
+        config["enable_external_access"] = False
+    config |= {"memory_limit": memory_limit(), "temp_directory": str(temp_directory(db_path))}
+    if read_only:
+        config["lock_configuration"] = True
     try:
         return duckdb.connect(str(db_path), read_only=read_only, config=config)
     except (duckdb.ParserException, duckdb.InvalidInputException) as error:
@@ -314,6 +322,23 @@ def view_files() -> list[str]:
     return sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".sql"))
 
 
+READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")
+"""Statement kinds an ad-hoc query (`collobench sql`) may be: SELECT (WITH, FROM t, VALUES,
+SHOW, DESCRIBE and SUMMARIZE parse as SELECT) and EXPLAIN. COPY would still write into the
+spill folder, which a reader's connection may touch; everything else is refused up front."""
+
+
+def check_read_only_statement(sql: str) -> None:
+    """Raise ReadOnlyRequired unless `sql` is exactly one SELECT or EXPLAIN statement (one line
+    naming the kind found); duckdb.ParserException when it does not parse."""
+    statements = duckdb.extract_statements(sql)
+    if len(statements) != 1:
+        raise ReadOnlyRequired(f"one read-only statement expected, got {len(statements)}")
+    kind = statements[0].type.name
+    if kind not in READ_ONLY_STATEMENTS:
+        raise ReadOnlyRequired(f"only a read-only SELECT or EXPLAIN is allowed, not {kind}")
+
+
 def is_read_only(connection: duckdb.DuckDBPyConnection) -> bool:
     """True when the connection's database was opened with access_mode = read_only."""
     row = connection.execute("SELECT current_setting('access_mode')").fetchone()
@@ -340,7 +365,8 @@ def query_connection(
 
 def run_query(db_path: Path | str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run one ad-hoc SQL statement against the warehouse, read-only (what `collobench sql`
-    does): writes fail inside DuckDB with duckdb.InvalidInputException."""
+    does): anything but one SELECT raises ReadOnlyRequired before the warehouse is opened."""
+    check_read_only_statement(sql)
     connection = connect_read_only(db_path)
     try:
         return query_connection(connection, sql)

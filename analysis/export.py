@@ -26,13 +26,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.db import connect_read_only, require_read_only
+from analysis.db import check_read_only_statement, connect_read_only, require_read_only
 
 FORMATS = ("table", "csv", "json", "parquet")
 
 
 def query_arrow(db_path: Path | str, sql: str) -> pa.Table:
-    """Run `sql` on a read-only connection to the warehouse; its result as an Arrow table."""
+    """Run `sql` (one SELECT, see db.check_read_only_statement) on a read-only connection to
+    the warehouse; its result as an Arrow table."""
+    check_read_only_statement(sql)
     connection = connect_read_only(db_path)
     try:
         # The check runs on a cursor of its own: its unfetched result would otherwise keep the

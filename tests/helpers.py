@@ -71,3 +71,25 @@ def run(doc: dict[str, Any], tmp_path: Path, **options: Any) -> Any:
     return run_benchmark(
         loaded, RunOptions(out_dir=tmp_path, cache_dir=tmp_path / "cache", **options)
     )
+
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket listening in process `pid` and its descendants: what
+    a server started by the project exposes (the loopback addresses only, unless the user said
+    otherwise)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    found = set()
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            sockets = process.net_connections(kind="tcp")
+        except psutil.Error:
+            continue  # ended meanwhile
+        for conn in sockets:
+            if conn.status == psutil.CONN_LISTEN:
+                found.add((conn.laddr.ip, conn.laddr.port))
+    return found

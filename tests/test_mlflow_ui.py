@@ -15,7 +15,8 @@ from typing import Any
 
 from stages.cli.app import summarize_phase
 from stages.cli.mlflow_log import log_run_to_mlflow
-from tests.helpers import run, spec_doc
+from tests.helpers import LOOPBACK, listening_addresses, run, spec_doc
+from tests.reliability import figures
 
 
 def free_port() -> int:
@@ -69,6 +70,9 @@ def test_mlflow_ui_lists_parent_and_child_runs(tmp_path: Path) -> None:
             except OSError:
                 assert time.monotonic() < deadline, "mlflow ui did not start"
                 time.sleep(0.5)
+        listening = listening_addresses(server.pid)  # the ui and its gunicorn/uvicorn workers
+        assert listening and all(address in LOOPBACK for address, _ in listening), listening
+        figures.count("security_checks", "mlflow_ui_binds_loopback")
         experiments = post(f"{base}/api/2.0/mlflow/experiments/search", {"max_results": 10})
         (experiment,) = [e for e in experiments["experiments"] if e["name"] == "collobench"]
         found = post(

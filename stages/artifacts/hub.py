@@ -11,6 +11,7 @@ failure becomes one `ArtifactError` line.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,8 @@ HUB_TIMEOUT_S = 5
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 Task = Literal["causal_lm", "encoder"]
+HUB_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+"""One part of a hub id (`org` or `name`), as the hub allows them."""
 
 
 def hub_name(reference: str) -> str | None:
@@ -39,7 +42,10 @@ def check_hub_reference(reference: str) -> str:
     if name is None:
         raise ValueError(f"'{reference}' is not a hub reference (hf:<org>/<name>)")
     parts = name.split("/")
-    if not name or len(parts) > 2 or not all(parts) or any(" " in part for part in parts):
+    # Hub ids only: a part such as `..` or `/abs` would make from_pretrained load a local folder
+    if len(parts) > 2 or not all(
+        HUB_NAME_PART.fullmatch(part) and ".." not in part for part in parts
+    ):
         raise ValueError(f"bad hub model name '{name}': expected hf:<org>/<name> or hf:<name>")
     return name
 

@@ -18,16 +18,49 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from stages import settings
 from stages.cli.artifacts import artifacts_app
+from stages.spec.checks import one_line
 from stages.spec.loading import LoadedSpec, SpecError, load_spec
+
+
+class _OneLineUsageErrors(typer.core.TyperGroup):
+    """Click prints a usage error (an unknown option, a missing argument) as usage, a hint and
+    the error, four lines; the contract is one `where: reason` line per problem and exit 2,
+    `where` being the command path (`collobench sql`)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("standalone_mode", True):
+            return super().main(*args, **kwargs)
+        try:
+            code = super().main(*args, **{**kwargs, "standalone_mode": False})
+        except typer.Abort:
+            err.print("Aborted!", markup=False, highlight=False)
+            sys.exit(1)
+        except typer.TyperException as error:  # click's ClickException and UsageError
+            if type(error).__name__ == "NoArgsIsHelpError":  # `collobench` alone: the help
+                error.show()  # type: ignore[attr-defined]
+                sys.exit(EXIT_INVALID_INPUT)
+            context = getattr(error, "ctx", None)
+            where = context.command_path if context is not None else "collobench"
+            format_message = getattr(error, "format_message", None)
+            message = format_message() if callable(format_message) else str(error)
+            err.print(
+                one_line(f"{where}: {message}"), markup=False, highlight=False, soft_wrap=True
+            )
+            sys.exit(getattr(error, "exit_code", EXIT_INVALID_INPUT))
+        # non-standalone click returns a typer.Exit's code, or the command's value (None)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
     name="collobench",
+    cls=_OneLineUsageErrors,
     help="Collocated ML pipeline benchmarks: validate specs, run them, query the results.",
     add_completion=False,
     no_args_is_help=True,
@@ -543,7 +576,7 @@ def sql(
         raise _fail_input(["--format: parquet is a binary file; name it with --out FILE"])
     if output_format == "table" and out_file is not None:
         raise _fail_input(["--out: the table format is for the terminal; use csv, json or parquet"])
-    from analysis.db import WarehouseError
+    from analysis.db import ReadOnlyRequired, WarehouseError
 
     try:
         table = query_arrow(db or settings.duckdb_path(), query)
@@ -551,21 +584,27 @@ def sql(
         raise _fail_input([str(error)]) from None
     except FileNotFoundError as error:
         raise _fail_input([str(error).strip("'\"")]) from None
+    except ReadOnlyRequired as error:  # not one SELECT: refused before the warehouse opened
+        raise _fail_input([f"sql: {error}"]) from None
     except duckdb.Error as error:
-        raise _fail_input([f"sql: {str(error).splitlines()[0]}"]) from None
+        lines = str(error).splitlines() or [type(error).__name__]
+        raise _fail_input([f"sql: {lines[0]}"]) from None
     if output_format == "table":
         out.print(_frame_table(None, table.column_names, table_rows(table)))
         return
-    if output_format == "parquet":
-        assert out_file is not None
-        write_parquet(table, out_file)
-    else:
-        text = to_json(table) + "\n" if output_format == "json" else to_csv(table)
-        if out_file is None:
-            sys.stdout.write(text)  # nothing else goes to stdout: pipe it into jq or a file
-            return
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_text(text, encoding="utf-8")
+    try:
+        if output_format == "parquet":
+            assert out_file is not None
+            write_parquet(table, out_file)
+        else:
+            text = to_json(table) + "\n" if output_format == "json" else to_csv(table)
+            if out_file is None:
+                sys.stdout.write(text)  # nothing else goes to stdout: pipe it into jq or a file
+                return
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(text, encoding="utf-8")
+    except (OSError, ValueError) as error:  # an unwritable --out, a NUL byte in it
+        raise _fail_input([f"--out: {getattr(error, 'strerror', None) or error}"]) from None
     err.print(
         f"wrote {table.num_rows} rows to {out_file}", markup=False, highlight=False, soft_wrap=True
     )

@@ -63,8 +63,23 @@ ENV_PREFIXES = (
 )
 ENV_NAMES = ("PYTHONHASHSEED",)
 
-# A variable whose name contains one of these (case-insensitive) is dropped, never recorded.
-SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+# A variable whose name contains one of these (case-insensitive) is dropped, never recorded
+# ("PASS" covers PASSWORD, PASSWD and PASSPHRASE).
+SECRET_MARKERS = (
+    "TOKEN",
+    "KEY",
+    "SECRET",
+    "PASS",
+    "CREDENTIAL",
+    "AUTH",
+    "PRIVATE",
+    "SESSION",
+    "COOKIE",
+    "SIGNATURE",
+)
+MIN_MASKED_SECRET_CHARS = 6
+"""The value of a secret-named variable this long or longer is also masked wherever it appears
+inside a recorded value (`OMP_X=$AWS_SECRET_ACCESS_KEY`); shorter ones would mask noise."""
 
 TORCH_PROBE_TIMEOUT_S = 20.0
 GIT_TIMEOUT_S = 10.0
@@ -82,6 +97,12 @@ print(json.dumps(info))
 
 # user:password@ inside a URL value, e.g. HF_ENDPOINT=https://me:pw@mirror
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+# a secret-looking query parameter inside a URL value, e.g. ...?access_token=abc&x=1
+_URL_SECRET_PARAM = re.compile(
+    r"(?P<name>[?&;][^=&;#\s]*(?:token|key|secret|pass|sig|auth|credential)[^=&;#\s]*=)"
+    r"[^&;#\s]+",
+    re.IGNORECASE,
+)
 
 
 def _probe(name: str, function: Callable[[], T]) -> T | None:
@@ -93,14 +114,37 @@ def _probe(name: str, function: Callable[[], T]) -> T | None:
         return None
 
 
-def redact_secrets(mapping: Mapping[str, str]) -> dict[str, str]:
-    """Drop entries whose name looks like a secret; mask credentials embedded in URL values."""
+def is_secret_name(name: str) -> bool:
+    """True when a variable's name looks like it holds a secret (SECRET_MARKERS)."""
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_MARKERS)
+
+
+def redact_secrets(
+    mapping: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Drop entries whose name looks like a secret; mask credentials embedded in URL values
+    (user:password@, secret-named query parameters) and the value of any secret-named
+    variable of `environ` (default: `mapping`) found inside a kept value."""
+    source = mapping if environ is None else environ
+    planted = sorted(
+        {
+            str(value)
+            for name, value in source.items()
+            if is_secret_name(name) and len(str(value)) >= MIN_MASKED_SECRET_CHARS
+        },
+        key=len,
+        reverse=True,  # the longest first, so a secret containing another is masked whole
+    )
     kept: dict[str, str] = {}
     for name, value in mapping.items():
-        upper = name.upper()
-        if any(marker in upper for marker in SECRET_MARKERS):
+        if is_secret_name(name):
             continue
-        kept[name] = _URL_USERINFO.sub(r"\g<scheme>***@", str(value))
+        text = _URL_USERINFO.sub(r"\g<scheme>***@", str(value))
+        text = _URL_SECRET_PARAM.sub(r"\g<name>***", text)
+        for secret in planted:
+            text = text.replace(secret, "***")
+        kept[name] = text
     return kept
 
 
@@ -112,7 +156,7 @@ def benchmark_environment_variables(environ: Mapping[str, str] | None = None) ->
         for name, value in source.items()
         if name.upper().startswith(ENV_PREFIXES) or name.upper() in ENV_NAMES
     }
-    return dict(sorted(redact_secrets(relevant).items()))
+    return dict(sorted(redact_secrets(relevant, source).items()))
 
 
 def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str | None]:

@@ -40,6 +40,7 @@ from stages.rundir.tables import MANIFEST, merge_parts, read_table
 from stages.runtime.driver import arrival_seed
 from stages.spec.loading import LoadedSpec
 from stages.spec.models import BenchmarkSpec, PipelineSpec
+from stages.spec.paths import spec_folder, with_resolved_files
 from stages.telemetry.supervisor import SamplerGroup
 
 log = logging.getLogger(__name__)
@@ -234,7 +235,7 @@ class Launcher:
 
     def __init__(self, loaded: LoadedSpec, options: RunOptions) -> None:
         self.loaded = loaded
-        self.spec = _with_resolved_paths(loaded.spec, loaded.source)
+        self.spec = with_resolved_files(loaded.spec, spec_folder(loaded.source))
         self.options = options
         self.run_id = options.run_id or new_run_id(self.spec.name)
         self.run_dir = Path(options.out_dir) / self.run_id
@@ -662,21 +663,6 @@ class Launcher:
     def _emit(self, event: ProgressEvent) -> None:
         if self.options.progress is not None:
             self.options.progress(event)
-
-
-def _with_resolved_paths(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
-    """Trace files named relative to the spec file's folder (as a user writes them) become
-    absolute, so workers find them whatever their working directory."""
-    spec_dir = Path(source).parent if source and Path(source).is_file() else Path.cwd()
-    pipelines = []
-    for pipeline in spec.pipelines:
-        trace = pipeline.loadgen.trace
-        if trace and not Path(trace).is_absolute():
-            resolved = str((spec_dir / trace).resolve())
-            loadgen = pipeline.loadgen.model_copy(update={"trace": resolved})
-            pipeline = pipeline.model_copy(update={"loadgen": loadgen})
-        pipelines.append(pipeline)
-    return spec.model_copy(update={"pipelines": pipelines})
 
 
 def _check_traces(spec: BenchmarkSpec) -> list[str]:

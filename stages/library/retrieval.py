@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -45,6 +45,8 @@ def _known_artifact(name: str) -> str:
 
 class CorpusConfig(StageConfig):
     """Where a retrieval stage's documents come from: an artefact or a Parquet file."""
+
+    file_fields: ClassVar[tuple[str, ...]] = ("corpus_path",)
 
     corpus: str | None = Field(
         None,
@@ -215,6 +217,8 @@ def parse_statement(sql: str) -> tuple[str, set[str]]:
 
 
 class SqlConfig(CorpusConfig):
+    file_fields: ClassVar[tuple[str, ...]] = ("corpus_path", "database")
+
     database: str | None = Field(
         None,
         description="A DuckDB database file, opened read-only. Exactly one of database / "

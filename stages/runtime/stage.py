@@ -36,6 +36,10 @@ a sequence names the outputs to take (a subset, an earlier stage for a loop, or 
 class StageConfig(StrictModel):
     """Base of stage config models; a stage type without options uses it as is."""
 
+    file_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields that name a file: a spec's value is resolved against the spec's folder and must
+    lie inside the allowed roots (stages.spec.paths)."""
+
 
 @dataclass
 class StageContext:

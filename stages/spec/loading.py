@@ -5,16 +5,36 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from yaml.composer import ComposerError
 
 from stages.runtime.registry import default_registry
 from stages.spec.checks import SpecProblem, check_spec, one_line, problems_from_validation_error
 from stages.spec.models import BenchmarkSpec
+
+MAX_BYTES_ENV = "COLLOBENCH_SPEC_MAX_BYTES"
+DEFAULT_MAX_BYTES = 1 << 20
+"""Largest spec file (and `--set` value) read: 1 MiB unless `$COLLOBENCH_SPEC_MAX_BYTES` says
+otherwise; a real spec is a few KiB, so anything near this is a mistake or an attack."""
+MAX_ALIASES = 100
+"""Most YAML alias uses (`*name`) in one document: enough for shared loadgen blocks, too few
+for a "billion laughs" document, whose aliases multiply once the tree is walked."""
+MAX_NODES = 100_000
+"""Most values in one document once aliases are expanded: ten anchors of ten aliases each stay
+under MAX_ALIASES yet expand to 10^10 values when validated or hashed."""
+MAX_DEPTH = 64
+"""Deepest nesting of YAML collections: a spec is about 6 levels deep; thousands of levels would
+exhaust Python's recursion limit in the composer (a traceback instead of a one-line error)."""
+
+
+MAX_OVERRIDE_PATH_CHARS = 256
+"""Longest `--set` path (`pipelines.0.loadgen.rate` is 24): it is echoed in problem lines."""
 
 
 class SpecError(Exception):
@@ -43,17 +63,115 @@ class LoadedSpec:
     records them; `normalized` holds their result)."""
 
 
+def max_spec_bytes() -> int:
+    """`$COLLOBENCH_SPEC_MAX_BYTES` as a positive integer, else 1 MiB (a bad value is an input
+    error naming the variable)."""
+    raw = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    if not raw.isdigit() or int(raw) < 1:
+        raise SpecError([SpecProblem(MAX_BYTES_ENV, f"{raw!r} is not a number of bytes >= 1")])
+    return int(raw)
+
+
+class LimitedSafeLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader (plain data only: no `!!python/...` objects) that also refuses more
+    than MAX_ALIASES alias uses and nesting deeper than MAX_DEPTH, while composing (before any
+    value is built)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise ComposerError(None, None, f"more than {MAX_ALIASES} aliases (*name)", mark)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_ids: set[int]) -> int:
+    """Values under `node` with every alias expanded (memoised per node, so the walk itself is
+    linear); a node that contains itself (`&a [*a]`) is an error."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_ids:
+        raise ComposerError(None, None, "an alias refers to its own anchor", node.start_mark)
+    open_ids.add(key)
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, sizes, open_ids) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        for name, child in node.value:
+            size += _expanded_size(name, sizes, open_ids) + _expanded_size(child, sizes, open_ids)
+    open_ids.discard(key)
+    if size > MAX_NODES:
+        raise ComposerError(
+            None, None, f"more than {MAX_NODES} values once aliases are expanded", node.start_mark
+        )
+    sizes[key] = size
+    return size
+
+
+def safe_yaml(text: str) -> Any:
+    """Parse one YAML document with LimitedSafeLoader and refuse one whose aliases expand past
+    MAX_NODES values. Errors are yaml.YAMLError, or ValueError for a scalar Python refuses to
+    build (an integer of more than 4300 digits)."""
+    loader = LimitedSafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, {}, set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(error: Exception) -> tuple[str, str]:
+    """(where, what) of a YAML error: `line L, column C` when known, and the problem, one line."""
+    mark = getattr(error, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    lines = str(error).splitlines() or [type(error).__name__]
+    problem = getattr(error, "problem", None) or lines[0]
+    return where, f"invalid YAML: {problem}"
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """`text` quoted for a problem line, cut to `limit` characters (an argument may be MBs)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 def _parse_override(text: str) -> tuple[list[str], Any]:
+    limit = max_spec_bytes()
+    if len(text.encode("utf-8", "surrogatepass")) > limit:
+        raise SpecError([SpecProblem("--set", f"{_shown(text)} is longer than {limit} bytes")])
     path_text, sep, value_text = text.partition("=")
     if not sep or not path_text.strip():
-        raise SpecError([SpecProblem("--set", f"expected path=value, got {text!r}")])
+        raise SpecError([SpecProblem("--set", f"expected path=value, got {_shown(text)}")])
+    if len(path_text) > MAX_OVERRIDE_PATH_CHARS:
+        raise SpecError([SpecProblem("--set", f"path {_shown(path_text)} is too long")])
     path = [part for part in path_text.strip().replace("[", ".").replace("]", "").split(".")]
     if any(not part for part in path):
-        raise SpecError([SpecProblem("--set", f"malformed path {path_text!r}")])
+        raise SpecError([SpecProblem("--set", f"malformed path {_shown(path_text)}")])
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else ""
-    except yaml.YAMLError as error:
-        raise SpecError([SpecProblem(f"--set {path_text}", f"bad value: {error}")]) from None
+        value = safe_yaml(value_text) if value_text.strip() else ""
+    except (yaml.YAMLError, ValueError) as error:
+        where, problem = _yaml_problem(error)
+        at = f" ({where})" if where else ""
+        raise SpecError([SpecProblem(f"--set {path_text}", f"bad value{at}: {problem}")]) from None
     return path, value
 
 
@@ -92,22 +210,40 @@ def _list_index(items: list[Any], key: str) -> int | None:
     return None
 
 
+def _read_text(path: Path, source: str) -> str:
+    """The file's text, refusing what is not a regular file (a FIFO or /dev/zero would block or
+    never end) and anything over max_spec_bytes (read at most one byte more)."""
+    limit = max_spec_bytes()
+    try:
+        if not path.is_file():
+            reason = "file not found" if not path.exists() else "not a regular file"
+            raise SpecError([SpecProblem("", reason)], source)
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = getattr(error, "strerror", None) or str(error)
+        raise SpecError([SpecProblem("", f"cannot read: {reason}")], source) from None
+    if len(data) > limit:
+        raise SpecError(
+            [SpecProblem("", f"larger than {limit} bytes (raise {MAX_BYTES_ENV} if it is real)")],
+            source,
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError([SpecProblem("", f"not UTF-8 text: {error.reason}")], source) from None
+
+
 def read_document(path: Path) -> dict[str, Any]:
-    """Read YAML with `safe_load` (no object construction from tags)."""
+    """Read YAML safely: no object construction from tags (`!!python/object` is an error), at
+    most max_spec_bytes, MAX_ALIASES aliases and MAX_DEPTH levels of nesting."""
     source = str(path)
+    text = _read_text(path, source)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError([SpecProblem("", "file not found")], source) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
-        raise SpecError([SpecProblem("", f"cannot read: {error}")], source) from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise SpecError([SpecProblem(where, f"invalid YAML: {problem}")], source) from None
+        document = safe_yaml(text)
+    except (yaml.YAMLError, ValueError) as error:
+        where, problem = _yaml_problem(error)
+        raise SpecError([SpecProblem(where, problem)], source) from None
     if not isinstance(document, dict):
         raise SpecError(
             [SpecProblem("", f"a spec is a YAML mapping, got {type(document).__name__}")],
@@ -117,7 +253,8 @@ def read_document(path: Path) -> dict[str, Any]:
 
 
 def validate_document(document: dict[str, Any], source: str = "") -> LoadedSpec:
-    """Validate a raw document; raises `SpecError` listing every problem found."""
+    """Validate a raw document; raises `SpecError` listing every problem found. Files it names
+    must lie inside the allowed roots (stages.spec.paths; relative to the folder of `source`)."""
     try:
         spec = BenchmarkSpec.model_validate(document)
     except ValidationError as error:
@@ -125,6 +262,10 @@ def validate_document(document: dict[str, Any], source: str = "") -> LoadedSpec:
             problems_from_validation_error(error, model=BenchmarkSpec), source
         ) from None
     problems = check_spec(spec)
+    if not problems:
+        from stages.spec.paths import check_file_paths, spec_folder
+
+        problems = check_file_paths(spec, spec_folder(source))
     if problems:
         raise SpecError(problems, source)
     normalized = normalize(spec)

@@ -123,7 +123,7 @@ def test_read_only_connection_refuses_writes(tmp_path: Path, db_path: Path) -> N
             connection.execute("INSERT INTO runs (run_id, loaded_at) VALUES ('x', now())")
     finally:
         connection.close()
-    with pytest.raises(duckdb.Error):
+    with pytest.raises(ReadOnlyRequired, match="not DELETE"):  # refused before it opens
         run_query(db_path, "DELETE FROM queries")
     assert counts(db_path)["queries"] == 1030
 

@@ -18,6 +18,7 @@ import pytest
 
 from tests.dagster import server
 from tests.dagster.conftest import tiny_spec, write_spec
+from tests.helpers import LOOPBACK, listening_addresses
 from tests.reliability import figures
 from tests.reliability.faults import (
     fresh_warehouse,
@@ -114,6 +115,10 @@ def test_launch_rerun_sensor_then_cancel(
     dagster_dev: tuple[Any, subprocess.Popen[bytes]], specs_dir: Path
 ) -> None:
     client, server_process = dagster_dev
+    # Every socket dagster dev's tree listens on (webserver, code server, daemon) is loopback.
+    listening = listening_addresses(server_process.pid)
+    assert listening and all(address in LOOPBACK for address, _ in listening), listening
+    figures.count("security_checks", "dagster_dev_binds_loopback")
     run_id = server.launch_benchmark(
         client, "tiny", {"ops": {"benchmark_run": {"config": {"rate": 60}}}}
     )
