@@ -17,6 +17,7 @@ from yaml.composer import ComposerError
 from stages.runtime.registry import default_registry
 from stages.spec.checks import SpecProblem, check_spec, one_line, problems_from_validation_error
 from stages.spec.models import BenchmarkSpec
+from stages.spec.paths import check_file_paths, spec_folder
 
 MAX_BYTES_ENV = "COLLOBENCH_SPEC_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 20
@@ -263,8 +264,6 @@ def validate_document(document: dict[str, Any], source: str = "") -> LoadedSpec:
         ) from None
     problems = check_spec(spec)
     if not problems:
-        from stages.spec.paths import check_file_paths, spec_folder
-
         problems = check_file_paths(spec, spec_folder(source))
     if problems:
         raise SpecError(problems, source)

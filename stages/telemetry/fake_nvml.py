@@ -326,7 +326,7 @@ class FakeNvml:
             time.time_ns() - time.monotonic_ns() if wall_offset_ns is None else wall_offset_ns
         )
         self._init_count = 0
-        self._file_seen_s: dict[int, float] = {}  # device index -> when events_after_file appeared
+        self._file_seen_s: dict[int, float] = {}  # id(device) -> when events_after_file appeared
 
     @classmethod
     def from_file(
@@ -373,12 +373,12 @@ class FakeNvml:
         its `events_after_file` first existed (infinity while it does not)."""
         if device.events_after_file is None:
             return 0.0
-        index = next(i for i, d in enumerate(self.script.devices) if d is device)
-        if index not in self._file_seen_s:
+        key = id(device)  # the script's devices live as long as this fake
+        if key not in self._file_seen_s:
             if not os.path.exists(device.events_after_file):
                 return float("inf")
-            self._file_seen_s[index] = t_s
-        return self._file_seen_s[index]
+            self._file_seen_s[key] = t_s
+        return self._file_seen_s[key]
 
     def _check_init(self) -> None:
         if self._init_count <= 0:

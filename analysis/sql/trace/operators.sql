@@ -1,7 +1,6 @@
 -- operators: the operator spans (`operator_spans`, written only when a model stage profiled)
--- of the queries the trace keeps (the first $max_queries query ids per (trial, phase,
--- pipeline), traced_queries.sql's tracks as in visits.sql), the profiler's `window` rows included (each encloses its
--- visit's operators). Ordered by start, longest first, so an enclosing span comes before the
+-- of the queries the trace keeps (traced_queries.sql's tracks, as in visits.sql), the
+-- profiler's `window` rows included (each encloses its visit's operators). Ordered by start, longest first, so an enclosing span comes before the
 -- spans it contains.
 WITH kept AS (
     -- One row per track: $tracks is traced_queries.sql's result, passed back by the caller.
