@@ -3,8 +3,10 @@
 Each producer thread (a stage thread, the load generator) owns a `RowBuffer` and appends plain
 tuples to it without locks. At least once a second, or every `CHUNK_ROWS` rows, the owner hands
 the filled lists to the `Recorder`'s writer thread and starts new ones; the writer turns rows
-into Arrow columns and writes one chunk file per hand-off. A crash therefore loses at most the
-last second of rows, and memory stays bounded however long the run.
+into Arrow columns and writes one chunk file per hand-off. An owner busy in a long stage call
+cannot hand over, so the writer also takes the rows of every overdue buffer itself (`_take`,
+lock-free: the owner only appends). A crash therefore loses at most the last second of rows
+(plus one `DRAIN_TICK_S`), and memory stays bounded however long the run.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ CHUNK_ROWS = 65_536
 # thread sorts them while holding the GIL, and 20k of them cost ~5 ms of stalled issuing.
 LATENCY_WINDOW = 2_000
 FLUSH_PERIOD_NS = 1_000_000_000
+# The writer looks for overdue buffers this often; it bounds how late past its deadline a row
+# held by a thread busy in a long call reaches disk.
+DRAIN_TICK_S = 0.05
 
 # Row layouts (tuples, in this order).
 # stage row: query_id, stage_index, visit, enqueued_ns, started_ns, finished_ns, status,
@@ -88,6 +93,8 @@ _QUERY_ROW_TYPES = (
 # directory's tables that no one else in a worker writes.
 EXTRA_TABLES = frozenset({"operator_spans"})
 _STATUS_STRINGS = pa.array(STATUS_NAMES, type=pa.string())
+# What the writer sees when its inbox wait times out: nothing handed over, look for overdue buffers.
+_TICK: tuple[Any, list[Any]] = ("", [])
 SLICE_ROWS = 512  # rows converted per GIL hold in the writer thread (~0.15 ms here)
 
 
@@ -108,16 +115,33 @@ def _rows_to_arrays(
     }
 
 
-class RowBuffer:
-    """Rows produced by one thread; only that thread appends and flushes."""
+def _take(rows: list[Any]) -> list[Any]:
+    """Remove and return the rows present now, while their owner may still append.
 
-    __slots__ = ("_recorder", "next_flush_ns", "query_rows", "stage_rows")
+    Safe without a lock under the GIL because the owner only appends at the end and only the
+    writer thread removes: `len`, the slice copy and the prefix delete are each atomic, and a
+    row appended between them stays for the next take."""
+    count = len(rows)
+    if not count:
+        return []
+    taken = rows[:count]
+    del rows[:count]
+    return taken
+
+
+class RowBuffer:
+    """Rows produced by one thread; only that thread appends and flushes, and only the writer
+    thread removes rows (`_take`)."""
+
+    __slots__ = ("_recorder", "drained_ns", "next_flush_ns", "query_rows", "stage_rows")
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
         self.stage_rows: list[tuple[Any, ...]] = []
         self.query_rows: list[tuple[Any, ...]] = []
         self.next_flush_ns = time.monotonic_ns() + FLUSH_PERIOD_NS
+        self.drained_ns = 0
+        """When the writer last took this buffer's rows itself (writer thread only)."""
 
     def due(self, now_ns: int) -> bool:
         return now_ns >= self.next_flush_ns or len(self.stage_rows) >= CHUNK_ROWS
@@ -148,6 +172,7 @@ class Recorder:
         self._stage_strings = pa.array(self.stage_names, type=pa.string())
         self._keep_in_memory = keep_in_memory
         self._inbox: queue.SimpleQueue[tuple[Any, list[Any]] | None] = queue.SimpleQueue()
+        self._buffers: list[RowBuffer] = []
         self._writers: dict[str, ChunkWriter] = {}
         self._run_dir = run_dir
         self._keys = keys
@@ -169,7 +194,10 @@ class Recorder:
         self._thread.start()
 
     def buffer(self) -> RowBuffer:
-        return RowBuffer(self)
+        """A new row buffer for the calling thread, watched by the writer for overdue rows."""
+        buffer = RowBuffer(self)
+        self._buffers.append(buffer)
+        return buffer
 
     def submit(self, stage_rows: list[Any], query_rows: list[Any]) -> None:
         self._inbox.put((stage_rows, query_rows))
@@ -186,30 +214,64 @@ class Recorder:
             self._inbox.put((table, rows))
 
     def _write_loop(self) -> None:
+        next_drain_ns = time.monotonic_ns() + int(DRAIN_TICK_S * 1e9)
         while True:
-            item = self._inbox.get()
+            try:
+                item: tuple[Any, list[Any]] | None = self._inbox.get(timeout=DRAIN_TICK_S)
+            except queue.Empty:
+                item = _TICK
             if item is None:
+                # Rows of a thread still stuck in a call at close (a hang past the timeout)
+                # ended before it: keep them.
+                self._drain(drain_all=True)
                 return
-            first, rows = item
-            if isinstance(first, str):
-                try:
-                    self._write_extra(first, rows)
-                except Exception as error:
-                    self.write_errors.append(f"{first}: {type(error).__name__}: {error}")
+            if item is not _TICK:
+                first, rows = item
+                if isinstance(first, str):
+                    try:
+                        self._write_extra(first, rows)
+                    except Exception as error:
+                        self.write_errors.append(f"{first}: {type(error).__name__}: {error}")
+                else:
+                    # The owner no longer appends to handed-off lists. Emptied after the write,
+                    # so a drain that still finds them on a buffer its owner is swapping writes
+                    # nothing twice (drains run on this thread, never during the write).
+                    self._write_hand_off(first, rows)
+                    first.clear()
+                    rows.clear()
+            now_ns = time.monotonic_ns()
+            if now_ns >= next_drain_ns:
+                self._drain(drain_all=False)
+                next_drain_ns = now_ns + int(DRAIN_TICK_S * 1e9)
+
+    def _drain(self, drain_all: bool) -> None:
+        """Write the rows of each buffer whose owner is overdue (busy in a long stage call),
+        at most once per flush period per buffer; `drain_all` at close takes every buffer."""
+        now_ns = time.monotonic_ns()
+        for buffer in tuple(self._buffers):
+            if not drain_all and now_ns < max(
+                buffer.next_flush_ns, buffer.drained_ns + FLUSH_PERIOD_NS
+            ):
                 continue
-            stage_rows, query_rows = first, rows
-            # Each table on its own: a failed stage_events chunk must not take the queries of
-            # the same hand-off with it (nor kill the stage threads: a full disk is reported).
-            if stage_rows:
-                try:
-                    self._write("stage_events", self._stage_arrays(stage_rows))
-                except Exception as error:
-                    self.write_errors.append(f"stage_events: {type(error).__name__}: {error}")
-            if query_rows:
-                try:
-                    self._write("queries", self._query_arrays(query_rows))
-                except Exception as error:
-                    self.write_errors.append(f"queries: {type(error).__name__}: {error}")
+            stage_rows, query_rows = _take(buffer.stage_rows), _take(buffer.query_rows)
+            if stage_rows or query_rows:
+                buffer.drained_ns = now_ns
+                self._write_hand_off(stage_rows, query_rows)
+
+    def _write_hand_off(self, stage_rows: list[Any], query_rows: list[Any]) -> None:
+        """One chunk per table; each table on its own: a failed stage_events chunk must not
+        take the queries of the same hand-off with it (nor kill the stage threads: a full
+        disk is reported)."""
+        if stage_rows:
+            try:
+                self._write("stage_events", self._stage_arrays(stage_rows))
+            except Exception as error:
+                self.write_errors.append(f"stage_events: {type(error).__name__}: {error}")
+        if query_rows:
+            try:
+                self._write("queries", self._query_arrays(query_rows))
+            except Exception as error:
+                self.write_errors.append(f"queries: {type(error).__name__}: {error}")
 
     def _stage_arrays(self, rows: list[tuple[Any, ...]]) -> dict[str, pa.ChunkedArray]:
         columns = _rows_to_arrays(STAGE_COLUMNS, _STAGE_ROW_TYPES, rows)

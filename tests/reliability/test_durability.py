@@ -92,8 +92,9 @@ def _kill_at(kill: Kill, pid: int, at_ns: int) -> None:
         kill.killed_ns = None
 
 
-def run_with_kills(kills: list[Kill], tmp_path: Path) -> Any:
-    """Launch the spec and SIGKILL each pipeline's worker at its planned moment."""
+def run_with_kills(kills: list[Kill], tmp_path: Path, doc: dict[str, Any] | None = None) -> Any:
+    """Launch `doc` (default: `durability_spec(kills)`) and SIGKILL each pipeline's worker at
+    its planned moment."""
     by_name = {kill.pipeline: kill for kill in kills}
 
     def on_progress(event: ProgressEvent) -> None:
@@ -109,7 +110,7 @@ def run_with_kills(kills: list[Kill], tmp_path: Path) -> Any:
         kill.thread = threading.Thread(target=_kill_at, args=(kill, pid, at_ns), daemon=True)
         kill.thread.start()
 
-    result = run(durability_spec(kills), tmp_path, progress=on_progress)
+    result = run(doc or durability_spec(kills), tmp_path, progress=on_progress)
     for kill in kills:
         if kill.thread is not None:
             kill.thread.join(10)
@@ -234,3 +235,33 @@ def test_a_hundred_random_worker_kills_lose_nothing_older_than_one_flush(
     report(outcomes, "worker_sigkill_soak")
     lost = [o for o in outcomes if o.lost_old]
     assert not lost, lost
+
+
+HANG_AT_QUERY = 100  # due 0.5 s after the first issue at 200 queries/s
+
+
+def test_a_stage_stuck_in_a_long_call_does_not_hold_its_earlier_rows(tmp_path: Path) -> None:
+    """A stage thread inside one long call cannot hand its rows over; the writer thread takes
+    them itself once they are overdue. Here the stage serves queries 0-99 in microseconds, then
+    hangs on query 100 (a 3 s generation would do the same), and the worker is SIGKILLed 2 s
+    later, mid-call: all 100 earlier queries must be on disk in both tables."""
+    kill = Kill("stuck", offset_s=2.5)
+    doc = durability_spec([kill])
+    doc["pipelines"][0]["stages"] = [
+        {"id": "work", "type": "fail", "config": {"at_query": HANG_AT_QUERY, "mode": "hang"}}
+    ]
+    result = run_with_kills([kill], tmp_path, doc)
+    assert kill.killed_ns is not None, "the worker ended before its kill"
+    (outcome,) = result.results
+    assert outcome.error == "worker killed by SIGKILL (possibly the OOM killer)"
+    db = tmp_path / "warehouse.duckdb"
+    load_runs([result.run_dir], db, notify=lambda message: None)
+    with duckdb.connect(str(db), read_only=True) as warehouse:
+        for table in ("queries", "stage_events"):
+            ids = warehouse.execute(
+                f"SELECT list(query_id ORDER BY query_id) FROM {table} WHERE status = 'ok'"
+            ).fetchone()
+            assert ids is not None
+            assert ids[0] == list(range(HANG_AT_QUERY)), (table, ids[0])
+    figures.count("faults_injected", "worker_sigkill_mid_call", 1)
+    figures.count("faults_survived", "worker_sigkill_mid_call", 1)
