@@ -4,7 +4,7 @@ and offline throughput, next to MLPerf LoadGen measured in the same run when it 
 Prints ONE JSON line on stdout (progress on stderr).
 
 Why: latency is counted from the scheduled arrival time, so an issuer that is late inflates
-every latency, and one that silently falls behind hides overload. DESIGN.md's figures to beat:
+every latency, and one that silently falls behind hides overload. The figures to beat:
 LoadGen (C++) issues Server queries ~53 us late at p50 with the default timer slack and ~4 us
 with slack 1; its Offline scenario with a Python queue-and-worker SUT does ~430k samples/s here.
 

@@ -19,7 +19,7 @@ on (Parquet chunk files in a temporary run directory, as in a real run):
    ~4 us when that vCPU is awake but ~25 us when it has to be woken from idle, so this figure
    depends on what else the machine is doing). Target: our per-stage median at depth 10 within
    2x of the bare chain's, checked for each placement.
-   Why: DESIGN.md's "figures to beat" (the paper's framework ~35 us/stage here, a bare hop ~3-5
+   Why: the project's figures to beat (the paper's framework ~35 us/stage here, a bare hop ~3-5
    us): the runtime must not be what a benchmark of small stages measures.
 2. Offline throughput of a one-stage `noop` pipeline (200,000 one-sample queries issued at
    once), ok queries / (last completed_ns - start_ns); target >= 500k queries/s. Next to it, a

@@ -50,4 +50,10 @@ def mlflow_tracking_uri() -> str | None:
         return None
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{home() / 'mlflow.db'}"
+    return default_tracking_uri(home())
+
+
+def default_tracking_uri(home_dir: Path) -> str:
+    """`sqlite:///<home>/mlflow.db`, path made absolute; artifacts then go to <home>/mlartifacts
+    (`mlflow_log.artifact_location_for`), never to the CWD's ./mlruns."""
+    return f"sqlite:///{Path(home_dir).expanduser().resolve() / 'mlflow.db'}"

@@ -15,14 +15,15 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from stages import settings
 from stages.cli.app import summarize_phase
 from stages.cli.mlflow_log import (
     artifact_location_for,
-    default_tracking_uri,
     flatten_params,
     log_run_to_mlflow,
 )
 from stages.rundir.tables import ChunkWriter, merge_parts
+from stages.settings import default_tracking_uri
 
 RUN_ID = "20261122-001500-vision-collocated-1a2b3c"
 BASE_NS = 1_000_000_000_000
@@ -217,8 +218,14 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> Logged:
     return Logged(client, tracking_uri, home, run_dir, parent, by_pair)
 
 
-def test_default_tracking_uri_is_absolute_sqlite(tmp_path: Path) -> None:
+def test_default_tracking_uri_is_absolute_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uri = default_tracking_uri(tmp_path / "home")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("COLLOBENCH_MLFLOW", raising=False)
+    monkeypatch.setenv("COLLOBENCH_HOME", str(tmp_path / "home"))
+    assert settings.mlflow_tracking_uri() == uri  # the CLI's default is this store
     assert uri == f"sqlite:///{(tmp_path / 'home').resolve()}/mlflow.db"
     assert uri.startswith("sqlite:////")
     assert artifact_location_for(uri) == (tmp_path / "home" / "mlartifacts").resolve().as_uri()

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_EXPERIMENT = "collobench"
-DB_NAME = "mlflow.db"
 ARTIFACTS_DIR_NAME = "mlartifacts"
 
 # MLflow's limits (mlflow.utils.validation); ours are applied before MLflow sees the values.
@@ -48,12 +47,6 @@ _STATUS_SEVERITY = ("ok", "timeout", "interrupted", "failed")
 # The worker's own counts (warm-up included), logged only when a result has no summary.
 _COUNT_FIELDS = ("ok", "errors", "dropped", "timeouts", "not_issued")
 _NOISY_LOGGERS = ("mlflow", "alembic", "sqlalchemy")
-
-
-def default_tracking_uri(home: Path) -> str:
-    """`sqlite:///<home>/mlflow.db`, path made absolute; artifacts then go to <home>/mlartifacts
-    (see `artifact_location_for`), never to the CWD's ./mlruns."""
-    return f"sqlite:///{Path(home).expanduser().resolve() / DB_NAME}"
 
 
 def _sqlite_path(tracking_uri: str) -> Path | None:

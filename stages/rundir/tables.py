@@ -3,8 +3,8 @@
 While a run is live, every process writes its rows as small Parquet chunk files under
 `parts/<table>/` (each written to a temporary name, then renamed, so a crash leaves only whole
 files). When the run ends, `merge_parts` concatenates them into `<table>.parquet` at the top
-of the run directory, the files DESIGN.md promises. Readers use `read_table`, which falls back
-to the parts when a run was cut short before the merge.
+of the run directory, the files the README's "The run directory" promises. Readers use
+`read_table`, which falls back to the parts when a run was cut short before the merge.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-FLUSH_ROWS = 65_536  # DESIGN.md: flush at least once a second or every 64k rows
+FLUSH_ROWS = 65_536  # as the recorder: flush at least once a second or every 64k rows
 
 _GPU_COLUMNS = (
     "ts_ns",
