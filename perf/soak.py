@@ -5,13 +5,14 @@ long flatness run, summed up in ONE JSON line on stdout (progress on stderr).
 1. `pytest tests/reliability -m "soak or not soak"` with `COLLOBENCH_RELIABILITY_FIGURES` naming
    a temporary JSON file, into which the suite's tests count what they injected and survived
    (tests/reliability/figures.py).
-2. `perf/stage_overhead.py --soak` (1M queries through one pipeline with recording on: the
-   per-query cost and RSS must stay flat), unless `--no-runtime`; its flatness figures are kept.
+2. `perf/stage_overhead.py --soak --flatness-only` (1M queries through one pipeline with
+   recording on: the per-query cost and RSS must stay flat), unless `--no-runtime`.
 
 Targets: pytest passed, every fault injected was survived, every hostile input was rejected
 cleanly, no event older than one flush interval lost, no process left behind, the soak's growth
 of RSS, open files and threads within the tolerances the soak test records, and the runtime's
-per-query cost flat (max/min of tenths <= 1.5). Exits 1 when one is missed.
+per-query cost flat (max/min of tenths <= 1.5; measured again once on a miss). Exits 1 when one
+is missed.
 
     python perf/soak.py                # everything (about 15 min on 2 cores)
     python perf/soak.py --no-runtime   # the reliability suite only
@@ -61,9 +62,12 @@ def run_suite(figures_path: Path) -> int:
 
 
 def run_runtime_flatness() -> dict[str, Any]:
-    """`stage_overhead.py --soak`'s flatness figures (its whole JSON line is on our stderr)."""
+    """`stage_overhead.py --soak --flatness-only`'s figures (its JSON line is on our stderr)."""
     completed = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "perf" / "stage_overhead.py"), "--soak"],
+        [
+            *(sys.executable, str(REPO_ROOT / "perf" / "stage_overhead.py")),
+            *("--soak", "--flatness-only"),
+        ],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=sys.stderr,
@@ -138,11 +142,31 @@ def summarize(
     }
     if runtime is not None:
         summary["runtime_flatness"] = runtime
-        ratio = runtime.get("flat_max_min_ratio")
-        met["runtime_per_query_cost_flat"] = (
-            runtime.get("exit") == 0 and ratio is not None and ratio <= TARGET_FLAT_MAX_MIN_RATIO
-        )
+        met["runtime_per_query_cost_flat"] = is_flat(runtime)
     return {**summary, "met": met}
+
+
+def is_flat(runtime: dict[str, Any]) -> bool:
+    """The 1M-query run ended cleanly and its slowest tenth cost at most 1.5x its fastest."""
+    ratio = runtime.get("flat_max_min_ratio")
+    return runtime.get("exit") == 0 and ratio is not None and ratio <= TARGET_FLAT_MAX_MIN_RATIO
+
+
+def measure_runtime_flatness() -> dict[str, Any]:
+    """The flatness run, repeated once (after waiting for a quiet machine) when it missed: a
+    stall of the shared 2-core machine can lift one ~2 s tenth by half while a cost that grows
+    with the queries recorded shows in both attempts. Both attempts' tenths are reported; the
+    verdict is the last one's."""
+    attempts = [run_runtime_flatness()]
+    if not is_flat(attempts[0]) and attempts[0].get("exit") == 0:
+        log(SCRIPT, "runtime flatness missed its target; waiting for quiet and measuring again")
+        wait_for_quiet(SCRIPT, 30.0)
+        attempts.append(run_runtime_flatness())
+    return {
+        **attempts[-1],
+        "attempts_tenths_us": [a.get("flat_per_query_us_by_tenth") for a in attempts],
+        "attempts_max_min_ratio": [a.get("flat_max_min_ratio") for a in attempts],
+    }
 
 
 def main() -> None:
@@ -165,7 +189,7 @@ def main() -> None:
     if not args.no_runtime:
         started = time.monotonic()
         with BackgroundLoad() as load:
-            runtime = run_runtime_flatness()
+            runtime = measure_runtime_flatness()
         background["runtime_flatness"] = load.pct
         log(SCRIPT, f"runtime flatness: {time.monotonic() - started:.0f} s")
     mode = "suite" if args.no_runtime else "full"

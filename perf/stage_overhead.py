@@ -413,6 +413,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short windows (~20 s in all)")
     parser.add_argument("--soak", action="store_true", help=f"{SOAK_QUERIES:,}-query flatness")
+    parser.add_argument(
+        "--flatness-only", action="store_true", help="only the flatness run (make soak's part)"
+    )
     args = parser.parse_args()
     chain_s = 1.0 if args.quick else 8.0
     rounds = 2 if args.quick else 4
@@ -421,6 +424,14 @@ def main() -> None:
     flat_queries = SOAK_QUERIES if args.soak else FLAT_QUERIES
     waited_s = wait_for_quiet(SCRIPT, 5.0 if args.quick else 30.0)
     background: dict[str, float] = {}
+    if args.flatness_only:
+        with tempfile.TemporaryDirectory(prefix="collobench-perf-") as directory:
+            flat = timed(
+                "flatness", lambda: measure_flatness(flat_queries, Path(directory)), background
+            )
+        mode = "soak_flatness" if args.soak else "flatness"
+        print(json.dumps({**report_header(SCRIPT, mode, waited_s, background), **flat}), flush=True)
+        return
     with tempfile.TemporaryDirectory(prefix="collobench-perf-") as directory:
         work = Path(directory)
         depths: list[dict[str, Any]] = []
