@@ -3,6 +3,7 @@ SIGTERM is ignored, nothing left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -21,10 +22,20 @@ IGNORES_SIGTERM = (
 )
 
 
-def _tree(process: subprocess.Popen[bytes], count: int) -> list[psutil.Process]:
+def _tree(
+    process: subprocess.Popen[bytes], count: int, name: str | None = None
+) -> list[psutil.Process]:
+    """The process and its descendants, once `count` of them exist (and, with `name`, have
+    exec'd that program: a child caught between fork and exec may not act on SIGTERM yet)."""
     parent = psutil.Process(process.pid)
     deadline = time.monotonic() + 20
-    while len(parent.children(recursive=True)) < count and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        with contextlib.suppress(psutil.Error):
+            children = parent.children(recursive=True)
+            if len(children) >= count and all(
+                name is None or child.name() == name for child in children
+            ):
+                break
         time.sleep(0.05)
     return [parent, *parent.children(recursive=True)]
 
@@ -35,7 +46,7 @@ def _gone(processes: list[psutil.Process]) -> bool:
 
 def test_sigterm_ends_the_child_and_its_grandchildren() -> None:
     process = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
-    tree = _tree(process, 2)
+    tree = _tree(process, 2, name="sleep")
     assert len(tree) == 3
     started = time.monotonic()
     end_process_group(process, grace_s=10)
