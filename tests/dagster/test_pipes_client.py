@@ -7,6 +7,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -44,13 +45,34 @@ def _gone(processes: list[psutil.Process]) -> bool:
     return all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in processes)
 
 
+# SIGTERM at its default action and unblocked, whatever this test process inherited or set (an
+# ignored or blocked signal survives exec), then the shell with two background sleeps.
+SH_WITH_TWO_SLEEPS = (
+    "import os, signal\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})\n"
+    "os.execvp('sh', ['sh', '-c', 'sleep 60 & sleep 60 & wait'])\n"
+)
+
+
+def _signal_state(processes: list[psutil.Process]) -> list[str]:
+    """SigBlk and SigIgn of each process, for the failure message."""
+    states = []
+    for process in processes:
+        with contextlib.suppress(OSError):
+            lines = Path(f"/proc/{process.pid}/status").read_text().splitlines()
+            states.append(" ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn"))))
+    return states
+
+
 def test_sigterm_ends_the_child_and_its_grandchildren() -> None:
-    process = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
+    process = subprocess.Popen([sys.executable, "-c", SH_WITH_TWO_SLEEPS], start_new_session=True)
     tree = _tree(process, 2, name="sleep")
     assert len(tree) == 3
+    states = _signal_state(tree)
     started = time.monotonic()
     end_process_group(process, grace_s=10)
-    assert time.monotonic() - started < 5  # SIGTERM was enough
+    assert time.monotonic() - started < 5, states  # SIGTERM was enough
     assert _gone(tree) and not group_alive(process.pid)
 
 
