@@ -93,8 +93,6 @@ _QUERY_ROW_TYPES = (
 # directory's tables that no one else in a worker writes.
 EXTRA_TABLES = frozenset({"operator_spans"})
 _STATUS_STRINGS = pa.array(STATUS_NAMES, type=pa.string())
-# What the writer sees when its inbox wait times out: nothing handed over, look for overdue buffers.
-_TICK: tuple[Any, list[Any]] = ("", [])
 SLICE_ROWS = 512  # rows converted per GIL hold in the writer thread (~0.15 ms here)
 
 
@@ -217,32 +215,35 @@ class Recorder:
         next_drain_ns = time.monotonic_ns() + int(DRAIN_TICK_S * 1e9)
         while True:
             try:
-                item: tuple[Any, list[Any]] | None = self._inbox.get(timeout=DRAIN_TICK_S)
+                item = self._inbox.get(timeout=DRAIN_TICK_S)
             except queue.Empty:
-                item = _TICK
-            if item is None:
-                # Rows of a thread still stuck in a call at close (a hang past the timeout)
-                # ended before it: keep them.
-                self._drain(drain_all=True)
-                return
-            if item is not _TICK:
-                first, rows = item
-                if isinstance(first, str):
-                    try:
-                        self._write_extra(first, rows)
-                    except Exception as error:
-                        self.write_errors.append(f"{first}: {type(error).__name__}: {error}")
-                else:
-                    # The owner no longer appends to handed-off lists. Emptied after the write,
-                    # so a drain that still finds them on a buffer its owner is swapping writes
-                    # nothing twice (drains run on this thread, never during the write).
-                    self._write_hand_off(first, rows)
-                    first.clear()
-                    rows.clear()
+                pass  # nothing handed over: only look for overdue buffers
+            else:
+                if item is None:
+                    # Rows of a thread still stuck in a call at close (a hang past the timeout)
+                    # ended before it: keep them.
+                    self._drain(drain_all=True)
+                    return
+                self._write_item(*item)
             now_ns = time.monotonic_ns()
             if now_ns >= next_drain_ns:
                 self._drain(drain_all=False)
                 next_drain_ns = now_ns + int(DRAIN_TICK_S * 1e9)
+
+    def _write_item(self, first: Any, rows: list[Any]) -> None:
+        """One inbox item: an extra table's rows (`first` names it) or an owner's hand-off."""
+        if isinstance(first, str):
+            try:
+                self._write_extra(first, rows)
+            except Exception as error:
+                self.write_errors.append(f"{first}: {type(error).__name__}: {error}")
+            return
+        # The owner no longer appends to handed-off lists. Emptied after the write, so a drain
+        # that still finds them on a buffer its owner is swapping writes nothing twice (drains
+        # run on this thread, never during the write).
+        self._write_hand_off(first, rows)
+        first.clear()
+        rows.clear()
 
     def _drain(self, drain_all: bool) -> None:
         """Write the rows of each buffer whose owner is overdue (busy in a long stage call),
