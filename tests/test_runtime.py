@@ -121,7 +121,7 @@ def test_max_visits_bounds_a_runaway_loop() -> None:
     result, recorder = run_pipeline(spec)
     queries = rows(recorder, "queries")
     assert {q["status"] for q in queries} == {"error"}
-    assert result.counters.error == 5
+    assert result.counters.errors == 5
     assert "visited 5 times, max_visits 4" in {e["error"] for e in result_errors(spec)}
 
 

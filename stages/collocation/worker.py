@@ -167,9 +167,9 @@ def _summary(runtime: Any) -> dict[str, Any]:
     return {
         "issued": counters.issued,
         "ok": counters.ok,
-        "errors": counters.error,
+        "errors": counters.errors,
         "dropped": counters.dropped,
-        "timeouts": counters.timeout,
+        "timeouts": counters.timeouts,
         "samples_ok": counters.samples_ok,
         "first_issue_ns": counters.first_issue_ns,
         "last_completed_ns": counters.last_completed_ns,

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stages.runtime.counters import PipelineCounters
 from stages.runtime.loadgen.scenarios import SCENARIOS, LoadOutcome, Scenario
 from stages.runtime.loadgen.timing import set_timer_slack_ns
-from stages.runtime.pipeline import PipelineCounters, PipelineRuntime
+from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.recorder import Recorder
 from stages.runtime.seeds import derive_seed
 from stages.spec.models import PipelineSpec
@@ -57,7 +58,7 @@ def run_load(runtime: PipelineRuntime, scenario: Scenario, start_ns: int) -> Pha
     if runtime.failure is not None:
         status, error = "failed", runtime.failure
     elif not drained:
-        inflight = runtime.counters.timeout
+        inflight = runtime.counters.timeouts
         status, error = "timeout", f"{inflight} queries still running after {spec.timeout_s} s"
     else:
         status, error = "ok", None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from stages.runtime.channels import (
     JoinInbox,
     PriorityInbox,
 )
+from stages.runtime.counters import PipelineCounters, Tally
 from stages.runtime.graph import StageGraph, StageNode
 from stages.runtime.query import DROPPED, ERROR, NOT_ISSUED, OK, TIMEOUT, Query
 from stages.runtime.recorder import CHUNK_ROWS, Recorder, RowBuffer
@@ -34,37 +35,6 @@ from stages.spec.models import PipelineSpec
 
 IDLE_WAKE_S = 0.25  # an idle stage thread wakes this often to flush rows and check for stop
 JOIN_SWEEP_NS = 100_000_000
-
-
-class Tally:
-    """Counts kept by one thread (no locks on the hot path); `PipelineCounters` sums them."""
-
-    __slots__ = ("dropped", "error", "last_completed_ns", "ok", "samples_ok", "timeout")
-
-    def __init__(self) -> None:
-        self.ok = self.error = self.dropped = self.timeout = self.samples_ok = 0
-        self.last_completed_ns = 0
-
-
-@dataclass
-class PipelineCounters:
-    """A snapshot of live totals (progress displays, phase results)."""
-
-    issued: int = 0
-    ok: int = 0
-    error: int = 0
-    dropped: int = 0
-    timeout: int = 0
-    samples_ok: int = 0
-    first_issue_ns: int = 0
-    last_completed_ns: int = 0
-    recent_latency_ns: list[int] = field(default_factory=list)
-
-    def p99_ms(self) -> float | None:
-        latencies = sorted(self.recent_latency_ns)
-        if not latencies:
-            return None
-        return latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] / 1e6
 
 
 @dataclass
@@ -329,12 +299,7 @@ class PipelineRuntime:
         with self._lock:
             tallies = list(self._tallies)
         for tally in tallies:
-            snapshot.ok += tally.ok
-            snapshot.error += tally.error
-            snapshot.dropped += tally.dropped
-            snapshot.timeout += tally.timeout
-            snapshot.samples_ok += tally.samples_ok
-            snapshot.last_completed_ns = max(snapshot.last_completed_ns, tally.last_completed_ns)
+            snapshot.add(tally)
         snapshot.recent_latency_ns = list(self.recorder.recent_latency_ns)
         return snapshot
 
@@ -493,7 +458,7 @@ class PipelineRuntime:
                         ok += 1
                         samples_ok += root.samples
                     else:
-                        tally.error += 1  # a forked query whose other branch failed
+                        tally.errors += 1  # a forked query whose other branch failed
                         if self._error_budget is not None:
                             self._check_error_budget()
                     last_completed_ns = finished_ns
@@ -610,7 +575,7 @@ class PipelineRuntime:
             tally.ok += 1
             tally.samples_ok += root.samples
         else:
-            tally.error += 1
+            tally.errors += 1
             if self._error_budget is not None:
                 self._check_error_budget()
         on_complete = self.on_complete
@@ -619,7 +584,7 @@ class PipelineRuntime:
 
     def _check_error_budget(self) -> None:
         with self._lock:
-            failed = sum(tally.error for tally in self._tallies)
+            failed = sum(tally.errors for tally in self._tallies)
         if self._error_budget is not None and failed >= self._error_budget:
             if self.failure is None:
                 self.failure = f"error budget exhausted: {failed} failed queries{self._top_error()}"
@@ -653,7 +618,7 @@ class PipelineRuntime:
                     root.status = TIMEOUT
                     leftovers.append(root)
             self._idle.set()
-            self.issuer_tally.timeout += len(leftovers)
+            self.issuer_tally.timeouts += len(leftovers)
             for root in leftovers:
                 buffer.query_rows.append(
                     (
