@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stages.spec.models import PipelineSpec, StageSpec
@@ -63,51 +64,7 @@ class StageGraph:
 
     def cycles(self) -> list[list[int]]:
         """Strongly connected components that form a cycle (Tarjan), each as sorted indices."""
-        index_counter = 0
-        order: dict[int, int] = {}
-        low: dict[int, int] = {}
-        stack: list[int] = []
-        on_stack: set[int] = set()
-        found: list[list[int]] = []
-
-        def visit(start: int) -> None:
-            # Iterative Tarjan so deep graphs cannot hit the recursion limit.
-            nonlocal index_counter
-            work = [(start, 0)]
-            while work:
-                node, edge_pos = work.pop()
-                if edge_pos == 0:
-                    order[node] = low[node] = index_counter
-                    index_counter += 1
-                    stack.append(node)
-                    on_stack.add(node)
-                outputs = self.nodes[node].outputs
-                if edge_pos < len(outputs):
-                    work.append((node, edge_pos + 1))
-                    target = outputs[edge_pos]
-                    if target not in order:
-                        work.append((target, 0))
-                    elif target in on_stack:
-                        low[node] = min(low[node], order[target])
-                    continue
-                if low[node] == order[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1 or node in self.nodes[node].outputs:
-                        found.append(sorted(component))
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-
-        for node in range(len(self.nodes)):
-            if node not in order:
-                visit(node)
-        return found
+        return _Tarjan([node.outputs for node in self.nodes]).cycles()
 
     def mermaid(self) -> str:
         """Mermaid flowchart text (README, Dagster UI)."""
@@ -125,3 +82,62 @@ class StageGraph:
             if not node.outputs:
                 lines.append(f"    {node.id} --> done([done])")
         return "\n".join(dict.fromkeys(lines))
+
+
+class _Tarjan:
+    """Tarjan's strongly connected components over successor lists, iterative so deep graphs
+    cannot hit the recursion limit; keeps the components that form a cycle."""
+
+    def __init__(self, outputs: Sequence[Sequence[int]]) -> None:
+        self.outputs = outputs
+        self.counter = 0
+        self.order: dict[int, int] = {}
+        self.low: dict[int, int] = {}
+        self.stack: list[int] = []
+        self.on_stack: set[int] = set()
+        self.found: list[list[int]] = []
+
+    def cycles(self) -> list[list[int]]:
+        for node in range(len(self.outputs)):
+            if node not in self.order:
+                self._visit(node)
+        return self.found
+
+    def _visit(self, start: int) -> None:
+        work = [(start, 0)]  # (node, position of its next outgoing edge)
+        while work:
+            node, edge_pos = work.pop()
+            if edge_pos == 0:
+                self._enter(node)
+            outputs = self.outputs[node]
+            if edge_pos < len(outputs):
+                work.append((node, edge_pos + 1))
+                target = outputs[edge_pos]
+                if target not in self.order:
+                    work.append((target, 0))
+                elif target in self.on_stack:
+                    self.low[node] = min(self.low[node], self.order[target])
+                continue
+            if self.low[node] == self.order[node]:
+                self._close_component(node)
+            if work:
+                parent = work[-1][0]
+                self.low[parent] = min(self.low[parent], self.low[node])
+
+    def _enter(self, node: int) -> None:
+        self.order[node] = self.low[node] = self.counter
+        self.counter += 1
+        self.stack.append(node)
+        self.on_stack.add(node)
+
+    def _close_component(self, root: int) -> None:
+        """Pop `root`'s component off the stack; keep it if it is a cycle (a self-loop counts)."""
+        component = []
+        while True:
+            member = self.stack.pop()
+            self.on_stack.discard(member)
+            component.append(member)
+            if member == root:
+                break
+        if len(component) > 1 or root in self.outputs[root]:
+            self.found.append(sorted(component))
