@@ -25,16 +25,18 @@ Empty = queue.Empty
 class Channel:
     """A bounded FIFO between threads: `put` blocks (or refuses) when full, `get` when empty."""
 
-    __slots__ = ("_items", "_not_full", "_waiting_producers", "capacity", "raw_get", "raw_put")
+    __slots__ = ("_items", "_not_full", "capacity", "raw_get", "raw_put", "waiting_producers")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._not_full = threading.Condition(threading.Lock())
-        self._waiting_producers = 0
+        self.waiting_producers = 0
+        """Producers blocked in `put`/`wait_for_room` on a full channel (read-only outside)."""
         self.raw_get = self._items.get
         """The bare `SimpleQueue.get(block, timeout)`: a hot loop that uses it must call
-        `wake_producer()` when `_waiting_producers` is non-zero, as `get` does."""
+        `wake_producer()` when `waiting_producers` is non-zero, as `get` does. Reading the
+        attribute costs less than a method call, once per query."""
         self.raw_put: Callable[[Any], None] = self._items.put
         """The bare `SimpleQueue.put`, ignoring the bound (offline bulk issue)."""
 
@@ -59,7 +61,7 @@ class Channel:
         if items.qsize() < self.capacity:
             return True
         with self._not_full:
-            self._waiting_producers += 1
+            self.waiting_producers += 1
             try:
                 # Re-check under the lock: a consumer that took the last item before we
                 # registered saw no waiter and will not notify.
@@ -67,7 +69,7 @@ class Channel:
                     if not self._not_full.wait(timeout):
                         return False
             finally:
-                self._waiting_producers -= 1
+                self.waiting_producers -= 1
         return True
 
     def put_nowait(self, item: Any) -> bool:
@@ -84,7 +86,7 @@ class Channel:
     def get(self, timeout: float | None = None) -> Any:
         """Take the oldest item; raises `Empty` after `timeout` seconds."""
         item = self._items.get(timeout=timeout)
-        if self._waiting_producers:
+        if self.waiting_producers:
             self.wake_producer()
         return item
 

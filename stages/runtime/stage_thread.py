@@ -1,0 +1,219 @@
+"""A stage's thread: take a query from the inbox, run the stage, record the stage row, pass the
+query on.
+
+This loop is the per-query cost that a benchmark of small stages measures
+(`perf/stage_overhead.py`), so the common case (one FIFO input, the single output or the end at
+a pipeline output, no fork) is inlined with local aliases, and every rare case has its own
+method: joins and priority inputs (`take`), visit limits and outcome fields (wrappers of the
+stage call), failures, forks and loops (`Completion.route`), and the flush between periods.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from stages.runtime.channels import STOP, AnyInbox, Channel, Empty, JoinInbox
+from stages.runtime.completion import FAILED, IDLE_WAKE_S, Completion
+from stages.runtime.query import ERROR, OK, Query
+from stages.runtime.recorder import CHUNK_ROWS, Recorder
+from stages.runtime.stage import Route
+from stages.runtime.wiring import RuntimeNode
+
+JOIN_SWEEP_NS = 100_000_000
+
+# Why `_serve_until_flush` returned.
+FLUSH_DUE = "flush_due"
+IDLE = "idle"  # nothing arrived for IDLE_WAKE_S
+STOPPED = "stopped"
+
+_NO_PRODUCERS = Channel(1)
+"""Stands in for the input channel of an inbox whose `get` wakes producers itself: nothing is
+ever put on it, so no producer ever waits on it."""
+
+
+class VisitLimitError(Exception):
+    """A query visited a stage more often than its `max_visits`; the text is the error row."""
+
+
+class Outcome:
+    """What a stage that `records_outcome` reported for its latest visit (the stage row's
+    outcome columns); stays all None for the other stages."""
+
+    __slots__ = ("correct", "first_token_ns", "graded", "loss", "tokens")
+
+    def __init__(self) -> None:
+        self.first_token_ns: int | None = None
+        self.tokens: int | None = None
+        self.graded: int | None = None
+        self.correct: int | None = None
+        self.loss: float | None = None
+
+
+class StageThread:
+    """The body of one stage's thread (`run`), with its row buffer and tally."""
+
+    def __init__(self, node: RuntimeNode, completion: Completion, recorder: Recorder) -> None:
+        self.node = node
+        self.completion = completion
+        self.buffer = recorder.buffer()
+        self.tally = completion.new_tally()
+        self.outcome = Outcome()
+        self.next_sweep_ns = 0
+        self.only_output = node.outputs[0][1] if len(node.outputs) == 1 else None
+        self.ends_here = not node.outputs  # a pipeline output
+        self.joins = node.join is not None
+        self.take, self.fifo = self._taker()
+        self.run_stage = self._stage_call()
+
+    def run(self) -> None:
+        """Serve queries until STOP, publishing the counts and handing the rows to the
+        recorder at the end of every flush period, when idle and at the end."""
+        tally, buffer, join = self.tally, self.buffer, self.node.join
+        while True:
+            ended_by, ok, samples_ok, last_completed_ns = self._serve_until_flush()
+            tally.ok += ok
+            tally.samples_ok += samples_ok
+            tally.last_completed_ns = max(tally.last_completed_ns, last_completed_ns)
+            buffer.flush()
+            if ended_by == STOPPED:
+                return
+            if ended_by == IDLE and join is not None:
+                self.completion.sweep_join(join, buffer, self.tally)
+
+    def _serve_until_flush(self) -> tuple[str, int, int, int]:
+        """The hot loop, for one flush period: (why it ended, ok, samples ok, last completed)."""
+        node, completion, buffer, tally = self.node, self.completion, self.buffer, self.tally
+        take, fifo, run, outcome = self.take, self.fifo, self.run_stage, self.outcome
+        index, only_output, ends_here = node.index, self.only_output, self.ends_here
+        inflight, idle_set, route_on = completion.inflight, completion.idle.set, completion.route
+        inflight_pop, monotonic_ns, stage_rows = inflight.pop, time.monotonic_ns, buffer.stage_rows
+        append_stage_row, append_query_row = stage_rows.append, buffer.query_rows.append
+        ok = samples_ok = last_completed_ns = finished_ns = 0
+        joins, next_flush_ns = self.joins, buffer.next_flush_ns
+        while finished_ns < next_flush_ns and len(stage_rows) < CHUNK_ROWS:
+            try:
+                query = take(True, IDLE_WAKE_S)
+            except Empty:
+                return IDLE, ok, samples_ok, last_completed_ns
+            if fifo.waiting_producers:
+                fifo.wake_producer()
+            if query is STOP:
+                return STOPPED, ok, samples_ok, last_completed_ns
+            joined_ns = monotonic_ns() if joins else None  # a merged query's join wait ends
+            query.visits[index] = visit = query.visits[index] + 1
+            started_ns = monotonic_ns()
+            try:
+                route, status = run(query), OK
+            except Exception as error:
+                self._note_failure(query, error)
+                route, status = FAILED, ERROR
+            finished_ns = monotonic_ns()
+            # The stage row, in `recorder.STAGE_COLUMNS` order.
+            append_stage_row((
+                query.query_id, index, visit, query.enqueued_ns, started_ns, finished_ns, status,
+                outcome.first_token_ns, outcome.tokens, joined_ns, outcome.graded, outcome.correct,
+                outcome.loss))  # fmt: skip
+            if (
+                route is None
+                and ends_here
+                and query.root.outstanding == 1
+                and query.root.status == OK
+                and inflight_pop(query.query_id, None) is not None
+            ):  # Fast path of `Completion.end_branch`: the query's only live branch ends, ok.
+                root = query.root
+                root.outstanding = 0
+                if not inflight:
+                    idle_set()
+                root.completed_ns = last_completed_ns = finished_ns
+                append_query_row((root.query_id, root.scheduled_ns, root.issued_ns, finished_ns,
+                                  OK, root.samples, root.warmup))  # fmt: skip
+                ok += 1
+                samples_ok += root.samples
+                on_complete = completion.on_complete
+                if on_complete is not None:
+                    on_complete(root)
+            elif route is None and only_output is not None and not only_output.full():
+                query.source = index
+                query.enqueued_ns = finished_ns
+                only_output.put_unbounded(query)
+            else:
+                route_on(node, query, route, finished_ns, buffer, tally)
+        return FLUSH_DUE, ok, samples_ok, last_completed_ns
+
+    def _taker(self) -> tuple[Callable[[bool, float], Any], Channel]:
+        """How the loop takes its next query, `take(block, timeout)`, and the channel whose
+        waiting producers it must wake after each take."""
+        inbox = self.node.inbox
+        if isinstance(inbox, JoinInbox):
+            return self._take_merged, _NO_PRODUCERS
+        if isinstance(inbox, AnyInbox):
+            return inbox.channel.raw_get, inbox.channel
+        return self._take_from_inbox, _NO_PRODUCERS
+
+    def _take_from_inbox(self, block: bool, timeout: float) -> Any:
+        """`take` for inboxes of several channels (priority): their `get` wakes producers."""
+        return self.node.inbox.get(timeout)
+
+    def _take_merged(self, block: bool, timeout: float) -> Any:
+        """A join's `take`: branches wait in the join buffer until their query's last one
+        arrives, returned merged (or STOP); a branch whose query already failed ends here.
+        Raises `Empty` as the others do."""
+        join, completion, get = self.node.join, self.completion, self.node.inbox.get
+        assert join is not None
+        while True:
+            query = get(timeout)
+            if query is STOP:
+                return query
+            if query.root.status != OK:  # a sibling branch failed: this one ends too
+                status, now_ns = query.root.status, time.monotonic_ns()
+                completion.end_branch(query, status, now_ns, self.buffer, self.tally)
+                continue
+            merged = completion.merge_at_join(join, query)
+            if time.monotonic_ns() > self.next_sweep_ns:
+                completion.sweep_join(join, self.buffer, self.tally)
+                self.next_sweep_ns = time.monotonic_ns() + JOIN_SWEEP_NS
+            if merged is not None:
+                # The merged record keeps the first branch's arrival as enqueued_ns, so the
+                # wait for the slower sibling (join wait) is recorded, not lost.
+                return merged
+
+    def _stage_call(self) -> Callable[[Query], Route]:
+        """The stage's `run`, wrapped for the rare features the loop has no branch for."""
+        run: Callable[[Query], Route] = self.node.stage.run
+        if self.node.max_visits is not None:
+            run = functools.partial(self._run_within_visit_limit, self.node.max_visits, run)
+        if self.node.stage.records_outcome:
+            run = functools.partial(self._run_recording_outcome, run)
+        return run
+
+    def _run_within_visit_limit(
+        self, max_visits: int, run: Callable[[Query], Route], query: Query
+    ) -> Route:
+        """A loop's guard: a query past the stage's `max_visits` fails instead of running."""
+        visit = query.visits[self.node.index]
+        if visit > max_visits:
+            raise VisitLimitError(f"visited {visit} times, max_visits {max_visits}")
+        return run(query)
+
+    def _run_recording_outcome(self, run: Callable[[Query], Route], query: Query) -> Route:
+        """Run, then move the outcome fields the stage set from the query to `self.outcome`,
+        where the stage row reads them: the next stage starts with none."""
+        try:
+            return run(query)
+        finally:
+            outcome = self.outcome
+            outcome.first_token_ns, query.first_token_ns = query.first_token_ns, None
+            outcome.tokens, query.tokens = query.tokens, None
+            outcome.graded, query.graded = query.graded, None
+            outcome.correct, query.correct = query.correct, None
+            outcome.loss, query.loss = query.loss, None
+
+    def _note_failure(self, query: Query, error: Exception) -> None:
+        if isinstance(error, VisitLimitError):
+            text = str(error)
+        else:
+            text = f"{type(error).__name__}: {error}"
+        self.completion.errors.note(self.node.index, query.query_id, text)

@@ -1,0 +1,107 @@
+"""A pipeline's stages as the runtime holds them: each stage's instance, inbox and resolved output
+channels, built from the stage graph. `PipelineRuntime` builds them once; stage threads and the
+routing read them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from stages.runtime.channels import (
+    AnyInbox,
+    Channel,
+    Inbox,
+    JoinBuffer,
+    JoinInbox,
+    PriorityInbox,
+)
+from stages.runtime.graph import StageGraph, StageNode
+from stages.runtime.registry import StageRegistry
+from stages.runtime.stage import Stage, StageContext
+
+Output = tuple[str, Channel, bool]
+"""One outgoing edge: (target stage id, the target's channel for this stage, is a back-edge)."""
+
+
+class RuntimeNode:
+    """A stage's runtime state: its instance, inbox and resolved output channels."""
+
+    def __init__(self, node: StageNode, stage: Stage, inbox: Inbox) -> None:
+        self.graph_node = node
+        self.index = node.index
+        self.name = node.id
+        self.stage = stage
+        self.inbox = inbox
+        self.max_visits = node.spec.max_visits
+        self.outputs: list[Output] = []
+        self.output_by_name: dict[str, Output] = {}
+        self.join: JoinBuffer | None = None
+        self.thread: threading.Thread | None = None
+
+
+def build_nodes(
+    graph: StageGraph,
+    registry: StageRegistry,
+    context_of: Callable[[StageNode], StageContext],
+    capacity: int,
+) -> list[RuntimeNode]:
+    """One runtime node per graph node, its stage built from the registry with its validated
+    config and `context_of(node)`, its outputs connected to the targets' inboxes."""
+    nodes = []
+    for node in graph.nodes:
+        stage_class = registry.get(node.spec.type)
+        config = stage_class.config_model.model_validate(node.spec.config)
+        stage = stage_class(config, context_of(node))
+        nodes.append(RuntimeNode(node, stage, _make_inbox(node, graph, capacity)))
+    loop_edges = back_edges(graph)
+    for runtime_node in nodes:
+        _connect(runtime_node, nodes, loop_edges)
+    return nodes
+
+
+def entry_channels(nodes: list[RuntimeNode], graph: StageGraph) -> list[Channel]:
+    """The channels the load generator feeds, one per entry stage."""
+    return [nodes[index].inbox.channel_for(-1) for index in graph.entries]
+
+
+def back_edges(graph: StageGraph) -> set[tuple[int, int]]:
+    """Edges that close a cycle. Sends on them ignore the queue bound: two stages of a loop
+    blocking on each other's full queues would otherwise deadlock."""
+    edges = set()
+    for component in graph.cycles():
+        members = set(component)
+        for source in component:
+            for target in graph.nodes[source].outputs:
+                if target in members and target <= source:
+                    edges.add((source, target))
+    return edges
+
+
+def _make_inbox(node: StageNode, graph: StageGraph, capacity: int) -> Inbox:
+    if node.spec.input_policy == "priority":
+        assert node.spec.priorities is not None
+        return PriorityInbox(capacity, [graph.index_of[name] for name in node.spec.priorities])
+    if node.spec.input_policy == "join":
+        return JoinInbox(capacity)
+    return AnyInbox(capacity)
+
+
+def _connect(
+    runtime_node: RuntimeNode, nodes: list[RuntimeNode], loop_edges: set[tuple[int, int]]
+) -> None:
+    """Resolve a node's outputs to its targets' channels; give a join its buffer."""
+    node = runtime_node.graph_node
+    for target in node.outputs:
+        target_node = nodes[target]
+        entry = (
+            target_node.name,
+            target_node.inbox.channel_for(node.index),
+            (node.index, target) in loop_edges,
+        )
+        runtime_node.outputs.append(entry)
+        runtime_node.output_by_name[target_node.name] = entry
+    if node.spec.input_policy == "join":
+        runtime_node.join = JoinBuffer(
+            list(dict.fromkeys(node.inputs)),
+            {index: nodes[index].name for index in node.inputs},
+        )
