@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stages.rundir.tables import MANIFEST, PARTS
+from stages.runtime.counters import QUERY_COUNTS
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -45,7 +46,7 @@ TAG_PARENT = "mlflow.parentRunId"  # what mlflow.start_run(nested=True) sets
 _RUN_STATUS = {"ok": "FINISHED", "failed": "FAILED", "timeout": "FAILED", "interrupted": "KILLED"}
 _STATUS_SEVERITY = ("ok", "timeout", "interrupted", "failed")
 # The worker's own counts (warm-up included), logged only when a result has no summary.
-_COUNT_FIELDS = ("ok", "errors", "dropped", "timeouts", "not_issued")
+_COUNT_FIELDS = (*QUERY_COUNTS, "not_issued")
 _NOISY_LOGGERS = ("mlflow", "alembic", "sqlalchemy")
 
 

@@ -8,113 +8,77 @@ chosen by the launcher, so the load windows overlap. One sampler process per dev
 telemetry meanwhile. A worker that fails, crashes or hangs is contained: its pipeline is marked
 failed with the reason and the others carry on. At the end the chunk files are merged, the
 manifest is written, and MLflow gets a summary (never on the measured path).
+
+This module is the run's lifecycle; the jobs it sequences live beside it: `phase_plan`,
+`supervision` (workers), `barrier` (the common start), `preflight` (checks and the
+environment probe), `energy_notes` (idle baseline, energy sources), `manifest_writer`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import itertools
-import json
 import logging
 import multiprocessing
-import multiprocessing.connection
 import os
 import secrets
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from stages import settings
+from stages.collocation.barrier import start_together
 from stages.collocation.device_locks import DeviceBusy, held_devices
-from stages.collocation.placement import check_collocation
-from stages.collocation.worker import WorkerTask, worker_main
-from stages.rundir.tables import MANIFEST, merge_parts, read_table
-from stages.runtime.driver import arrival_seed
+from stages.collocation.energy_notes import (
+    SAMPLER_READY_TIMEOUT_S,
+    energy_sources,
+    measure_idle_baseline,
+)
+from stages.collocation.manifest_writer import RunRecord, manifest_of, write_manifest
+from stages.collocation.phase_plan import COLLOCATED, phases_of, subset_phase_name, subsets_of
+from stages.collocation.preflight import EnvironmentProbe, check_environment
+from stages.collocation.results import (
+    LauncherInterrupted,
+    LauncherInterruptedWithResult,
+    LaunchError,
+    PhaseSummarizer,
+    PipelineOutcome,
+    ProgressCallback,
+    ProgressEvent,
+    RunResult,
+)
+from stages.collocation.supervision import Supervisor, WorkerHandle
+from stages.collocation.worker import WorkerTask
+from stages.rundir.tables import merge_parts
 from stages.spec.loading import LoadedSpec
-from stages.spec.models import BenchmarkSpec, PipelineSpec
+from stages.spec.models import PipelineSpec
 from stages.spec.paths import spec_folder, with_resolved_files
 from stages.telemetry.supervisor import SamplerGroup
 
+# Names the CLI, Dagster and the tests import from here, wherever they are defined.
+__all__ = [
+    "COLLOCATED",
+    "LaunchError",
+    "Launcher",
+    "LauncherInterrupted",
+    "LauncherInterruptedWithResult",
+    "PhaseSummarizer",
+    "PipelineOutcome",
+    "ProgressCallback",
+    "ProgressEvent",
+    "RunOptions",
+    "RunResult",
+    "new_run_id",
+    "phases_of",
+    "run_benchmark",
+    "subset_phase_name",
+    "subsets_of",
+]
+
 log = logging.getLogger(__name__)
-
-START_MARGIN_S = 0.05  # between "all ready" and the common start: time to deliver the message
-PREPARE_TIMEOUT_S = 900.0  # loading a large model can take minutes
-TERMINATE_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
-STOP_GRACE_S = 15.0  # past the pipeline's timeout_s before the launcher intervenes
-SAMPLER_READY_TIMEOUT_S = 30.0  # for every sampler's first sample before a phase starts
-PROBE_TIMEOUT_S = 120.0  # the environment probe must end before the first load window
-
-
-@dataclass
-class PipelineOutcome:
-    """How one pipeline fared in one phase of one trial (a row of the manifest's results)."""
-
-    trial: int
-    phase: str
-    pipeline: str
-    status: str = "failed"  # ok | failed | timeout | interrupted
-    error: str | None = None
-    traceback: str | None = None  # the worker's, when it raised
-    exit_code: int | None = None
-    pid: int | None = None
-    issued: int = 0
-    ok: int = 0
-    errors: int = 0
-    dropped: int = 0
-    timeouts: int = 0
-    samples_ok: int = 0
-    not_issued: int = 0
-    stopped_by: str | None = None  # why the load generator stopped issuing
-    first_issue_ns: int | None = None
-    last_completed_ns: int | None = None
-    live_p99_ms: float | None = None  # progress display only: the last 2,000 completions
-    summary: dict[str, Any] | None = None  # the phase's figures, from the analysis views
-
-
-@dataclass
-class RunResult:
-    run_id: str
-    run_dir: Path
-    status: str
-    results: list[PipelineOutcome]
-    warnings: list[str] = field(default_factory=list)
-    mlflow_run_id: str | None = None
-
-    @property
-    def failed(self) -> list[PipelineOutcome]:
-        return [outcome for outcome in self.results if outcome.status != "ok"]
-
-
-@dataclass
-class ProgressEvent:
-    """What the launcher tells a progress display."""
-
-    kind: str  # phase_start | progress | phase_end
-    trial: int
-    phase: str
-    pipeline: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-ProgressCallback = Callable[[ProgressEvent], None]
-# (run_dir, trial, phase) -> ({pipeline: figures}, warnings)
-PhaseSummarizer = Callable[[Path, int, str], tuple[dict[str, dict[str, Any]], list[str]]]
-
-
-class LaunchError(RuntimeError):
-    """The run cannot start (e.g. a collocation mode this machine does not support)."""
-
-
-class LauncherInterrupted(Exception):
-    """SIGINT or SIGTERM reached the launcher."""
 
 
 @dataclass
@@ -142,94 +106,6 @@ def new_run_id(spec_name: str) -> str:
     return f"{stamp}-{spec_name}-{secrets.token_hex(3)}"
 
 
-COLLOCATED = "collocated"  # the phase running every pipeline at once
-
-
-def subset_phase_name(names: list[str]) -> str:
-    """The phase of a subset of the pipelines run together: `collocated:a+b`, the names sorted
-    and '+'-joined (a pipeline name matches STAGE_ID_PATTERN, so it holds neither ':' nor '+'
-    and the name splits back unambiguously)."""
-    return f"{COLLOCATED}:{'+'.join(sorted(names))}"
-
-
-def subsets_of(spec: BenchmarkSpec) -> list[list[PipelineSpec]]:
-    """The proper subsets of the pipelines `collocation.subsets` asks to run together, in spec
-    order, smallest first: none; pairs (every pair); all (every subset of 2..n-1 pipelines).
-    Empty with fewer than three pipelines: the only set of two or more is the full one."""
-    pipelines = list(spec.pipelines)
-    largest = {"none": 1, "pairs": 2, "all": len(pipelines) - 1}[spec.collocation.subsets]
-    return [
-        list(subset)
-        for size in range(2, min(largest, len(pipelines) - 1) + 1)
-        for subset in itertools.combinations(pipelines, size)
-    ]
-
-
-def phases_of(spec: BenchmarkSpec) -> list[tuple[int, str, list[PipelineSpec]]]:
-    """(trial, phase, pipelines) in run order, alternating between trials (ABBA): even trials
-    run the solo baselines, then all pipelines collocated, then the subset phases
-    (`collocation.subsets`, phase `collocated:a+b`); odd trials run that order reversed, so
-    slow drift and a noisy neighbour do not land on one side of every comparison."""
-    plan: list[tuple[int, str, list[PipelineSpec]]] = []
-    for trial in range(spec.repeats):
-        if len(spec.pipelines) == 1:
-            plan.append((trial, "solo", list(spec.pipelines)))
-            continue
-        steps: list[tuple[int, str, list[PipelineSpec]]] = []
-        if spec.collocation.solo_baselines:
-            steps = [(trial, "solo", [pipeline]) for pipeline in spec.pipelines]
-        steps.append((trial, COLLOCATED, list(spec.pipelines)))
-        steps += [
-            (trial, subset_phase_name([p.name for p in subset]), subset)
-            for subset in subsets_of(spec)
-        ]
-        plan += steps if trial % 2 == 0 else steps[::-1]
-    return plan
-
-
-_COUNTER_FIELDS = (
-    "issued",
-    "ok",
-    "errors",
-    "dropped",
-    "timeouts",
-    "not_issued",
-    "stopped_by",
-    "samples_ok",
-    "first_issue_ns",
-    "last_completed_ns",
-    "live_p99_ms",
-)
-
-
-class _Worker:
-    """Launcher-side state of one worker process."""
-
-    def __init__(
-        self, outcome: PipelineOutcome, process: SpawnProcess, connection: Connection
-    ) -> None:
-        self.outcome = outcome
-        self.process = process
-        self.connection = connection
-        self.ready = False
-        self.done = False
-        self.deadline_ns: int | None = None
-
-    @property
-    def name(self) -> str:
-        return self.outcome.pipeline
-
-
-def _death_reason(exit_code: int | None) -> str:
-    if exit_code is None:
-        return "worker did not exit"
-    if exit_code < 0:
-        name = signal.Signals(-exit_code).name
-        hint = " (possibly the OOM killer)" if name == "SIGKILL" else ""
-        return f"worker killed by {name}{hint}"
-    return f"worker exited with code {exit_code} before reporting"
-
-
 class Launcher:
     """Runs one loaded spec end to end; see the module docstring."""
 
@@ -241,42 +117,36 @@ class Launcher:
         self.run_dir = Path(options.out_dir) / self.run_id
         self.context = multiprocessing.get_context("spawn")
         self.results: list[PipelineOutcome] = []
+        # Shared with the supervisor and the helpers: only ever extended in place.
         self.warnings: list[str] = []
-        self._live: list[_Worker] = []
+        # When the harness's own work ran, so a reader can check it never overlapped a window.
+        self.timeline: list[dict[str, Any]] = []
+        self._supervisor = Supervisor(self.context, self._emit, self.warnings)
+        self._probe = EnvironmentProbe(options.project_dir, self.timeline)
+        self._live: list[WorkerHandle] = []
         self._samplers: SamplerGroup | None = None
         self._gpu_count: int | None = None
         self._energy_sources: dict[str, str | None] = {"gpu_source": None, "host_source": None}
-        self._environment: dict[str, object] | None = None  # filled in by the probe thread
-        self._environment_probe = threading.Thread(
-            target=self._capture_environment, name="environment-probe", daemon=True
-        )
-        # When the harness's own work ran, so a reader can check it never overlapped a window.
-        self.timeline: list[dict[str, Any]] = []
         self._started: tuple[str, dict[str, int]] = ("", {})
 
     # ----------------------------------------------------------------- public
 
     def run(self) -> RunResult:
-        self._check_environment()
+        self._gpu_count, warnings = check_environment(self.spec)
+        self.warnings += warnings
         # Capturing the environment takes ~1.3 s (a torch import in a subprocess): do it while
         # the workers spawn and prepare, not before them.
-        self._environment_probe.start()
+        self._probe.start()
         self.run_dir.mkdir(parents=True, exist_ok=False)
         clock = {"monotonic_ns": time.monotonic_ns(), "wall_time_ns": time.time_ns()}
-        started_at = dt.datetime.now(dt.UTC).isoformat()
-        self._started = (started_at, clock)
-        self._write_manifest("running", started_at, None, clock)
+        self._started = (dt.datetime.now(dt.UTC).isoformat(), clock)
+        self._write_manifest("running", None)
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
         }
         status = "ok"
         try:
-            if self.spec.telemetry.idle_baseline_s > 0:
-                self._measure_idle_baseline(self.spec.telemetry.idle_baseline_s)
-            for trial, phase, pipelines in phases_of(self.spec):
-                self.results += self._run_phase(trial, phase, pipelines)
-            if any(outcome.status != "ok" for outcome in self.results):
-                status = "failed"
+            status = self._run_phases()
         except LauncherInterrupted:
             status = "interrupted"
             self._stop_everything()
@@ -284,8 +154,8 @@ class Launcher:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             merge_parts(self.run_dir)
-            self._note_energy_sources()
-            self._write_manifest(status, started_at, dt.datetime.now(dt.UTC).isoformat(), clock)
+            self._energy_sources = energy_sources(self.run_dir)
+            self._write_manifest(status, dt.datetime.now(dt.UTC).isoformat())
         mlflow_run_id = self._log_to_mlflow() if status != "interrupted" else None
         result = RunResult(
             self.run_id, self.run_dir, status, self.results, self.warnings, mlflow_run_id
@@ -296,46 +166,33 @@ class Launcher:
 
     # ----------------------------------------------------------------- phases
 
+    def _run_phases(self) -> str:
+        """The idle baseline, then every phase of the plan; the run's status."""
+        if self.spec.telemetry.idle_baseline_s > 0:
+            self._measure_idle_baseline(self.spec.telemetry.idle_baseline_s)
+        for trial, phase, pipelines in phases_of(self.spec):
+            self.results += self._run_phase(trial, phase, pipelines)
+        return "failed" if any(outcome.status != "ok" for outcome in self.results) else "ok"
+
     def _run_phase(
         self, trial: int, phase: str, pipelines: list[PipelineSpec]
     ) -> list[PipelineOutcome]:
-        self._emit(
-            ProgressEvent(
-                "phase_start", trial, phase, data={"pipelines": [p.name for p in pipelines]}
-            )
-        )
-        workers = [self._spawn_worker(trial, phase, pipeline) for pipeline in pipelines]
+        names = [p.name for p in pipelines]
+        self._emit(ProgressEvent("phase_start", trial, phase, data={"pipelines": names}))
+        workers = [
+            self._supervisor.spawn(self._task(trial, phase, pipeline)) for pipeline in pipelines
+        ]
         self._live = workers
         # Samplers start now, so their own start-up (imports, Parquet set-up) overlaps the
         # workers' preparation instead of competing with the first seconds of the load.
-        samplers = SamplerGroup(
-            self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
-        )
-        self._samplers = samplers
-        samplers.start(
-            trial, phase, {w.name: w.process.pid or 0 for w in workers}, harness_pid=os.getpid()
-        )
-        self._await_ready(workers)
-        # Nothing of the harness may run inside a load window: the environment probe ends and
-        # every sampler has its first sample (so energy covers the window) before the start.
-        self._await_environment_probe()
-        self.warnings += samplers.wait_first_samples(SAMPLER_READY_TIMEOUT_S)
-        ready = [worker for worker in workers if worker.ready and not worker.done]
-        start_ns: int | None = None
-        if ready:
-            start_ns = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
-            for worker in ready:
-                timeout_s = next(p for p in pipelines if p.name == worker.name).loadgen.timeout_s
-                worker.deadline_ns = start_ns + int((timeout_s + STOP_GRACE_S) * 1e9)
-                # A worker that died just now raises here; its sentinel tells us below.
-                with contextlib.suppress(OSError):
-                    worker.connection.send({"kind": "start", "start_ns": start_ns})
-            self._await_done(ready)
+        samplers = self._start_samplers(trial, phase, {w.name: w.process.pid or 0 for w in workers})
+        timeouts_s = {p.name: p.loadgen.timeout_s for p in pipelines}
+        start_ns = self._load_window(workers, timeouts_s, samplers)
         end_ns = time.monotonic_ns()
         self.warnings += samplers.stop()
         self._samplers = None
         for worker in workers:
-            self._reap(worker)
+            self._supervisor.reap(worker)
         self._live = []
         outcomes = [worker.outcome for worker in workers]
         self.timeline.append(
@@ -343,15 +200,14 @@ class Launcher:
                 "what": "phase",
                 "trial": trial,
                 "phase": phase,
-                "pipelines": [p.name for p in pipelines],
+                "pipelines": names,
                 "start_ns": start_ns,
                 "end_ns": end_ns,
             }
         )
         # The manifest on disk holds everything so far (a killed launcher leaves it), and the
         # environment the phase summary's host-load figures need.
-        started_at, clock = self._started
-        self._write_manifest("running", started_at, None, clock)
+        self._write_manifest("running", None)
         self._summarize_phase(trial, phase, outcomes)
         self._emit(
             ProgressEvent(
@@ -360,8 +216,24 @@ class Launcher:
         )
         return outcomes
 
-    def _spawn_worker(self, trial: int, phase: str, pipeline: PipelineSpec) -> _Worker:
-        task = WorkerTask(
+    def _load_window(
+        self, workers: list[WorkerHandle], timeouts_s: dict[str, float], samplers: SamplerGroup
+    ) -> int | None:
+        """Prepare, start together, run to the end; the common start (None: no worker ready)."""
+        self._supervisor.await_ready(workers)
+        # Nothing of the harness may run inside a load window: the environment probe ends and
+        # every sampler has its first sample (so energy covers the window) before the start.
+        self._probe.await_before_load(self.warnings)
+        self.warnings += samplers.wait_first_samples(SAMPLER_READY_TIMEOUT_S)
+        ready = [worker for worker in workers if worker.ready and not worker.done]
+        if not ready:
+            return None
+        start_ns = start_together(ready, timeouts_s)
+        self._supervisor.await_done(ready)
+        return start_ns
+
+    def _task(self, trial: int, phase: str, pipeline: PipelineSpec) -> WorkerTask:
+        return WorkerTask(
             run_dir=str(self.run_dir),
             run_id=self.run_id,
             trial=trial,
@@ -371,200 +243,27 @@ class Launcher:
             collocation_mode=self.spec.collocation.mode,
             cache_dir=str(self.options.cache_dir),
         )
-        parent_end, child_end = self.context.Pipe(duplex=True)
-        process = self.context.Process(
-            target=worker_main, args=(task, child_end), name=f"collobench:{pipeline.name}"
-        )
-        process.start()
-        child_end.close()
-        outcome = PipelineOutcome(trial, phase, pipeline.name, pid=process.pid)
-        return _Worker(outcome, process, parent_end)
 
-    def _handle(self, worker: _Worker, message: dict[str, Any]) -> None:
-        kind = message.get("kind")
-        outcome = worker.outcome
-        if kind == "ready":
-            worker.ready = True
-        elif kind in ("progress", "done"):
-            for name in _COUNTER_FIELDS:
-                if name in message:
-                    setattr(outcome, name, message[name])
-            if kind == "done":
-                worker.done = True
-                outcome.status = message.get("status", "failed")
-                outcome.error = message.get("error")
-                leaked = message.get("leaked_threads") or []
-                if leaked:
-                    self.warnings.append(
-                        f"{outcome.pipeline} (trial {outcome.trial}, {outcome.phase}): stage "
-                        f"threads still running at shutdown: {', '.join(leaked)}"
-                    )
-            self._emit(
-                ProgressEvent(
-                    kind, outcome.trial, outcome.phase, outcome.pipeline, data=asdict(outcome)
-                )
-            )
-        elif kind == "failed":
-            worker.done = True
-            outcome.status = "failed"
-            outcome.error = message.get("error")
-            outcome.traceback = message.get("traceback")
-            self._emit_outcome(worker)
-
-    def _emit_outcome(self, worker: _Worker) -> None:
-        outcome = worker.outcome
-        self._emit(
-            ProgressEvent(
-                "done", outcome.trial, outcome.phase, outcome.pipeline, data=asdict(outcome)
-            )
-        )
-
-    def _poll(self, workers: list[_Worker], timeout_s: float) -> None:
-        """Wait for messages or deaths of `workers`, handling whatever arrives."""
-        waitables: dict[Any, _Worker] = {}
-        for worker in workers:
-            if not worker.done:
-                waitables[worker.connection] = worker
-                waitables[worker.process.sentinel] = worker
-        if not waitables:
-            return
-        for ready in multiprocessing.connection.wait(list(waitables), timeout=timeout_s):
-            worker = waitables[ready]
-            if ready is worker.connection:
-                try:
-                    while worker.connection.poll():
-                        self._handle(worker, worker.connection.recv())
-                except (EOFError, OSError):
-                    self._mark_dead(worker)
-            elif not worker.done:
-                # Drain what it said before dying (its last messages may explain why).
-                try:
-                    while worker.connection.poll():
-                        self._handle(worker, worker.connection.recv())
-                except (EOFError, OSError):
-                    pass
-                if not worker.done:
-                    self._mark_dead(worker)
-
-    def _mark_dead(self, worker: _Worker) -> None:
-        """The worker's pipe closed or its process ended; without a final report it failed."""
-        if worker.done:
-            return
-        worker.process.join(timeout=TERMINATE_GRACE_S)
-        worker.done = True
-        worker.outcome.status = "failed"
-        worker.outcome.exit_code = worker.process.exitcode
-        worker.outcome.error = worker.outcome.error or _death_reason(worker.process.exitcode)
-        self._emit_outcome(worker)
-
-    def _await_ready(self, workers: list[_Worker]) -> None:
-        deadline = time.monotonic() + PREPARE_TIMEOUT_S
-        while any(not w.ready and not w.done for w in workers):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                for worker in workers:
-                    if not worker.ready and not worker.done:
-                        self._terminate(worker, f"prepare took over {PREPARE_TIMEOUT_S:.0f} s")
-                return
-            self._poll([w for w in workers if not w.ready], min(remaining, 1.0))
-
-    def _await_done(self, workers: list[_Worker]) -> None:
-        while any(not w.done for w in workers):
-            now_ns = time.monotonic_ns()
-            for worker in workers:
-                if not worker.done and worker.deadline_ns and now_ns > worker.deadline_ns:
-                    self._terminate(worker, "worker did not finish within timeout_s; terminated")
-            self._poll(workers, 0.5)
-
-    def _terminate(self, worker: _Worker, reason: str) -> None:
-        """SIGTERM (the worker flushes and reports), then SIGKILL after a grace period."""
-        process = worker.process
-        if process.is_alive():
-            process.terminate()
-            deadline = time.monotonic() + TERMINATE_GRACE_S
-            while process.is_alive() and time.monotonic() < deadline:
-                self._poll([worker], 0.2)
-                if worker.done:
-                    break
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=TERMINATE_GRACE_S)
-        worker.done = True
-        outcome = worker.outcome
-        outcome.status = "timeout" if "timeout" in reason else "failed"
-        outcome.error = reason
-        outcome.exit_code = process.exitcode
-        self._emit_outcome(worker)
-
-    def _reap(self, worker: _Worker) -> None:
-        worker.process.join(timeout=TERMINATE_GRACE_S)
-        if worker.process.is_alive():
-            worker.process.kill()
-            worker.process.join(timeout=TERMINATE_GRACE_S)
-        worker.outcome.exit_code = worker.process.exitcode
-        worker.connection.close()
-
-    # ----------------------------------------------------------------- environment
-
-    def _check_environment(self) -> None:
-        from stages.telemetry.sampler_process import foreign_compute_processes, open_gpu_backend
-
-        backend = open_gpu_backend() if self.spec.telemetry.gpu.enabled else None
-        try:
-            self._gpu_count = backend.device_count() if backend else None
-            if backend and self._gpu_count:
-                for process in foreign_compute_processes(
-                    backend, list(range(self._gpu_count)), {os.getpid()}
-                ):
-                    self.warnings.append(f"foreign compute process on the GPU: {process}")
-        finally:
-            if backend:
-                backend.shutdown()
-        problems = check_collocation(self.spec, self._gpu_count) + _check_traces(self.spec)
-        if problems:
-            raise LaunchError("; ".join(problems))
-
-    def _capture_environment(self) -> None:
-        from stages.collocation.environment import capture_environment
-
-        started_ns = time.monotonic_ns()
-        try:
-            self._environment = capture_environment(self.options.project_dir)
-        finally:
-            self.timeline.append(
-                {"what": "environment_probe", "start_ns": started_ns, "end_ns": time.monotonic_ns()}
-            )
-
-    def _await_environment_probe(self) -> None:
-        """Wait for the environment probe (it overlaps the first phase's model loading only)."""
-        if not self._environment_probe.is_alive():
-            return
-        self._environment_probe.join(timeout=PROBE_TIMEOUT_S)
-        if self._environment_probe.is_alive():
-            self.warnings.append(
-                f"the environment probe was still running {PROBE_TIMEOUT_S:.0f} s in; the "
-                "first load window started anyway and may be disturbed by it"
-            )
-
-    def _measure_idle_baseline(self, idle_s: float) -> None:
-        """Sample the machine with no pipeline running (phase `idle`), so the energy views can
-        subtract idle power from each load window's energy."""
-        self._await_environment_probe()
+    def _start_samplers(self, trial: int, phase: str, pids: dict[str, int]) -> SamplerGroup:
+        """One sampler per device for this phase (stopped by the phase or `_stop_everything`)."""
         samplers = SamplerGroup(
             self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
         )
         self._samplers = samplers
-        samplers.start(0, "idle", {}, harness_pid=os.getpid())
-        self.warnings += samplers.wait_first_samples(SAMPLER_READY_TIMEOUT_S)
-        start_ns = time.monotonic_ns()
-        time.sleep(idle_s)
-        end_ns = time.monotonic_ns()
-        self.warnings += samplers.stop()
-        self._samplers = None
-        self.timeline.append(
-            {"what": "idle", "trial": 0, "phase": "idle", "start_ns": start_ns, "end_ns": end_ns}
+        samplers.start(trial, phase, pids, harness_pid=os.getpid())
+        return samplers
+
+    def _measure_idle_baseline(self, idle_s: float) -> None:
+        """Sample the machine with no pipeline running (phase `idle`), so the energy views can
+        subtract idle power from each load window's energy."""
+        self._probe.await_before_load(self.warnings)
+        samplers = SamplerGroup(
+            self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
         )
+        self._samplers = samplers
+        window = measure_idle_baseline(samplers, idle_s, self.warnings)
+        self._samplers = None
+        self.timeline.append(window)
 
     def _summarize_phase(self, trial: int, phase: str, outcomes: list[PipelineOutcome]) -> None:
         """Attach the phase's figures, computed by the analysis views (the one definition of
@@ -582,15 +281,6 @@ class Launcher:
             outcome.summary = figures.get(outcome.pipeline)
         self.warnings += warnings
 
-    def _note_energy_sources(self) -> None:
-        for table, key in (("host_samples", "host_source"), ("gpu_samples", "gpu_source")):
-            try:
-                column = read_table(self.run_dir, table).column("energy_source").to_pylist()
-            except (OSError, KeyError, ValueError):
-                continue
-            sources = sorted({value for value in column if value})
-            self._energy_sources[key] = ",".join(sources) or None
-
     # ----------------------------------------------------------------- interruption
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -602,9 +292,9 @@ class Launcher:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for worker in self._live:
             if not worker.done:
-                self._terminate(worker, "interrupted")
+                self._supervisor.terminate(worker, "interrupted")
                 worker.outcome.status = "interrupted"
-            self._reap(worker)
+            self._supervisor.reap(worker)
             if worker.outcome not in self.results:
                 self.results.append(worker.outcome)
         if self._samplers is not None:
@@ -614,46 +304,23 @@ class Launcher:
 
     # ----------------------------------------------------------------- records
 
-    def _write_manifest(
-        self, status: str, started_at: str, ended_at: str | None, clock: dict[str, int]
-    ) -> None:
+    def _write_manifest(self, status: str, ended_at: str | None) -> None:
         if ended_at is not None:
-            self._environment_probe.join(timeout=60)
-        manifest = {
-            "format_version": 1,
-            "run_id": self.run_id,
-            "name": self.spec.name,
-            "spec": self.loaded.normalized,
-            "spec_hash": self.loaded.spec_hash,
-            "spec_source": self.loaded.source,
-            "overrides": list(self.loaded.overrides),
-            "seed": self.spec.seed,
-            "seeds": {
-                pipeline.name: {
-                    "arrivals_by_trial": [
-                        arrival_seed(self.spec.seed, pipeline.name, trial)
-                        for trial in range(self.spec.repeats)
-                    ],
-                }
-                for pipeline in self.spec.pipelines
-            },
-            "clock": clock,
-            "phase_order": [
-                [trial, phase, [p.name for p in pipelines]]
-                for trial, phase, pipelines in phases_of(self.spec)
-            ],
-            "timeline": self.timeline,
-            "started_at": started_at,
-            "ended_at": ended_at,
-            "status": status,
-            "environment": self._environment,
-            "energy": self._energy_sources,
-            "warnings": self.warnings,
-            "results": [asdict(outcome) for outcome in self.results],
-        }
-        temporary = self.run_dir / (MANIFEST + ".tmp")
-        temporary.write_text(json.dumps(manifest, indent=2, default=str))
-        os.replace(temporary, self.run_dir / MANIFEST)
+            self._probe.join(timeout_s=60)
+        started_at, clock = self._started
+        record = RunRecord(
+            run_id=self.run_id,
+            status=status,
+            started_at=started_at,
+            ended_at=ended_at,
+            clock=clock,
+            timeline=self.timeline,
+            environment=self._probe.environment,
+            energy=self._energy_sources,
+            warnings=self.warnings,
+            results=self.results,
+        )
+        write_manifest(self.run_dir, manifest_of(self.loaded, self.spec, record))
 
     def _log_to_mlflow(self) -> str | None:
         if not self.options.mlflow_uri or self.options.log_to_mlflow is None:
@@ -663,28 +330,6 @@ class Launcher:
     def _emit(self, event: ProgressEvent) -> None:
         if self.options.progress is not None:
             self.options.progress(event)
-
-
-def _check_traces(spec: BenchmarkSpec) -> list[str]:
-    """Trace files are read now, so a bad one is an input error, not a failed worker."""
-    from stages.runtime.loadgen.arrivals import TraceError, read_trace
-
-    problems = []
-    for index, pipeline in enumerate(spec.pipelines):
-        if pipeline.loadgen.type == "trace" and pipeline.loadgen.trace:
-            try:
-                read_trace(Path(pipeline.loadgen.trace))
-            except TraceError as error:
-                problems.append(f"pipelines[{index}].loadgen.trace: {error}")
-    return problems
-
-
-class LauncherInterruptedWithResult(Exception):
-    """The run was interrupted; `result` holds what was kept (manifest status interrupted)."""
-
-    def __init__(self, result: RunResult) -> None:
-        super().__init__(f"run {result.run_id} interrupted")
-        self.result = result
 
 
 def run_benchmark(loaded: LoadedSpec, options: RunOptions) -> RunResult:

@@ -4,6 +4,7 @@ initialise in the worker, and the checks each collocation mode needs before a ru
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from stages.spec.models import BenchmarkSpec, PipelineSpec
@@ -65,44 +66,66 @@ def check_collocation(spec: BenchmarkSpec, gpu_count: int | None) -> list[str]:
 
     `gpu_count` is what NVML reports (None when NVML is unavailable).
     """
-    mode = spec.collocation.mode
-    problems: list[str] = []
+    problems = _check_gpu_visible(spec, gpu_count)
+    mode_check = _MODE_CHECKS.get(spec.collocation.mode)
+    if mode_check is not None:
+        problems += mode_check(spec)
+    return problems
+
+
+def _check_gpu_visible(spec: BenchmarkSpec, gpu_count: int | None) -> list[str]:
     uses_cuda = any(pipeline.device.startswith("cuda") for pipeline in spec.pipelines)
     if uses_cuda and not gpu_count:
-        problems.append(
+        return [
             "a pipeline asks for a cuda device but no NVIDIA GPU is visible (NVML found none); "
             "use device: cpu or run on a GPU machine"
-        )
-    if mode == "mps":
-        control = mps_pipe_directory() / "control"
-        if not control.exists():
-            problems.append(
-                f"collocation mode mps needs a running MPS control daemon ({control} not found); "
-                "start it with `nvidia-cuda-mps-control -d` (as the GPU's owner), or set "
-                "CUDA_MPS_PIPE_DIRECTORY to its pipe directory"
-            )
-    if mode == "mig":
-        for pipeline in spec.pipelines:
-            mig = pipeline.placement.mig or ""
-            if not mig.startswith("MIG-"):
+        ]
+    return []
+
+
+def _check_mps(spec: BenchmarkSpec) -> list[str]:
+    control = mps_pipe_directory() / "control"
+    if control.exists():
+        return []
+    return [
+        f"collocation mode mps needs a running MPS control daemon ({control} not found); "
+        "start it with `nvidia-cuda-mps-control -d` (as the GPU's owner), or set "
+        "CUDA_MPS_PIPE_DIRECTORY to its pipe directory"
+    ]
+
+
+def _check_mig(spec: BenchmarkSpec) -> list[str]:
+    return [
+        f"pipeline '{pipeline.name}': placement.mig must be a MIG instance UUID "
+        "(MIG-...; list them with `nvidia-smi -L`)"
+        for pipeline in spec.pipelines
+        if not (pipeline.placement.mig or "").startswith("MIG-")
+    ]
+
+
+def _check_cpu_pinned(spec: BenchmarkSpec) -> list[str]:
+    problems: list[str] = []
+    seen: dict[int, str] = {}
+    available = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    for pipeline in spec.pipelines:
+        for cpu in pipeline.placement.cpus or []:
+            if available and cpu not in available:
                 problems.append(
-                    f"pipeline '{pipeline.name}': placement.mig must be a MIG instance UUID "
-                    "(MIG-...; list them with `nvidia-smi -L`)"
+                    f"pipeline '{pipeline.name}': cpu {cpu} is not available here "
+                    f"(available: {sorted(available)})"
                 )
-    if mode == "cpu_pinned":
-        seen: dict[int, str] = {}
-        available = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-        for pipeline in spec.pipelines:
-            for cpu in pipeline.placement.cpus or []:
-                if available and cpu not in available:
-                    problems.append(
-                        f"pipeline '{pipeline.name}': cpu {cpu} is not available here "
-                        f"(available: {sorted(available)})"
-                    )
-                if cpu in seen:
-                    problems.append(
-                        f"cpu_pinned: cpu {cpu} is given to both '{seen[cpu]}' and "
-                        f"'{pipeline.name}'; use time_slice to share cores"
-                    )
-                seen[cpu] = pipeline.name
+            if cpu in seen:
+                problems.append(
+                    f"cpu_pinned: cpu {cpu} is given to both '{seen[cpu]}' and "
+                    f"'{pipeline.name}'; use time_slice to share cores"
+                )
+            seen[cpu] = pipeline.name
     return problems
+
+
+# The checks each collocation mode needs beyond a visible GPU (modes not named need none).
+_MODE_CHECKS: dict[str, Callable[[BenchmarkSpec], list[str]]] = {
+    "mps": _check_mps,
+    "mig": _check_mig,
+    "cpu_pinned": _check_cpu_pinned,
+}

@@ -1,9 +1,9 @@
 """The worker process of one pipeline in one phase: placement, prepare, barrier, load, report.
 
 Started by the launcher with the `spawn` start method (never fork: a forked child of a process
-that touched CUDA is broken). It talks to the launcher over a pipe:
-worker -> launcher: {"kind": "ready"}, {"kind": "progress", ...}, {"kind": "done", ...},
-{"kind": "failed", "error": ...}; launcher -> worker: {"kind": "start", "start_ns": ...}.
+that touched CUDA is broken). It talks to the launcher over a pipe in the messages of
+`stages.collocation.protocol`: it sends `Ready`, waits for `Start`, sends `Progress` during
+the load window and ends with `Done` (or `Failed` when it raised).
 """
 
 from __future__ import annotations
@@ -19,9 +19,16 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from stages.collocation import protocol
 from stages.collocation.lifetime import die_with_parent
+from stages.collocation.protocol import CounterSnapshot, Done, Failed, Progress, Ready, Start
+
+if TYPE_CHECKING:
+    from stages.runtime.pipeline import PipelineRuntime
+    from stages.runtime.recorder import Recorder
+    from stages.spec.models import PipelineSpec
 
 PROGRESS_PERIOD_S = 0.5
 
@@ -44,10 +51,10 @@ class Interrupted(Exception):
     """SIGTERM reached the worker: stop issuing, keep what was measured."""
 
 
-def _send(connection: Connection, message: dict[str, Any]) -> None:
+def _send(connection: Connection, message: protocol.Message) -> None:
     """Report to the launcher; if it is gone (killed), the rows on disk are what remains."""
     with contextlib.suppress(OSError):
-        connection.send(message)
+        protocol.send(connection, message)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -67,14 +74,11 @@ def worker_main(task: WorkerTask, connection: Connection) -> None:
     try:
         exit_code = _run(task, connection)
     except Interrupted as interrupted:
-        _send(connection, {"kind": "failed", "error": f"interrupted: {interrupted}"})
+        _send(connection, Failed(error=f"interrupted: {interrupted}", traceback=None))
         exit_code = 130
     except BaseException as error:
         summary = f"{type(error).__name__}: {error}"
-        _send(
-            connection,
-            {"kind": "failed", "error": summary, "traceback": traceback.format_exc(limit=20)},
-        )
+        _send(connection, Failed(error=summary, traceback=traceback.format_exc(limit=20)))
         exit_code = 1
     finally:
         connection.close()
@@ -83,48 +87,19 @@ def worker_main(task: WorkerTask, connection: Connection) -> None:
 
 def _run(task: WorkerTask, connection: Connection) -> int:
     # Placement first: nothing below may have initialised torch or CUDA yet.
-    from stages.collocation.placement import apply_cpu_affinity, torch_device, worker_environment
-    from stages.spec.models import PipelineSpec
-
-    pipeline = PipelineSpec.model_validate(task.pipeline)
-    os.environ.update(worker_environment(pipeline, task.collocation_mode))
-    apply_cpu_affinity(pipeline.placement.cpus)
-    pipeline = pipeline.model_copy(update={"device": torch_device(pipeline, task.collocation_mode)})
+    pipeline = _placed_pipeline(task)
 
     from stages.runtime.driver import arrival_seed, prepare_load, run_load
-    from stages.runtime.pipeline import PipelineRuntime
-    from stages.runtime.recorder import Recorder
-    from stages.runtime.seeds import derive_seed
 
-    keys = {
-        "run_id": task.run_id,
-        "trial": task.trial,
-        "phase": task.phase,
-        "pipeline": pipeline.name,
-    }
-    recorder = Recorder(
-        Path(task.run_dir),
-        keys,
-        [stage.id for stage in pipeline.stages],
-        label=f"t{task.trial}-{task.phase}-{pipeline.name}",
-    )
-    runtime = PipelineRuntime(
-        pipeline,
-        recorder,
-        seed=derive_seed(task.spec_seed, "stages", pipeline.name, task.trial),
-        cache_dir=Path(task.cache_dir),
-    )
+    recorder = _recorder(task, pipeline)
+    runtime = _runtime(task, pipeline, recorder)
     try:
         runtime.prepare()
         if pipeline.placement.threads is not None and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(pipeline.placement.threads)
         scenario = prepare_load(runtime, arrival_seed(task.spec_seed, pipeline.name, task.trial))
         runtime.start()
-        connection.send({"kind": "ready", "pid": os.getpid()})
-        message = connection.recv()
-        if message.get("kind") != "start":
-            raise RuntimeError(f"expected a start message, got {message!r}")
-        start_ns = int(message["start_ns"])
+        start_ns = _await_start(connection)
         reporter = _ProgressReporter(runtime, connection)
         reporter.start()
         try:
@@ -134,53 +109,86 @@ def _run(task: WorkerTask, connection: Connection) -> int:
             runtime.finish(time.monotonic_ns() + 1_000_000_000, recorder.buffer())
             reporter.stop()
             recorder.close()
-            _send(
-                connection,
-                {
-                    "kind": "done",
-                    "status": "failed",
-                    "error": f"interrupted: {interrupted}",
-                    **_summary(runtime),
-                },
-            )
+            _send(connection, _interrupted_done(runtime, interrupted))
             return 130
         reporter.stop()
     finally:
         recorder.close()
-    _send(
-        connection,
-        {
-            "kind": "done",
-            "status": result.status,
-            "error": result.error,
-            "stopped_by": result.outcome.stopped_by,
-            "not_issued": result.outcome.not_issued,
-            "leaked_threads": result.leaked_threads,
-            **_summary(runtime),
-        },
+    done = Done(
+        status=result.status,
+        error=result.error,
+        stopped_by=result.outcome.stopped_by,
+        not_issued=result.outcome.not_issued,
+        leaked_threads=result.leaked_threads,
+        counters=CounterSnapshot.of(runtime.counters),
     )
+    _send(connection, done)
     return 0
 
 
-def _summary(runtime: Any) -> dict[str, Any]:
-    counters = runtime.counters
-    return {
-        "issued": counters.issued,
-        "ok": counters.ok,
-        "errors": counters.errors,
-        "dropped": counters.dropped,
-        "timeouts": counters.timeouts,
-        "samples_ok": counters.samples_ok,
-        "first_issue_ns": counters.first_issue_ns,
-        "last_completed_ns": counters.last_completed_ns,
-        "live_p99_ms": counters.p99_ms(),
+def _placed_pipeline(task: WorkerTask) -> PipelineSpec:
+    """The task's pipeline, with this process placed for it (environment, CPU affinity) and
+    its device as torch will see it once CUDA_VISIBLE_DEVICES narrowed the view."""
+    from stages.collocation.placement import apply_cpu_affinity, torch_device, worker_environment
+    from stages.spec.models import PipelineSpec
+
+    pipeline = PipelineSpec.model_validate(task.pipeline)
+    os.environ.update(worker_environment(pipeline, task.collocation_mode))
+    apply_cpu_affinity(pipeline.placement.cpus)
+    return pipeline.model_copy(update={"device": torch_device(pipeline, task.collocation_mode)})
+
+
+def _recorder(task: WorkerTask, pipeline: PipelineSpec) -> Recorder:
+    from stages.runtime.recorder import Recorder
+
+    keys = {
+        "run_id": task.run_id,
+        "trial": task.trial,
+        "phase": task.phase,
+        "pipeline": pipeline.name,
     }
+    return Recorder(
+        Path(task.run_dir),
+        keys,
+        [stage.id for stage in pipeline.stages],
+        label=f"t{task.trial}-{task.phase}-{pipeline.name}",
+    )
+
+
+def _runtime(task: WorkerTask, pipeline: PipelineSpec, recorder: Recorder) -> PipelineRuntime:
+    from stages.runtime.pipeline import PipelineRuntime
+    from stages.runtime.seeds import derive_seed
+
+    return PipelineRuntime(
+        pipeline,
+        recorder,
+        seed=derive_seed(task.spec_seed, "stages", pipeline.name, task.trial),
+        cache_dir=Path(task.cache_dir),
+    )
+
+
+def _await_start(connection: Connection) -> int:
+    """Tell the launcher this worker is ready; the common start instant it answers with."""
+    protocol.send(connection, Ready(pid=os.getpid()))
+    return protocol.expect(protocol.receive(connection), Start).start_ns
+
+
+def _interrupted_done(runtime: PipelineRuntime, interrupted: Interrupted) -> Done:
+    """The final report of a load window cut short by SIGTERM (what was measured is kept)."""
+    return Done(
+        status="failed",
+        error=f"interrupted: {interrupted}",
+        stopped_by=None,
+        not_issued=0,
+        leaked_threads=[],
+        counters=CounterSnapshot.of(runtime.counters),
+    )
 
 
 class _ProgressReporter:
     """Sends live counters to the launcher twice a second, off the measured threads' path."""
 
-    def __init__(self, runtime: Any, connection: Connection) -> None:
+    def __init__(self, runtime: PipelineRuntime, connection: Connection) -> None:
         self._runtime = runtime
         self._connection = connection
         self._stopped = threading.Event()
@@ -196,7 +204,9 @@ class _ProgressReporter:
                 if self._stopped.is_set():
                     return
                 try:
-                    self._connection.send({"kind": "progress", **_summary(self._runtime)})
+                    protocol.send(
+                        self._connection, Progress(CounterSnapshot.of(self._runtime.counters))
+                    )
                 except OSError:
                     return
 

@@ -1,0 +1,77 @@
+"""The run's manifest (`manifest.json`): the dict the launcher writes at the start, after every
+phase and at the end, and its atomic write (a killed launcher leaves the last whole one)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from stages.collocation.phase_plan import phases_of
+from stages.collocation.results import PipelineOutcome
+from stages.rundir.tables import MANIFEST
+from stages.runtime.driver import arrival_seed
+from stages.spec.loading import LoadedSpec
+from stages.spec.models import BenchmarkSpec
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the manifest records besides the spec: the run's state at the time of writing."""
+
+    run_id: str
+    status: str  # running | ok | failed | interrupted
+    started_at: str
+    ended_at: str | None
+    clock: dict[str, int]  # monotonic_ns and wall_time_ns at the start, to map one to the other
+    timeline: list[dict[str, Any]]
+    environment: dict[str, object] | None
+    energy: dict[str, str | None]
+    warnings: list[str]
+    results: list[PipelineOutcome]
+
+
+def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunRecord) -> dict[str, Any]:
+    """The manifest: `loaded` as given, `spec` with its files resolved (what ran)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "run_id": record.run_id,
+        "name": spec.name,
+        "spec": loaded.normalized,
+        "spec_hash": loaded.spec_hash,
+        "spec_source": loaded.source,
+        "overrides": list(loaded.overrides),
+        "seed": spec.seed,
+        "seeds": {
+            pipeline.name: {
+                "arrivals_by_trial": [
+                    arrival_seed(spec.seed, pipeline.name, trial) for trial in range(spec.repeats)
+                ],
+            }
+            for pipeline in spec.pipelines
+        },
+        "clock": record.clock,
+        "phase_order": [
+            [trial, phase, [p.name for p in pipelines]]
+            for trial, phase, pipelines in phases_of(spec)
+        ],
+        "timeline": record.timeline,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "status": record.status,
+        "environment": record.environment,
+        "energy": record.energy,
+        "warnings": record.warnings,
+        "results": [asdict(outcome) for outcome in record.results],
+    }
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Replace the run's manifest atomically (a temporary file, then a rename)."""
+    temporary = run_dir / (MANIFEST + ".tmp")
+    temporary.write_text(json.dumps(manifest, indent=2, default=str))
+    os.replace(temporary, run_dir / MANIFEST)

@@ -1,0 +1,94 @@
+"""Pre-flight: what must hold before a run starts (the collocation mode works here, trace files
+read, no foreign process on the GPU), and the environment probe the manifest records, which
+runs beside the first phase's model loading but never inside a load window."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from stages.collocation.placement import check_collocation
+from stages.collocation.results import LaunchError
+from stages.spec.models import BenchmarkSpec
+
+PROBE_TIMEOUT_S = 120.0  # the environment probe must end before the first load window
+
+
+def check_environment(spec: BenchmarkSpec) -> tuple[int | None, list[str]]:
+    """The number of GPUs NVML sees (None without GPU telemetry) and warnings (a foreign
+    compute process on a GPU); raises `LaunchError` when the spec cannot run here."""
+    from stages.telemetry.sampler_process import foreign_compute_processes, open_gpu_backend
+
+    warnings: list[str] = []
+    backend = open_gpu_backend() if spec.telemetry.gpu.enabled else None
+    try:
+        gpu_count = backend.device_count() if backend else None
+        if backend and gpu_count:
+            for process in foreign_compute_processes(
+                backend, list(range(gpu_count)), {os.getpid()}
+            ):
+                warnings.append(f"foreign compute process on the GPU: {process}")
+    finally:
+        if backend:
+            backend.shutdown()
+    problems = check_collocation(spec, gpu_count) + check_traces(spec)
+    if problems:
+        raise LaunchError("; ".join(problems))
+    return gpu_count, warnings
+
+
+def check_traces(spec: BenchmarkSpec) -> list[str]:
+    """Trace files are read now, so a bad one is an input error, not a failed worker."""
+    from stages.runtime.loadgen.arrivals import TraceError, read_trace
+
+    problems = []
+    for index, pipeline in enumerate(spec.pipelines):
+        if pipeline.loadgen.type == "trace" and pipeline.loadgen.trace:
+            try:
+                read_trace(Path(pipeline.loadgen.trace))
+            except TraceError as error:
+                problems.append(f"pipelines[{index}].loadgen.trace: {error}")
+    return problems
+
+
+class EnvironmentProbe:
+    """Captures the environment (~1.3 s: a torch import in a subprocess) in a thread, so it
+    overlaps the workers' spawning and preparation; its span joins `timeline`."""
+
+    def __init__(self, project_dir: Path, timeline: list[dict[str, Any]]) -> None:
+        self._project_dir = project_dir
+        self._timeline = timeline
+        self.environment: dict[str, object] | None = None  # filled in by the thread
+        self._thread = threading.Thread(target=self._capture, name="environment-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _capture(self) -> None:
+        from stages.collocation.environment import capture_environment
+
+        started_ns = time.monotonic_ns()
+        try:
+            self.environment = capture_environment(self._project_dir)
+        finally:
+            self._timeline.append(
+                {"what": "environment_probe", "start_ns": started_ns, "end_ns": time.monotonic_ns()}
+            )
+
+    def await_before_load(self, warnings: list[str]) -> None:
+        """Wait for the probe (it overlaps the first phase's model loading only); one still
+        running after PROBE_TIMEOUT_S is noted in `warnings`."""
+        if not self._thread.is_alive():
+            return
+        self._thread.join(timeout=PROBE_TIMEOUT_S)
+        if self._thread.is_alive():
+            warnings.append(
+                f"the environment probe was still running {PROBE_TIMEOUT_S:.0f} s in; the "
+                "first load window started anyway and may be disturbed by it"
+            )
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout=timeout_s)

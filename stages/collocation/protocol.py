@@ -1,0 +1,179 @@
+"""The worker <-> launcher protocol: every message either side sends, as a typed frozen
+dataclass, and the one codec that turns them into pipe payloads and back.
+
+worker -> launcher: `Ready`, then `Progress` twice a second, then `Done` or `Failed`.
+launcher -> worker: `Start` (the common start instant of the load window).
+
+On the pipe a message is a plain dict: its `kind` plus its fields (nested dataclasses as
+dicts), so what crosses a process boundary is data, not pickled classes. `decode` accepts
+exactly the fields of the named kind: an unknown kind, a missing field or an unknown field
+raises `ProtocolError`, so a counter renamed on one side fails loudly instead of reading 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
+
+from stages.runtime.counters import PipelineCounters
+
+
+class ProtocolError(RuntimeError):
+    """A pipe payload that is not a message of this protocol (or not the one expected)."""
+
+
+@dataclass(frozen=True)
+class CounterSnapshot:
+    """A pipeline's live counters as the worker reports them; the query counts carry the
+    names of `stages.runtime.counters.QUERY_COUNTS` (ok, errors, dropped, timeouts)."""
+
+    issued: int
+    ok: int
+    errors: int
+    dropped: int
+    timeouts: int
+    samples_ok: int
+    first_issue_ns: int
+    last_completed_ns: int
+    live_p99_ms: float | None  # over the last 2,000 completions: progress display only
+
+    @classmethod
+    def of(cls, counters: PipelineCounters) -> CounterSnapshot:
+        return cls(
+            issued=counters.issued,
+            ok=counters.ok,
+            errors=counters.errors,
+            dropped=counters.dropped,
+            timeouts=counters.timeouts,
+            samples_ok=counters.samples_ok,
+            first_issue_ns=counters.first_issue_ns,
+            last_completed_ns=counters.last_completed_ns,
+            live_p99_ms=counters.p99_ms(),
+        )
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker prepared (models loaded, stage threads started) and waits for `Start`."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start issuing at `start_ns` (time.monotonic_ns, the same clock in every process)."""
+
+    start_ns: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Live counters during the load window."""
+
+    counters: CounterSnapshot
+
+
+@dataclass(frozen=True)
+class Done:
+    """The load window ended (also after SIGTERM: status failed, what was measured is kept)."""
+
+    status: str  # ok | failed | timeout
+    error: str | None
+    stopped_by: str | None  # why the load generator stopped issuing; None when interrupted
+    not_issued: int
+    leaked_threads: list[str]
+    counters: CounterSnapshot
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The worker raised before it could report `Done`."""
+
+    error: str
+    traceback: str | None
+
+
+Message = Ready | Start | Progress | Done | Failed
+
+KINDS: dict[str, type[Message]] = {
+    "ready": Ready,
+    "start": Start,
+    "progress": Progress,
+    "done": Done,
+    "failed": Failed,
+}
+_KIND_OF: dict[type[Message], str] = {cls: kind for kind, cls in KINDS.items()}
+
+_Expected = TypeVar("_Expected", Ready, Start, Progress, Done, Failed)
+
+
+def kind_of(message: Message) -> str:
+    """The wire name of a message's kind (what progress events are named after)."""
+    return _KIND_OF[type(message)]
+
+
+def encode(message: Message) -> dict[str, Any]:
+    """The pipe payload of `message`."""
+    return {"kind": kind_of(message), **asdict(message)}
+
+
+def decode(payload: object) -> Message:
+    """The message a pipe payload holds; raises `ProtocolError` unless it is exactly one."""
+    if not isinstance(payload, Mapping):
+        raise ProtocolError(f"a message is a dict with a 'kind', got {payload!r}")
+    kind = payload.get("kind")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(f"unknown message kind {kind!r} (known: {', '.join(KINDS)})")
+    body = {name: value for name, value in payload.items() if name != "kind"}
+    return _build(cls, body, str(kind))
+
+
+def _build(cls: type[Any], body: Mapping[str, Any], where: str) -> Any:
+    """`cls` from exactly its fields; nested dataclass fields are built the same way."""
+    names = {field.name for field in fields(cls)}
+    missing = sorted(names - body.keys())
+    unknown = sorted(set(body) - names)
+    if missing or unknown:
+        raise ProtocolError(f"{where}: missing fields {missing}, unknown fields {unknown}")
+    values = dict(body)
+    for name, nested in _NESTED[cls].items():
+        if not isinstance(values[name], Mapping):
+            raise ProtocolError(f"{where}.{name}: expected a dict, got {values[name]!r}")
+        values[name] = _build(nested, values[name], f"{where}.{name}")
+    return cls(**values)
+
+
+def _nested_dataclasses(cls: type[Any]) -> dict[str, type[Any]]:
+    hints = typing.get_type_hints(cls)
+    return {
+        field.name: hints[field.name]
+        for field in fields(cls)
+        if isinstance(hints[field.name], type) and dataclasses.is_dataclass(hints[field.name])
+    }
+
+
+# The dataclass-valued fields of every message class, by class (resolved once, at import).
+_NESTED = {cls: _nested_dataclasses(cls) for cls in (*KINDS.values(), CounterSnapshot)}
+
+
+def send(connection: Connection, message: Message) -> None:
+    """Send one message (raises OSError when the other end is gone)."""
+    connection.send(encode(message))
+
+
+def receive(connection: Connection) -> Message:
+    """Receive one message (raises EOFError when the other end closed, ProtocolError when
+    what arrived is not a message)."""
+    return decode(connection.recv())
+
+
+def expect(message: Message, cls: type[_Expected]) -> _Expected:
+    """`message`, which must be a `cls`: a message out of turn is a `ProtocolError`."""
+    if not isinstance(message, cls):
+        raise ProtocolError(f"expected a {_KIND_OF[cls]} message, got {message!r}")
+    return message

@@ -1,0 +1,112 @@
+"""What a run reports: each pipeline's outcome per phase (a row of the manifest's `results`),
+the run's result, the progress events a display receives, and the errors a run ends with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stages.collocation.protocol import CounterSnapshot, Done, Failed
+
+
+@dataclass(slots=True)
+class PipelineOutcome:
+    """How one pipeline fared in one phase of one trial (a row of the manifest's results).
+    The counters carry the names of `stages.runtime.counters.QUERY_COUNTS` and of the
+    protocol's `CounterSnapshot`, which `record_counters` copies field by field (slots: an
+    assignment to a field that does not exist raises instead of adding an attribute)."""
+
+    trial: int
+    phase: str
+    pipeline: str
+    status: str = "failed"  # ok | failed | timeout | interrupted
+    error: str | None = None
+    traceback: str | None = None  # the worker's, when it raised
+    exit_code: int | None = None
+    pid: int | None = None
+    issued: int = 0
+    ok: int = 0
+    errors: int = 0
+    dropped: int = 0
+    timeouts: int = 0
+    samples_ok: int = 0
+    not_issued: int = 0
+    stopped_by: str | None = None  # why the load generator stopped issuing
+    first_issue_ns: int | None = None
+    last_completed_ns: int | None = None
+    live_p99_ms: float | None = None  # progress display only: the last 2,000 completions
+    summary: dict[str, Any] | None = None  # the phase's figures, from the analysis views
+
+    def record_counters(self, counters: CounterSnapshot) -> None:
+        """The worker's live counters, as reported (`Progress` and `Done`)."""
+        self.issued = counters.issued
+        self.ok = counters.ok
+        self.errors = counters.errors
+        self.dropped = counters.dropped
+        self.timeouts = counters.timeouts
+        self.samples_ok = counters.samples_ok
+        self.first_issue_ns = counters.first_issue_ns
+        self.last_completed_ns = counters.last_completed_ns
+        self.live_p99_ms = counters.live_p99_ms
+
+    def record_done(self, done: Done) -> None:
+        """The worker's final report on its load window."""
+        self.record_counters(done.counters)
+        self.not_issued = done.not_issued
+        self.stopped_by = done.stopped_by
+        self.status = done.status
+        self.error = done.error
+
+    def record_failure(self, failed: Failed) -> None:
+        """The worker raised before it could report `Done`."""
+        self.status = "failed"
+        self.error = failed.error
+        self.traceback = failed.traceback
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    status: str
+    results: list[PipelineOutcome]
+    warnings: list[str] = field(default_factory=list)
+    mlflow_run_id: str | None = None
+
+    @property
+    def failed(self) -> list[PipelineOutcome]:
+        return [outcome for outcome in self.results if outcome.status != "ok"]
+
+
+@dataclass
+class ProgressEvent:
+    """What the launcher tells a progress display."""
+
+    kind: str  # phase_start | progress | done | phase_end
+    trial: int
+    phase: str
+    pipeline: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+# (run_dir, trial, phase) -> ({pipeline: figures}, warnings)
+PhaseSummarizer = Callable[[Path, int, str], tuple[dict[str, dict[str, Any]], list[str]]]
+
+
+class LaunchError(RuntimeError):
+    """The run cannot start (e.g. a collocation mode this machine does not support)."""
+
+
+class LauncherInterrupted(Exception):
+    """SIGINT or SIGTERM reached the launcher."""
+
+
+class LauncherInterruptedWithResult(Exception):
+    """The run was interrupted; `result` holds what was kept (manifest status interrupted)."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(f"run {result.run_id} interrupted")
+        self.result = result
