@@ -204,16 +204,22 @@ class Manifest(_Ours):
     phase_order: list[tuple[int, str, list[str]]] = Field(
         default_factory=list, description="(trial, phase, pipelines) in the order they ran."
     )
-    timeline: list[TimelineEntry] = Field(default_factory=list)
+    timeline: list[TimelineEntry] = Field(
+        default_factory=list, description="Load windows, idle baseline and harness work."
+    )
     started_at: str | None = Field(None, description="ISO-8601 wall time, UTC.")
     ended_at: str | None = Field(None, description="ISO-8601 wall time; None while running.")
     status: str | None = Field(None, description="ok | failed | interrupted | running")
     environment: EnvironmentPart | None = Field(
         None, description="The environment probe's findings; None until it finished."
     )
-    energy: EnergySources = Field(default_factory=EnergySources)
+    energy: EnergySources = Field(
+        default_factory=EnergySources, description="Where the energy figures came from."
+    )
     warnings: list[str] = Field(default_factory=list, description="One line each.")
-    results: list[PipelineResult] = Field(default_factory=list)
+    results: list[PipelineResult] = Field(
+        default_factory=list, description="One per (trial, phase, pipeline), in run order."
+    )
 
 
 def parse_manifest(document: object, source: object = MANIFEST) -> Manifest:
