@@ -102,7 +102,10 @@ def manifest_metadata(
         "spec_hash": {"raw_value": manifest.spec_hash or "", "type": "text"},
         "spec_source": {"raw_value": manifest.spec_source or "", "type": "path"},
         "seed": {"raw_value": manifest.seed, "type": "int"},
-        "seeds": {"raw_value": {name: seeds.model_dump() for name, seeds in manifest.seeds.items()}, "type": "json"},
+        "seeds": {
+            "raw_value": {name: seeds.model_dump() for name, seeds in manifest.seeds.items()},
+            "type": "json",
+        },
         "overrides": {"raw_value": manifest.overrides, "type": "json"},
         "devices": {"raw_value": ", ".join(devices), "type": "text"},
         "energy_source": {"raw_value": ",".join(sources) or "none", "type": "text"},
