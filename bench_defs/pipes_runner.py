@@ -8,7 +8,8 @@ orchestrator can end together. Each progress line of the CLI (phase starts and e
 goes to Dagster's event log through `PipesContext.log` and to stdout; once the CLI exits, the
 run's manifest is read and reported as the materialisation's metadata: per pipeline and phase
 throughput, p50 and p99 with their 95% intervals, the energy source, run directory, spec hash,
-run id and the overrides. Only dagster-pipes is imported here: torch stays in the CLI's workers.
+run id and the overrides. Only dagster-pipes and the run-directory contract (stages.rundir) are
+imported here: torch stays in the CLI's workers.
 
 SIGTERM or SIGINT reaching this process (the whole group gets it on cancellation) is not fatal
 here: the CLI stops its workers, writes its manifest (status interrupted) and exits, and what
