@@ -22,19 +22,8 @@ import duckdb
 
 from analysis import migrations, summaries
 from analysis.db import Notify, connect_writer, sql_text, to_stderr, view_files, writer_lock
-
-MANIFEST = "manifest.json"
-PARTS = "parts"
-# The run directory's tables, in the order they are loaded (the names of the Parquet files).
-TABLES = (
-    "queries",
-    "stage_events",
-    "errors",
-    "host_samples",
-    "gpu_samples",
-    "gpu_process_samples",
-    "operator_spans",
-)
+from stages.rundir.layout import MANIFEST, TABLES, table_files
+from stages.rundir.manifest import ManifestError, parse_manifest, read_manifest_document
 
 
 class LoadError(ValueError):
@@ -54,26 +43,22 @@ class LoadResult:
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest.json as parsed JSON (the warehouse keeps it verbatim), after checking
+    that it fits stages.rundir.manifest.Manifest; LoadError (one line) otherwise."""
     path = run_dir / MANIFEST
     if not run_dir.is_dir():
         raise LoadError(f"{run_dir}: not a directory")
-    if not path.is_file():
-        raise LoadError(f"{run_dir}: no {MANIFEST} (not a collobench run directory)")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise LoadError(f"{path}: unreadable manifest ({error})") from error
+        manifest = read_manifest_document(run_dir)
+    except ManifestError as error:
+        raise LoadError(str(error)) from error
     if not isinstance(manifest, dict) or not isinstance(manifest.get("run_id"), str):
         raise LoadError(f"{path}: manifest has no run_id")
+    try:
+        parse_manifest(manifest, path)
+    except ManifestError as error:
+        raise LoadError(str(error)) from None
     return manifest
-
-
-def table_files(run_dir: Path, table: str) -> tuple[list[Path], bool]:
-    """The Parquet files holding `table`: the merged file and any chunk files left under
-    parts/ (a run cut short before its merge has only those); and whether parts were used."""
-    merged = run_dir / f"{table}.parquet"
-    parts = sorted((run_dir / PARTS / table).glob("*.parquet"))
-    return ([merged] if merged.is_file() else []) + parts, bool(parts)
 
 
 def ensure_schema(connection: duckdb.DuckDBPyConnection, db: Path | str = "warehouse") -> list[int]:
@@ -97,8 +82,10 @@ def load_run(
     manifest: dict[str, Any],
     tables: tuple[str, ...] = TABLES,
 ) -> LoadResult:
-    """Load one run directory (its `tables`) into `connection`, replacing the run's rows."""
-    run_id: str = manifest["run_id"]
+    """Load one run directory (its `tables`) into `connection`, replacing the run's rows;
+    `manifest` is its manifest.json as parsed JSON (kept verbatim in `runs.manifest`)."""
+    typed = parse_manifest(manifest, run_dir / MANIFEST)
+    run_id = typed.run_id
     existing = connection.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id])
     replaced = bool((existing.fetchone() or (0,))[0])
     rows: dict[str, int] = {}
@@ -110,11 +97,11 @@ def load_run(
             sql_text("insert_run.sql"),
             {
                 "run_id": run_id,
-                "name": manifest.get("name"),
-                "spec_hash": manifest.get("spec_hash"),
-                "status": manifest.get("status"),
-                "started_at": manifest.get("started_at"),
-                "ended_at": manifest.get("ended_at"),
+                "name": typed.name,
+                "spec_hash": typed.spec_hash,
+                "status": typed.status,
+                "started_at": typed.started_at,
+                "ended_at": typed.ended_at,
                 "manifest": json.dumps(manifest),
                 "run_dir": str(run_dir.resolve()),
             },
@@ -150,7 +137,7 @@ def load_run(
     return LoadResult(
         run_id=run_id,
         run_dir=run_dir,
-        status=str(manifest.get("status")),
+        status=str(typed.status),
         replaced=replaced,
         from_parts=from_parts,
         rows=rows,

@@ -10,7 +10,6 @@ every measured query (failures as +inf), LoadGen's early-stopping estimate of it
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import duckdb
 from analysis.db import sql_text
 from analysis.early_stopping import early_stopping_percentile, slo_met
 from analysis.loader import ensure_schema, load_run
+from stages.rundir.manifest import LoadgenPart, read_manifest, read_manifest_document
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99
 SUMMARY_TABLES = ("queries",)  # the only table the summary's views read (host_load: + samples)
@@ -77,16 +77,15 @@ class PhaseSummary:
 def _open(run_dir: Path, tables: tuple[str, ...]) -> duckdb.DuckDBPyConnection:
     """An in-memory warehouse holding these tables of the run directory (merged or from
     parts/), loaded by the loader's own code path."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = read_manifest_document(run_dir)
     connection = duckdb.connect(":memory:")
     ensure_schema(connection)
     load_run(connection, run_dir, manifest, tables)
     return connection
 
 
-def _loadgens(run_dir: Path) -> dict[str, dict[str, Any]]:
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    return {p["name"]: p.get("loadgen", {}) for p in manifest["spec"]["pipelines"]}
+def _loadgens(run_dir: Path) -> dict[str, LoadgenPart]:
+    return {p.name: p.loadgen for p in read_manifest(run_dir).spec.pipelines}
 
 
 def _summaries(run_dir: Path, trial: int | None, phase: str | None) -> list[PhaseSummary]:
@@ -114,16 +113,16 @@ def _summaries(run_dir: Path, trial: int | None, phase: str | None) -> list[Phas
 
 def _summary(
     row: dict[str, Any],
-    loadgens: dict[str, dict[str, Any]],
+    loadgens: dict[str, LoadgenPart],
     verdicts: dict[tuple[int, str, str], list[float]],
 ) -> PhaseSummary:
-    loadgen = loadgens.get(str(row["pipeline"]), {})
-    scenario = str(loadgen.get("type", "?"))
+    loadgen = loadgens.get(str(row["pipeline"]), LoadgenPart())
+    scenario = loadgen.type or "?"
     percentile = TARGET_PERCENTILE.get(scenario, 0.99)
     target = "p90" if percentile == 0.90 else "p99"
     latencies = verdicts.get((row["trial"], row["phase"], row["pipeline"]), [])
     estimate = early_stopping_percentile(latencies, percentile)
-    slo = loadgen.get("slo_ms")
+    slo = loadgen.slo_ms
     return PhaseSummary(
         trial=int(row["trial"]),
         phase=str(row["phase"]),

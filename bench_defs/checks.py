@@ -24,6 +24,8 @@ from typing import Any
 
 import dagster as dg
 
+from stages.rundir.manifest import Manifest, TimelineEntry, parse_manifest
+
 VALIDITY = "validity"
 REGRESSION = "regression"
 REPRODUCIBILITY = "reproducibility"
@@ -64,7 +66,7 @@ class LoadedRun:
     run_id: str
     spec_hash: str | None
     status: str
-    manifest: dict[str, Any]
+    manifest: Manifest
 
 
 def loaded_run(connection: Any, run_id: str) -> LoadedRun | None:
@@ -74,7 +76,9 @@ def loaded_run(connection: Any, run_id: str) -> LoadedRun | None:
     ).fetchone()
     if row is None:
         return None
-    manifest = row[3] if isinstance(row[3], dict) else json.loads(row[3] or "{}")
+    document = row[3] if isinstance(row[3], dict) else json.loads(row[3] or "{}")
+    # A manifest kept before run_id was required of it: the warehouse row has the id.
+    manifest = parse_manifest({"run_id": str(row[0]), **document}, f"runs[{row[0]}].manifest")
     return LoadedRun(str(row[0]), row[1], str(row[2]), manifest)
 
 
@@ -96,69 +100,79 @@ def validity_problems(connection: Any, run_id: str) -> list[str]:
     if run is None:
         return [f"run {run_id} is not loaded"]
     manifest = run.manifest
-    problems: list[str] = []
-    if run.status != "ok":
-        problems.append(f"run status is {run.status}")
-    for outcome in manifest.get("results", []):
-        if outcome.get("status") != "ok":
-            problems.append(
-                f"trial {outcome.get('trial')} {outcome.get('phase')} "
-                f"{outcome.get('pipeline')}: {outcome.get('status')}: {outcome.get('error')}"
-            )
-    spec = manifest.get("spec") or {}
-    minimum = {
-        p["name"]: max(1, int((p.get("loadgen") or {}).get("min_queries") or 0))
-        for p in spec.get("pipelines", [])
-    }
+    problems = [] if run.status == "ok" else [f"run status is {run.status}"]
+    problems += [
+        f"trial {outcome.trial} {outcome.phase} {outcome.pipeline}: {outcome.status}: "
+        f"{outcome.error}"
+        for outcome in manifest.results
+        if outcome.status != "ok"
+    ]
+    problems += _too_few_queries(connection, run_id, manifest)
+    problems += _telemetry_gaps(connection, run_id, manifest)
+    problems += [w for w in manifest.warnings if FOREIGN_GPU_WARNING in w]
+    problems += _harness_work_in_windows(connection, run_id, manifest.timeline)
+    return problems
+
+
+def _too_few_queries(connection: Any, run_id: str, manifest: Manifest) -> list[str]:
+    """Phases that measured fewer queries than their pipeline's `min_queries` (at least 1)."""
+    minimum = {p.name: max(1, p.loadgen.min_queries or 0) for p in manifest.spec.pipelines}
     measured = {
         (int(trial), str(phase), str(pipeline)): int(queries)
         for trial, phase, pipeline, queries in connection.execute(
             "SELECT trial, phase, pipeline, queries FROM throughput WHERE run_id = ?", [run_id]
         ).fetchall()
     }
-    for outcome in manifest.get("results", []):
-        key = (int(outcome["trial"]), str(outcome["phase"]), str(outcome["pipeline"]))
-        wanted = minimum.get(key[2], 1)
+    problems = []
+    for outcome in manifest.results:
+        key = (outcome.trial, outcome.phase, outcome.pipeline)
+        wanted = minimum.get(outcome.pipeline, 1)
         if measured.get(key, 0) < wanted:
             problems.append(
                 f"trial {key[0]} {key[1]} {key[2]}: {measured.get(key, 0)} measured queries, "
                 f"fewer than the minimum {wanted}"
             )
-    telemetry = spec.get("telemetry") or {}
-    host = telemetry.get("host") or {}
-    gpu = telemetry.get("gpu") or {}
+    return problems
+
+
+def _telemetry_gaps(connection: Any, run_id: str, manifest: Manifest) -> list[str]:
+    """Telemetry gaps longer than GAP_PERIODS sampling periods inside a load window."""
+    telemetry = manifest.spec.telemetry
     gaps = connection.execute(
         _sql("telemetry_gaps.sql"),
         {
             "run": run_id,
-            "host_period_ms": float(host.get("period_ms", 100.0)),
-            "host_enabled": bool(host.get("enabled", True)),
-            "gpu_period_ms": float(gpu.get("period_ms", 50.0)),
+            "host_period_ms": telemetry.host.period_ms,
+            "host_enabled": telemetry.host.enabled,
+            "gpu_period_ms": telemetry.gpu.period_ms,
             "periods": GAP_PERIODS,
         },
     ).fetchall()
-    for trial, phase, pipeline, series, gap_ms, period_ms in gaps:
-        window = f"{phase} {pipeline}" if pipeline else phase
-        problems.append(
-            f"trial {trial} {window}: {series} telemetry gap of {gap_ms:.0f} ms in the load "
-            f"window (period {period_ms:g} ms, allowed {GAP_PERIODS:g} periods)"
-        )
-    problems += [w for w in manifest.get("warnings", []) if FOREIGN_GPU_WARNING in w]
+    return [
+        f"trial {trial} {f'{phase} {pipeline}' if pipeline else phase}: {series} telemetry gap "
+        f"of {gap_ms:.0f} ms in the load window (period {period_ms:g} ms, allowed "
+        f"{GAP_PERIODS:g} periods)"
+        for trial, phase, pipeline, series, gap_ms, period_ms in gaps
+    ]
+
+
+def _harness_work_in_windows(
+    connection: Any, run_id: str, timeline: list[TimelineEntry]
+) -> list[str]:
+    """Harness work (the environment probe) that overlapped a load window."""
     windows = connection.execute(
         "SELECT trial, phase, pipeline, window_start_ns, window_end_ns FROM load_windows "
         "WHERE run_id = ?",
         [run_id],
     ).fetchall()
-    for entry in manifest.get("timeline", []):
-        if entry.get("what") in HARNESS_TIMELINE or entry.get("end_ns") is None:
-            continue
-        for trial, phase, pipeline, start_ns, end_ns in windows:
-            if entry["start_ns"] < end_ns and entry["end_ns"] > start_ns:
-                problems.append(
-                    f"{entry['what']} ran inside the load window of trial {trial} {phase}"
-                    f"{f' ({pipeline})' if pipeline else ''}"
-                )
-    return problems
+    return [
+        f"{entry.what} ran inside the load window of trial {trial} {phase}"
+        f"{f' ({pipeline})' if pipeline else ''}"
+        for entry in timeline
+        if entry.what not in HARNESS_TIMELINE and entry.end_ns is not None
+        for trial, phase, pipeline, start_ns, end_ns in windows
+        if entry.start_ns < end_ns and entry.end_ns > start_ns
+    ]
 
 
 def validity_result(connection: Any, run_id: str) -> dg.AssetCheckResult:
@@ -265,7 +279,7 @@ def reproducibility_problems(
     a, b = loaded_run(connection, previous), loaded_run(connection, current)
     assert a is not None and b is not None
     problems = []
-    if a.manifest.get("seeds") != b.manifest.get("seeds"):
+    if a.manifest.seeds != b.manifest.seeds:
         problems.append("the seeds differ")
     row = connection.execute(
         _sql("schedule_agreement.sql"),

@@ -8,7 +8,8 @@ orchestrator can end together. Each progress line of the CLI (phase starts and e
 goes to Dagster's event log through `PipesContext.log` and to stdout; once the CLI exits, the
 run's manifest is read and reported as the materialisation's metadata: per pipeline and phase
 throughput, p50 and p99 with their 95% intervals, the energy source, run directory, spec hash,
-run id and the overrides. Only dagster-pipes is imported here: torch stays in the CLI's workers.
+run id and the overrides. Only dagster-pipes and the run-directory contract (stages.rundir) are
+imported here: torch stays in the CLI's workers.
 
 SIGTERM or SIGINT reaching this process (the whole group gets it on cancellation) is not fatal
 here: the CLI stops its workers, writes its manifest (status interrupted) and exits, and what
@@ -19,16 +20,18 @@ interrupted, else the CLI's (2 = invalid input, 130 = interrupted).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dagster_pipes import PipesContext, open_dagster_pipes
+
+from stages.rundir.layout import MANIFEST
+from stages.rundir.manifest import Manifest, PipelineResult, read_manifest
 
 TABLE_CHARACTERS = set("┏┃┡│└━┓┩┛┗╇╋┳┻─")
 EXIT_INTERRUPTED = 130
@@ -52,25 +55,25 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def _with_interval(figures: dict[str, Any], name: str, low: str, high: str) -> str:
+def _with_interval(figures: Mapping[str, float], name: str, low: str, high: str) -> str:
     text = _number(figures.get(name))
     if figures.get(low) is not None and figures.get(high) is not None:
         text += f" [{_number(figures[low])}, {_number(figures[high])}]"
     return text
 
 
-def summary_markdown(results: list[dict[str, Any]]) -> str:
+def summary_markdown(results: Sequence[PipelineResult | Mapping[str, Any]]) -> str:
     """Per trial, phase and pipeline: status, ok queries, q/s, p50 and p99 (ms) with their 95%
     intervals, as the launcher's phase summaries (the analysis views) computed them."""
     lines = [
         "| trial | phase | pipeline | status | ok | q/s | p50 ms | p99 ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for outcome in results:
-        figures = outcome.get("summary") or {}
+    for outcome in (PipelineResult.model_validate(result) for result in results):
+        figures = outcome.summary or {}
         lines.append(
-            f"| {outcome['trial']} | {outcome['phase']} | {outcome['pipeline']} "
-            f"| {outcome['status']} | {_number(figures.get('queries_ok', outcome.get('ok')))} "
+            f"| {outcome.trial} | {outcome.phase} | {outcome.pipeline} "
+            f"| {outcome.status} | {_number(figures.get('queries_ok', outcome.ok))} "
             f"| {_with_interval(figures, 'queries_per_s', 'queries_per_s_ci_low', 'queries_per_s_ci_high')} "  # noqa: E501
             f"| {_with_interval(figures, 'latency_p50_ms', 'latency_p50_ci_low_ms', 'latency_p50_ci_high_ms')} "  # noqa: E501
             f"| {_with_interval(figures, 'latency_p99_ms', 'latency_p99_ci_low_ms', 'latency_p99_ci_high_ms')} |"  # noqa: E501
@@ -84,37 +87,46 @@ def _finite(value: Any) -> float | None:
     return None
 
 
-def manifest_metadata(manifest: dict[str, Any], run_dir: Path, exit_code: int) -> dict[str, Any]:
+def manifest_metadata(
+    manifest: Manifest | Mapping[str, Any], run_dir: Path, exit_code: int
+) -> dict[str, Any]:
     """The materialisation metadata of a run, in Pipes' typed form."""
-    results = manifest.get("results") or []
-    energy = manifest.get("energy") or {}
-    sources = [value for value in (energy.get("gpu_source"), energy.get("host_source")) if value]
-    devices = sorted(
-        {p.get("device", "cpu") for p in (manifest.get("spec") or {}).get("pipelines", [])}
-    )
+    manifest = Manifest.model_validate(manifest)
+    energy = manifest.energy
+    sources = [value for value in (energy.gpu_source, energy.host_source) if value]
+    devices = sorted({p.device for p in manifest.spec.pipelines})
     metadata: dict[str, Any] = {
-        "run_id": {"raw_value": manifest["run_id"], "type": "text"},
+        "run_id": {"raw_value": manifest.run_id, "type": "text"},
         "run_dir": {"raw_value": str(run_dir), "type": "path"},
-        "status": {"raw_value": manifest.get("status", "unknown"), "type": "text"},
+        "status": {"raw_value": manifest.status or "unknown", "type": "text"},
         "exit_code": {"raw_value": exit_code, "type": "int"},
-        "spec_hash": {"raw_value": manifest.get("spec_hash", ""), "type": "text"},
-        "spec_source": {"raw_value": manifest.get("spec_source", ""), "type": "path"},
-        "seed": {"raw_value": manifest.get("seed", 0), "type": "int"},
-        "seeds": {"raw_value": manifest.get("seeds", {}), "type": "json"},
-        "overrides": {"raw_value": manifest.get("overrides", []), "type": "json"},
+        "spec_hash": {"raw_value": manifest.spec_hash or "", "type": "text"},
+        "spec_source": {"raw_value": manifest.spec_source or "", "type": "path"},
+        "seed": {"raw_value": manifest.seed, "type": "int"},
+        "seeds": {
+            "raw_value": {name: seeds.model_dump() for name, seeds in manifest.seeds.items()},
+            "type": "json",
+        },
+        "overrides": {"raw_value": manifest.overrides, "type": "json"},
         "devices": {"raw_value": ", ".join(devices), "type": "text"},
         "energy_source": {"raw_value": ",".join(sources) or "none", "type": "text"},
         "warnings": {
-            "raw_value": "\n".join(f"- {w}" for w in manifest.get("warnings", [])) or "none",
+            "raw_value": "\n".join(f"- {w}" for w in manifest.warnings) or "none",
             "type": "md",
         },
-        "summary": {"raw_value": summary_markdown(results), "type": "md"},
+        "summary": {"raw_value": summary_markdown(manifest.results), "type": "md"},
     }
-    # Headline floats per pipeline (the UI plots them across materialisations): the last
-    # phase each pipeline ran in (collocated when there is one) of the last trial.
-    headline: dict[str, dict[str, Any]] = {}
+    metadata.update(_headline_metadata(manifest.results))
+    return metadata
+
+
+def _headline_metadata(results: list[PipelineResult]) -> dict[str, Any]:
+    """Headline floats per pipeline (the UI plots them across materialisations): the last
+    phase each pipeline ran in (collocated when there is one) of the last trial."""
+    headline: dict[str, dict[str, float]] = {}
     for outcome in results:
-        headline[outcome["pipeline"]] = outcome.get("summary") or {}
+        headline[outcome.pipeline] = outcome.summary or {}
+    metadata: dict[str, Any] = {}
     for pipeline, figures in headline.items():
         for key, name in (
             ("queries_per_s", "queries_per_s"),
@@ -164,16 +176,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         relay(process, pipes)
         exit_code = process.wait()
         run_dir = Path(args.out) / args.run_id
-        manifest_path = run_dir / "manifest.json"
-        if not manifest_path.is_file():
+        if not (run_dir / MANIFEST).is_file():
             pipes.log.error(f"collobench run exited with {exit_code} and wrote no manifest")
             return exit_code or 1
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = read_manifest(run_dir)
         pipes.report_asset_materialization(
             metadata=manifest_metadata(manifest, run_dir, exit_code),
-            data_version=manifest["run_id"],
+            data_version=manifest.run_id,
         )
-        if manifest.get("status") == "interrupted":
+        if manifest.status == "interrupted":
             return EXIT_INTERRUPTED
         return 0
 

@@ -1,7 +1,8 @@
 """The architecture as a checked rule: which package may import which, and where torch may load.
 
-DESIGN's dependency direction: bench_defs -> analysis, stages; stages -> nothing of ours but
-itself (the CLI, the one composition root, also meets analysis); the runtime knows no concrete
+The dependency direction: bench_defs -> analysis, stages; stages -> nothing of ours but
+itself (the CLI, the one composition root, also meets analysis); analysis -> stages.rundir only
+(the run-directory contract, which imports nothing else of ours); the runtime knows no concrete
 stage. Torch loads only where a model runs: never at module level in the spec, runtime, library,
 artefact or Dagster code, so validating a spec (and a Dagster code server) never pays for it.
 """
@@ -17,6 +18,7 @@ import pytest
 
 from tests.helpers import REPO
 
+RUNDIR = ("stages.rundir",)
 HEAVY = ("torch", "torchvision", "transformers", "sklearn", "tokenizers", "safetensors")
 
 
@@ -36,13 +38,21 @@ def _imports(path: Path, module_level_only: bool = False) -> set[str]:
     return names
 
 
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
 def _offenders(
-    package: str, forbidden: tuple[str, ...], module_level_only: bool = False
+    package: str,
+    forbidden: tuple[str, ...],
+    module_level_only: bool = False,
+    allowed: tuple[str, ...] = (),
 ) -> list[str]:
+    """Imports in `package` of anything under `forbidden` that is not under `allowed`."""
     found = []
     for path in _modules(package):
         for name in _imports(path, module_level_only):
-            if any(name == prefix or name.startswith(prefix + ".") for prefix in forbidden):
+            if _within(name, forbidden) and not _within(name, allowed):
                 found.append(f"{path.relative_to(REPO)} imports {name}")
     return found
 
@@ -56,7 +66,6 @@ def _offenders(
         ("stages/artifacts", ("stages.library", "stages.cli", "analysis", "dagster")),
         ("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
         ("stages/collocation", ("stages.cli", "analysis", "dagster")),
-        ("analysis", ("stages", "bench_defs", "dagster")),
         ("stages", ("bench_defs",)),
     ],
 )
@@ -64,6 +73,16 @@ def test_packages_import_only_what_the_layering_allows(
     package: str, forbidden: tuple[str, ...]
 ) -> None:
     assert _offenders(package, forbidden) == []
+
+
+def test_analysis_imports_of_stages_only_the_run_directory_contract() -> None:
+    assert _offenders("analysis", ("stages", "bench_defs", "dagster"), allowed=RUNDIR) == []
+
+
+def test_the_run_directory_contract_imports_nothing_else_of_ours() -> None:
+    """What analysis may import must not pull the rest of stages in behind it."""
+    ours = ("stages", "analysis", "bench_defs")
+    assert _offenders("stages/rundir", ours, allowed=RUNDIR) == []
 
 
 def test_nothing_in_stages_imports_dagster() -> None:

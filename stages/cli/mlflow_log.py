@@ -21,7 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stages.rundir.tables import MANIFEST, PARTS
+from stages.rundir.layout import MANIFEST, TABLES, table_files
+from stages.rundir.manifest import Manifest, PipelineResult, read_manifest
 from stages.runtime.counters import QUERY_COUNTS
 
 if TYPE_CHECKING:
@@ -139,24 +140,22 @@ def flatten_params(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 # ---------------------------------------------------------------- metrics
 
 
-def trial_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+def trial_metrics(result: PipelineResult) -> dict[str, float]:
     """Metrics of one (trial, phase, pipeline) result of the manifest: its `summary`, the
     figures the analysis views computed (so MLflow, the console, the manifest and the warehouse
     agree), as finite floats. Without a summary (a run launched without the analysis layer)
-    only the worker's query counts are logged: no figure is computed a second way here."""
-    summary = result.get("summary")
-    values: list[tuple[Any, Any]] = (
-        list(summary.items())
-        if isinstance(summary, Mapping)
-        else [(f"queries_{name}", result.get(name)) for name in _COUNT_FIELDS]
+    only the worker's query counts the manifest holds are logged: no figure is computed a
+    second way here."""
+    values: list[tuple[str, float]] = (
+        list(result.summary.items())
+        if result.summary is not None
+        else [
+            (f"queries_{name}", getattr(result, name))
+            for name in _COUNT_FIELDS
+            if name in result.model_fields_set
+        ]
     )
-    metrics: dict[str, float] = {}
-    for key, value in values:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if math.isfinite(value):
-            metrics[str(key)] = float(value)
-    return metrics
+    return {key: float(value) for key, value in values if math.isfinite(value)}
 
 
 # ---------------------------------------------------------------- manifest helpers
@@ -177,19 +176,6 @@ def _worst_status(statuses: list[str]) -> str:
     if not known:
         return statuses[0] if statuses else "unknown"
     return max(known, key=_STATUS_SEVERITY.index)
-
-
-def _same_pair(result: Mapping[str, Any], pipeline: str, phase: str) -> bool:
-    return str(result.get("pipeline")) == pipeline and str(result.get("phase")) == phase
-
-
-def _pipeline_specs(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    pipelines = spec.get("pipelines") or []
-    return {
-        str(p["name"]): p
-        for p in pipelines
-        if isinstance(p, Mapping) and isinstance(p.get("name"), str)
-    }
 
 
 def _tags(values: Mapping[str, object]) -> dict[str, str]:
@@ -244,41 +230,38 @@ def _log_child(
     client: MlflowClient,
     experiment_id: str,
     parent_id: str,
-    manifest: Mapping[str, Any],
+    manifest: Manifest,
     pipeline: str,
     phase: str,
-    results: list[Mapping[str, Any]],
+    results: list[PipelineResult],
 ) -> str:
     """One nested run for a (pipeline, phase): its spec as params, metrics per trial."""
     from mlflow.entities import Metric
 
-    statuses = [str(r.get("status")) for r in results if r.get("status") is not None]
-    errors = [str(r["error"]) for r in results if r.get("error")]
-    energy = manifest.get("energy") or {}
+    statuses = [r.status for r in results]
+    errors = [r.error for r in results if r.error]
     tags = _tags(
         {
             TAG_PARENT: parent_id,
             TAG_KIND: "pipeline_phase",
-            TAG_RUN_ID: manifest.get("run_id"),
+            TAG_RUN_ID: manifest.run_id,
             "pipeline": pipeline,
             "phase": phase,
             "status": _worst_status(statuses) if statuses else None,
             "error": errors[0][:5000] if errors else None,
-            "energy.gpu_source": energy.get("gpu_source") if isinstance(energy, Mapping) else None,
-            "energy.host_source": energy.get("host_source")
-            if isinstance(energy, Mapping)
-            else None,
+            "energy.gpu_source": manifest.energy.gpu_source,
+            "energy.host_source": manifest.energy.host_source,
         }
     )
     child = client.create_run(experiment_id, tags=tags, run_name=f"{pipeline}/{phase}")
     child_id = str(child.info.run_id)
-    pipeline_spec = _pipeline_specs(manifest.get("spec") or {}).get(pipeline)
+    pipeline_spec = manifest.spec.pipeline(pipeline)
     if pipeline_spec is not None:
-        _log_params(client, child_id, flatten_params(pipeline_spec))
+        _log_params(client, child_id, flatten_params(pipeline_spec.as_written()))
 
     now_ms = int(time.time() * 1000)
     metrics = [
-        Metric(key, value, now_ms, int(result.get("trial") or 0))
+        Metric(key, value, now_ms, result.trial)
         for result in results
         for key, value in trial_metrics(result).items()
     ]
@@ -289,21 +272,38 @@ def _log_child(
 
 
 def _log_artifacts(client: MlflowClient, parent_id: str, run_dir: Path) -> None:
-    """manifest.json and the merged tables; chunk files too when the run was never merged."""
-    for path in sorted(run_dir.iterdir()):
-        if path.is_file() and (path.name == MANIFEST or path.suffix == ".parquet"):
-            client.log_artifact(parent_id, str(path))
-    parts = run_dir / PARTS
-    if parts.is_dir() and any(parts.rglob("*.parquet")):
-        client.log_artifacts(parent_id, str(parts), artifact_path=PARTS)
+    """manifest.json and each table's files (stages.rundir.layout.table_files): the merged
+    file, or the chunk files under parts/ when the run was never merged."""
+    client.log_artifact(parent_id, str(run_dir / MANIFEST))
+    for table in TABLES:
+        for path in table_files(run_dir, table)[0]:
+            folder = path.parent.relative_to(run_dir).as_posix()
+            client.log_artifact(parent_id, str(path), None if folder == "." else folder)
+
+
+def _parent_tags(manifest: Manifest, run_id: str, status: str) -> dict[str, str]:
+    """The parent run's tags: identity, spec, status, commit and host."""
+    environment = manifest.environment
+    git = environment.git if environment is not None else None
+    return _tags(
+        {
+            TAG_KIND: "run",
+            TAG_RUN_ID: run_id,
+            "spec_name": manifest.name or manifest.spec.name,
+            "spec_hash": manifest.spec_hash,
+            "spec_source": manifest.spec_source,
+            "status": status,
+            "git_commit": git.commit if git is not None else None,
+            "hostname": environment.hostname if environment is not None else None,
+        }
+    )
 
 
 def _log(run_dir: Path, tracking_uri: str, experiment: str) -> str:
     from mlflow import MlflowClient
 
-    manifest = json.loads((run_dir / MANIFEST).read_text())
-    run_id = str(manifest.get("run_id") or run_dir.name)
-    spec = manifest.get("spec") or {}
+    manifest = read_manifest(run_dir)
+    run_id = manifest.run_id or run_dir.name
 
     database = _sqlite_path(tracking_uri)
     if database is not None:
@@ -315,43 +315,26 @@ def _log(run_dir: Path, tracking_uri: str, experiment: str) -> str:
         logger.info("run %s is already in MLflow as %s", run_id, existing)
         return existing
 
-    environment = manifest.get("environment") or {}
-    git = environment.get("git") if isinstance(environment, Mapping) else None
-    status = str(manifest.get("status") or "unknown")
+    status = manifest.status or "unknown"
     parent = client.create_run(
         experiment_id,
-        start_time=_millis(manifest.get("started_at")),
+        start_time=_millis(manifest.started_at),
         run_name=run_id,
-        tags=_tags(
-            {
-                TAG_KIND: "run",
-                TAG_RUN_ID: run_id,
-                "spec_name": manifest.get("name") or spec.get("name"),
-                "spec_hash": manifest.get("spec_hash"),
-                "spec_source": manifest.get("spec_source"),
-                "status": status,
-                "git_commit": git.get("commit") if isinstance(git, Mapping) else None,
-                "hostname": environment.get("hostname")
-                if isinstance(environment, Mapping)
-                else None,
-            }
-        ),
+        tags=_parent_tags(manifest, run_id, status),
     )
     parent_id = str(parent.info.run_id)
     try:
-        _log_params(client, parent_id, flatten_params(spec))
-
-        results = [r for r in manifest.get("results") or [] if isinstance(r, Mapping)]
-        pairs = {(str(r.get("pipeline")), str(r.get("phase"))) for r in results}
-        for pipeline, phase in sorted(pairs):
-            mine = [r for r in results if _same_pair(r, pipeline, phase)]
+        _log_params(client, parent_id, flatten_params(manifest.spec.as_written()))
+        pairs = sorted({(r.pipeline, r.phase) for r in manifest.results})
+        for pipeline, phase in pairs:
+            mine = [r for r in manifest.results if (r.pipeline, r.phase) == (pipeline, phase)]
             _log_child(client, experiment_id, parent_id, manifest, pipeline, phase, mine)
         _log_artifacts(client, parent_id, run_dir)
         client.set_tag(parent_id, TAG_COMPLETE, "true")
         client.set_terminated(
             parent_id,
             status=_RUN_STATUS.get(status, "FINISHED"),
-            end_time=_millis(manifest.get("ended_at")),
+            end_time=_millis(manifest.ended_at),
         )
     except BaseException:
         with suppress(Exception):  # mark the half-written record; a retry replaces it

@@ -1,10 +1,12 @@
-"""The run directory contract: table schemas, crash-safe chunk files, and their final merge.
+"""Writing and reading run-directory tables: crash-safe chunk files, and their final merge.
 
 While a run is live, every process writes its rows as small Parquet chunk files under
 `parts/<table>/` (each written to a temporary name, then renamed, so a crash leaves only whole
 files). When the run ends, `merge_parts` concatenates them into `<table>.parquet` at the top
 of the run directory, the files the README's "The run directory" promises. Readers use
 `read_table`, which falls back to the parts when a run was cut short before the merge.
+The names and columns themselves are in stages.rundir.layout and stages.rundir.schemas (and
+re-exported here for the writers that import them from this module).
 """
 
 from __future__ import annotations
@@ -18,8 +20,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-MANIFEST = "manifest.json"
-PARTS = "parts"
+from stages.rundir.layout import MANIFEST, PARTS, TABLES, merged_file, part_files, table_files
+from stages.rundir.schemas import SCHEMAS
+
+__all__ = [
+    "DISK_FULL_ENV",
+    "MANIFEST",
+    "PARTS",
+    "SCHEMAS",
+    "TABLES",
+    "ChunkWriter",
+    "merge_parts",
+    "part_files",
+    "read_table",
+]
+
 DISK_FULL_ENV = "COLLOBENCH_FAULT_DISK_FULL"
 """Fault injection (the reliability suite): `<label suffix>:<chunks>` makes every ChunkWriter
 whose label ends with the suffix (a worker's label is `t<trial>-<phase>-<pipeline>`) run out of
@@ -34,121 +49,6 @@ def _disk_full_after(label: str) -> int | None:
     if not setting or not label.endswith(suffix) or not chunks.isdigit():
         return None
     return int(chunks)
-
-
-# Columns every row carries. Host-wide and device-wide samples have pipeline = NULL.
-_KEY_FIELDS = [
-    pa.field("run_id", pa.string(), nullable=False),
-    pa.field("trial", pa.int32(), nullable=False),
-    pa.field("phase", pa.string(), nullable=False),
-    pa.field("pipeline", pa.string()),
-]
-
-SCHEMAS: dict[str, pa.Schema] = {
-    "queries": pa.schema(
-        [
-            *_KEY_FIELDS,
-            pa.field("query_id", pa.int64(), nullable=False),
-            pa.field("scheduled_ns", pa.int64(), nullable=False),
-            pa.field("issued_ns", pa.int64()),  # for dropped queries: when the issue was refused
-            pa.field("completed_ns", pa.int64()),  # NULL unless the query ended (ok or error)
-            # ok | error | dropped | timeout | not_issued (due in the window, load stopped first)
-            pa.field("status", pa.string(), nullable=False),
-            pa.field("samples", pa.int32(), nullable=False),
-            pa.field("warmup", pa.bool_(), nullable=False),
-        ]
-    ),
-    "stage_events": pa.schema(
-        [
-            *_KEY_FIELDS,
-            pa.field("query_id", pa.int64(), nullable=False),
-            pa.field("stage", pa.string(), nullable=False),
-            pa.field("visit", pa.int32(), nullable=False),
-            # at a join: when the first branch arrived (join wait = joined_ns - enqueued_ns)
-            pa.field("enqueued_ns", pa.int64(), nullable=False),
-            pa.field("started_ns", pa.int64(), nullable=False),
-            pa.field("finished_ns", pa.int64(), nullable=False),
-            pa.field("status", pa.string(), nullable=False),  # ok | error
-            pa.field("first_token_ns", pa.int64()),  # generation stages only
-            pa.field("tokens", pa.int32()),
-            pa.field("joined_ns", pa.int64()),  # join stages: when every branch had arrived
-            # stages that know the right answers: samples graded, samples answered right
-            pa.field("graded", pa.int32()),
-            pa.field("correct", pa.int32()),
-            pa.field("loss", pa.float64()),  # training stages: the step's loss
-        ]
-    ),
-    "errors": pa.schema(
-        [
-            *_KEY_FIELDS,
-            pa.field("stage", pa.string(), nullable=False),
-            pa.field("first_query_id", pa.int64(), nullable=False),
-            pa.field("count", pa.int64(), nullable=False),
-            pa.field("error", pa.string(), nullable=False),  # one row per distinct error text
-        ]
-    ),
-    "host_samples": pa.schema(
-        [
-            *_KEY_FIELDS,
-            pa.field("ts_ns", pa.int64(), nullable=False),
-            # host | process (a pipeline's worker) | harness (launcher, samplers)
-            pa.field("scope", pa.string(), nullable=False),
-            pa.field("pid", pa.int64()),
-            pa.field("cpu_util", pa.float64()),  # percent of one core (process) / all cores (host)
-            pa.field("rss_mib", pa.float64()),
-            pa.field("energy_j", pa.float64()),  # cumulative since sampler start (host rows)
-            pa.field("energy_source", pa.string()),  # rapl | model_estimate | NULL
-        ]
-    ),
-    "gpu_samples": pa.schema(
-        [
-            *_KEY_FIELDS,
-            pa.field("ts_ns", pa.int64(), nullable=False),
-            pa.field("gpu", pa.int32(), nullable=False),
-            pa.field("uuid", pa.string()),
-            pa.field("power_w", pa.float64()),
-            pa.field("energy_j", pa.float64()),  # cumulative since sampler start, resets repaired
-            pa.field("energy_source", pa.string()),  # nvml_counter | nvml_power
-            pa.field("sm_util", pa.float64()),
-            pa.field("mem_util", pa.float64()),
-            pa.field("mem_used_mib", pa.float64()),
-            pa.field("sm_clock_mhz", pa.float64()),
-            pa.field("temp_c", pa.float64()),
-            pa.field("throttle_reasons", pa.int64()),
-        ]
-    ),
-    # Operator profiling (`profile_every` of model stages): one row per profiler event of a
-    # sampled query's model call, plus one `window` row per profiled query (the profiler's own
-    # span), so the set of profiled (query_id, stage, visit) is known even without events.
-    "operator_spans": pa.schema(
-        [
-            *_KEY_FIELDS,
-            pa.field("query_id", pa.int64(), nullable=False),
-            pa.field("stage", pa.string(), nullable=False),
-            pa.field("visit", pa.int32(), nullable=False),
-            pa.field("operator", pa.string(), nullable=False),  # aten::conv2d, a kernel name...
-            pa.field("start_ns", pa.int64(), nullable=False),  # monotonic clock, like the rest
-            pa.field("end_ns", pa.int64(), nullable=False),
-            pa.field("device_type", pa.string(), nullable=False),  # cpu | cuda | window
-            pa.field("device_index", pa.int32()),
-            pa.field("thread_id", pa.int64()),  # torch's thread id (CPU), stream (CUDA)
-            pa.field("self_cpu_ns", pa.int64()),  # CPU time minus child operators (CPU ops)
-            pa.field("total_cpu_ns", pa.int64()),  # CPU time with child operators (CPU ops)
-            pa.field("input_shapes", pa.string()),  # JSON, only with record_shapes
-        ]
-    ),
-    "gpu_process_samples": pa.schema(
-        [
-            *_KEY_FIELDS,
-            pa.field("ts_ns", pa.int64(), nullable=False),
-            pa.field("gpu", pa.int32(), nullable=False),
-            pa.field("pid", pa.int64(), nullable=False),
-            pa.field("sm_util", pa.float64()),
-            pa.field("mem_util", pa.float64()),
-            pa.field("mem_used_mib", pa.float64()),
-        ]
-    ),
-}
 
 
 def _nullable(schema: pa.Schema) -> pa.Schema:
@@ -223,19 +123,12 @@ class ChunkWriter:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(temporary))
 
 
-def part_files(run_dir: Path, table: str) -> list[Path]:
-    return sorted((Path(run_dir) / PARTS / table).glob("*.parquet"))
-
-
 def read_table(run_dir: Path, table: str) -> pa.Table:
     """The merged table if present, else whatever chunks a cut-short run left behind."""
-    run_dir = Path(run_dir)
-    merged = run_dir / f"{table}.parquet"
-    tables = [pq.read_table(merged)] if merged.exists() else []
-    tables += [pq.read_table(path) for path in part_files(run_dir, table)]
-    if not tables:
+    files, _ = table_files(run_dir, table)
+    if not files:
         return SCHEMAS[table].empty_table()
-    return pa.concat_tables(tables)
+    return pa.concat_tables([pq.read_table(path) for path in files])
 
 
 def merge_parts(run_dir: Path) -> dict[str, int]:
@@ -243,12 +136,12 @@ def merge_parts(run_dir: Path) -> dict[str, int]:
     returns row counts. Tables nobody wrote get no file (gpu_samples without a GPU)."""
     run_dir = Path(run_dir)
     counts: dict[str, int] = {}
-    for table_name in SCHEMAS:
+    for table_name in TABLES:
         # A temporary chunk left by a failed write (a full disk) holds no whole rows.
         for leftover in (run_dir / PARTS / table_name).glob("*.tmp"):
             leftover.unlink()
         parts = part_files(run_dir, table_name)
-        merged = run_dir / f"{table_name}.parquet"
+        merged = merged_file(run_dir, table_name)
         if not parts and not merged.exists():
             continue
         table = read_table(run_dir, table_name)

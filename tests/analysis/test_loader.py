@@ -153,13 +153,6 @@ def test_sql_files_ship_as_package_resources() -> None:
     assert "CREATE TABLE IF NOT EXISTS runs" in sql_text("schema.sql")
 
 
-def test_analysis_does_not_import_stages() -> None:
-    root = Path(__file__).resolve().parents[2] / "analysis"
-    for path in root.rglob("*.py"):
-        text = path.read_text()
-        assert "import stages" not in text and "from stages" not in text, path
-
-
 def every_view(db_path: Path) -> list[str]:
     _, rows = run_query(db_path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")
     return sorted(row[0] for row in rows)

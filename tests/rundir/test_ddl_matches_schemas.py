@@ -1,0 +1,63 @@
+"""The warehouse's DDL (analysis/sql/schema.sql) mirrors the run directory's Arrow schemas
+(stages.rundir.schemas.SCHEMAS) column for column: same tables, same column names in the same
+order, the type DuckDB itself gives each Arrow type, and NOT NULL exactly where Arrow says
+non-nullable. A column added, renamed, retyped or reordered on one side only fails here."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from analysis.db import sql_text
+from stages.rundir.layout import TABLES
+from stages.rundir.schemas import SCHEMAS
+
+Columns = list[tuple[str, str, bool]]  # (name, DuckDB type, nullable)
+
+
+def _columns(connection: duckdb.DuckDBPyConnection, table: str) -> Columns:
+    rows = connection.execute(
+        "SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
+        "WHERE table_name = ? ORDER BY column_index",
+        [table],
+    ).fetchall()
+    return [(str(name), str(kind), bool(nullable)) for name, kind, nullable in rows]
+
+
+@pytest.fixture(scope="module")
+def warehouse() -> duckdb.DuckDBPyConnection:
+    connection = duckdb.connect(":memory:")
+    connection.execute(sql_text("schema.sql"))
+    return connection
+
+
+def _from_arrow(schema: pa.Schema) -> Columns:
+    """The columns DuckDB makes of an Arrow schema (its own type mapping), with Arrow's
+    nullability."""
+    connection = duckdb.connect(":memory:")
+    empty = schema.empty_table()  # noqa: F841  (read by DuckDB's replacement scan)
+    connection.execute("CREATE TABLE arrow AS SELECT * FROM empty")
+    types = {name: kind for name, kind, _ in _columns(connection, "arrow")}
+    return [(field.name, types[field.name], field.nullable) for field in schema]
+
+
+def test_the_table_list_and_the_schemas_agree() -> None:
+    assert tuple(SCHEMAS) == TABLES
+
+
+def test_the_warehouse_has_a_table_for_each_run_directory_table(
+    warehouse: duckdb.DuckDBPyConnection,
+) -> None:
+    tables = {
+        row[0] for row in warehouse.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+    }
+    assert set(TABLES) <= tables
+    assert tables - set(TABLES) == {"runs", "schema_info"}  # the warehouse's own
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_the_ddl_of_each_table_matches_its_arrow_schema(
+    warehouse: duckdb.DuckDBPyConnection, table: str
+) -> None:
+    assert _columns(warehouse, table) == _from_arrow(SCHEMAS[table])

@@ -1,0 +1,127 @@
+"""The manifest model (stages.rundir.manifest): its committed JSON Schema is the model's, a real
+run's manifest fits both, and the lenient reading of older and partial manifests holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stages.rundir.layout import MANIFEST
+from stages.rundir.manifest import (
+    SCHEMA_FILE,
+    Manifest,
+    ManifestError,
+    manifest_json_schema,
+    parse_manifest,
+    read_manifest,
+)
+from tests.helpers import REPO
+
+
+def test_the_committed_json_schema_is_the_models() -> None:
+    """Regenerate with `python -m stages.rundir.manifest` after changing the model."""
+    assert json.loads(SCHEMA_FILE.read_text()) == manifest_json_schema()
+
+
+def test_every_field_of_the_manifest_is_described() -> None:
+    undocumented = [name for name, field in Manifest.model_fields.items() if not field.description]
+    assert undocumented == []
+
+
+@pytest.fixture(scope="module")
+def real_manifest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The manifest of a real two-pipeline run of the shipped spec (short load windows), as
+    the CLI's launcher wrote it, with the analysis views' summaries."""
+    out = tmp_path_factory.mktemp("runs")
+    command = [
+        sys.executable, "-m", "stages.cli", "run", "specs/noop_collocated.yaml",
+        "--out", str(out), "--run-id", "real", "--no-load", "--no-mlflow",
+        "--set", "pipelines.0.loadgen.duration_s=0.5",
+        "--set", "pipelines.1.loadgen.duration_s=0.5",
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    document: dict[str, Any] = json.loads((out / "real" / MANIFEST).read_text())
+    return document
+
+
+def test_a_real_runs_manifest_validates(real_manifest: dict[str, Any]) -> None:
+    manifest = Manifest.model_validate(real_manifest)
+    assert manifest.run_id == "real" and manifest.status == "ok"
+    assert [p.name for p in manifest.spec.pipelines] == ["front", "back"]
+    assert {r.phase for r in manifest.results} == {"solo", "collocated"}
+    assert all(r.summary and "queries_per_s" in r.summary for r in manifest.results)
+    assert [entry.what for entry in manifest.timeline].count("phase") == 3
+    # Every key of the file is a field of the model (nothing kept only as an extra).
+    assert set(real_manifest) == set(Manifest.model_fields)
+    for result in real_manifest["results"]:
+        assert set(result) <= set(type(manifest.results[0]).model_fields)
+
+
+def test_a_real_runs_manifest_fits_the_committed_json_schema(
+    real_manifest: dict[str, Any],
+) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(real_manifest, json.loads(SCHEMA_FILE.read_text()))
+
+
+def test_the_spec_reads_back_as_written(real_manifest: dict[str, Any]) -> None:
+    """The spec keeps every key it had and gains none of the model's defaults."""
+    manifest = Manifest.model_validate(real_manifest)
+    assert manifest.spec.as_written() == real_manifest["spec"]
+    partial = parse_manifest({"run_id": "r", "spec": {"pipelines": [{"name": "a"}]}})
+    assert partial.spec.as_written() == {"pipelines": [{"name": "a"}]}
+    assert partial.spec.telemetry.host.period_ms == 100.0  # the spec's default
+    assert partial.spec.pipelines[0].device == "cpu"
+
+
+def test_an_older_manifest_still_reads() -> None:
+    """Before seeds, timeline and overrides; results with the removed p99_ms and energy_j."""
+    older = {
+        "format_version": 1,
+        "run_id": "old",
+        "name": "old",
+        "spec": {"name": "old", "pipelines": []},
+        "status": "ok",
+        "results": [
+            {"trial": 0, "phase": "solo", "pipeline": "a", "status": "ok", "p99_ms": 3.0,
+             "energy_j": None},
+        ],
+    }  # fmt: skip
+    manifest = parse_manifest(older)
+    assert manifest.timeline == [] and manifest.seeds == {} and manifest.overrides == []
+    assert "p99_ms" not in manifest.results[0].model_dump()
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ({"status": "ok"}, "run_id"),
+        ({"run_id": "r", "stauts": "ok"}, "stauts"),
+        ({"run_id": "r", "results": [{"trial": 0, "phase": "solo", "pipeline": "a",
+                                      "erors": 1}]}, "results.0.erors"),
+        ({"run_id": "r", "energy": {"gpu": "nvml"}}, "energy.gpu"),
+    ],
+    ids=["no-run-id", "misspelt-key", "misspelt-result-key", "unknown-energy-key"],
+)  # fmt: skip
+def test_a_manifest_that_does_not_fit_is_a_one_line_error(
+    document: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ManifestError) as caught:
+        parse_manifest(document, "somewhere/manifest.json")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("somewhere/manifest.json:")
+    assert problem in message
+
+
+def test_reading_a_directory_without_a_manifest_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match=r"no manifest\.json"):
+        read_manifest(tmp_path)
+    (tmp_path / MANIFEST).write_text("{not json")
+    with pytest.raises(ManifestError, match="unreadable manifest"):
+        read_manifest(tmp_path)
