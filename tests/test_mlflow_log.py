@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from stages import settings
-from stages.cli.app import summarize_phase
+from stages.cli.wiring import summarize_phase
 from stages.cli.mlflow_log import (
     artifact_location_for,
     flatten_params,
