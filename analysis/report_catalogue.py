@@ -341,15 +341,8 @@ CATALOGUE: tuple[ReportView, ...] = (
 
 # The views shown after `collobench run` (each with its after_run_title), in that order: what
 # the run summary does not already say.
-AFTER_RUN: tuple[str, ...] = (
-    "accuracy",
-    "training",
-    "tokens",
-    "perf_per_watt",
-    "energy_split",
-    "contention",
-    "contention_by_run",
-    "interference",
+AFTER_RUN: tuple[str, ...] = names(
+    "accuracy training tokens perf_per_watt energy_split contention contention_by_run interference"
 )
 
 # Warehouse views that are not reported per run, and why; views named `<x>_from_rows` are the
