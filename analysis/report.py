@@ -11,28 +11,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 
 from analysis.db import connect_read_only, is_read_only
+from analysis.report_catalogue import CATALOGUE, check_columns, check_views, entry
 
-# Views reported per run, in display order; each has a run_id column.
-VIEWS: dict[str, list[str]] = {
-    "throughput": ["trial", "phase", "pipeline"],
-    "latency": ["trial", "phase", "pipeline"],
-    "latency_by_run": ["phase", "pipeline"],
-    "goodput": ["trial", "phase", "pipeline"],
-    "stage_breakdown": ["trial", "phase", "pipeline", "stage"],
-    "energy": ["trial", "phase", "pipeline", "device"],
-    "energy_split": ["trial", "phase", "device", "pipeline"],
-    "perf_per_watt": ["trial", "phase", "pipeline", "device"],
-    "contention": ["trial", "phase", "pipeline"],
-    "contention_by_run": ["phase", "pipeline"],
-    "interference": ["trial", "pipeline", "pipelines_in_phase", "co_runner_set"],
-    "accuracy": ["trial", "phase", "pipeline", "stage"],
-    "training": ["trial", "phase", "pipeline", "stage"],
-    "tokens": ["trial", "phase", "pipeline", "stage"],
-    "operator_summary": ["trial", "phase", "pipeline", "stage", "self_cpu_ms DESC"],
-}
+# Views reported per run, in display order, with their row order (analysis.report_catalogue).
+VIEWS: dict[str, list[str]] = {view.view: list(view.order_by) for view in CATALOGUE}
+
+
+def warehouse_views(connection: duckdb.DuckDBPyConnection) -> set[str]:
+    """The names of the views in the connection's database (ours, not DuckDB's own)."""
+    rows = connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    return {str(name) for (name,) in rows}
 
 
 def latest_run_id(db_path: Path | str) -> str:
@@ -52,11 +44,13 @@ def latest_run_id(db_path: Path | str) -> str:
 def report(
     db_path: Path | str, run_id: str | None = None, views: Iterable[str] | None = None
 ) -> dict[str, pd.DataFrame]:
-    """One DataFrame per view (`views`, default every key of VIEWS) for `run_id`, or for the
-    latest run when None.
+    """One DataFrame per view (`views`, default every view of the catalogue, in its order) for
+    `run_id`, or for the latest run when None.
 
     Raises LookupError for an unknown run_id or an empty warehouse, FileNotFoundError when the
-    database does not exist."""
+    database does not exist, CatalogueError (a LookupError) when the catalogue and the
+    warehouse's views disagree: a view or a column named in the catalogue that the SQL does
+    not produce, or a view named nowhere in the catalogue."""
     chosen = run_id if run_id is not None else latest_run_id(db_path)
     connection = connect_read_only(db_path)
     try:
@@ -64,12 +58,14 @@ def report(
         known = connection.execute("SELECT count(*) FROM runs WHERE run_id = ?", [chosen])
         if not (known.fetchone() or (0,))[0]:
             raise LookupError(f"{db_path}: no run {chosen!r} loaded")
+        check_views(warehouse_views(connection))
         frames: dict[str, pd.DataFrame] = {}
         for view in VIEWS if views is None else views:
-            order = VIEWS[view]  # `view` and `order` come from the fixed VIEWS table
+            order = entry(view).order_by  # `view` and `order` come from the fixed catalogue
             frames[view] = connection.execute(
                 f"SELECT * FROM {view} WHERE run_id = ? ORDER BY {', '.join(order)}", [chosen]
             ).df()
+            check_columns(view, frames[view].columns)
     finally:
         connection.close()
     return frames

@@ -9,7 +9,7 @@ each with its interval and method); every other table stays in the terminal
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import pandas as pd
 from analysis import plots
 from analysis.db import connect_read_only
 from analysis.report import latest_run_id, report
+from analysis.report_catalogue import CATALOGUE, MARKDOWN_NUMBERS, PLOTS
 
 REPORT_NAME = "report.md"
 
@@ -31,22 +32,14 @@ class ReportFiles:
     plots: dict[str, Path] = field(default_factory=dict)
 
 
-def _number(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.{digits}g}"
-    return str(value)
-
-
 def _with_interval(row: Any, value: str, low: str, high: str) -> str:
-    text = _number(row[value])
+    text = MARKDOWN_NUMBERS(row[value])
     if low in row and high in row and not pd.isna(row[low]) and not pd.isna(row[high]):
-        text += f" [{_number(row[low])}, {_number(row[high])}]"
+        text += f" [{MARKDOWN_NUMBERS(row[low])}, {MARKDOWN_NUMBERS(row[high])}]"
     return text
 
 
-def markdown_table(frame: pd.DataFrame, columns: list[tuple[str, str]]) -> str:
+def markdown_table(frame: pd.DataFrame, columns: Sequence[tuple[str, str]]) -> str:
     """A GitHub markdown table of `frame`: columns are (header, cell spec), where a spec
     `x|low|high` shows x with its interval [low, high] and a plain name shows the value."""
     lines = [
@@ -57,7 +50,9 @@ def markdown_table(frame: pd.DataFrame, columns: list[tuple[str, str]]) -> str:
         cells = []
         for _, spec in columns:
             parts = spec.split("|")
-            cells.append(_with_interval(row, *parts) if len(parts) == 3 else _number(row[spec]))
+            cells.append(
+                _with_interval(row, *parts) if len(parts) == 3 else MARKDOWN_NUMBERS(row[spec])
+            )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -96,59 +91,13 @@ def _header(db_path: Path | str, run_id: str) -> list[str]:
     ]
 
 
-_SECTIONS: list[tuple[str, str, list[tuple[str, str]]]] = [
-    (
-        "throughput",
-        "Throughput per trial (ok queries per second; batch means within the trial)",
-        [
-            ("trial", "trial"),
-            ("phase", "phase"),
-            ("pipeline", "pipeline"),
-            ("q/s", "queries_per_s|queries_per_s_ci_low|queries_per_s_ci_high"),
-            ("ok", "ok_queries"),
-            ("interval method", "ci_method"),
-        ],
-    ),
-    (
-        "latency",
-        "Latency per trial (ms from the scheduled arrival; failures count as +inf)",
-        [
-            ("trial", "trial"),
-            ("phase", "phase"),
-            ("pipeline", "pipeline"),
-            ("p50", "latency_p50_ms|latency_p50_ci_low_ms|latency_p50_ci_high_ms"),
-            ("p99", "latency_p99_ms|latency_p99_ci_low_ms|latency_p99_ci_high_ms"),
-            ("failed", "failed_queries"),
-            ("interval method", "ci_method"),
-        ],
-    ),
-    (
-        "contention",
-        "Contention per trial (collocated / solo; an interval spanning 1 is no measurable effect)",
-        [
-            ("trial", "trial"),
-            ("phase", "phase"),
-            ("pipeline", "pipeline"),
-            (
-                "throughput ratio",
-                "throughput_ratio|throughput_ratio_ci_low|throughput_ratio_ci_high",
-            ),
-            ("verdict", "throughput_verdict"),
-            ("p50 slowdown", "p50_slowdown|p50_slowdown_ci_low|p50_slowdown_ci_high"),
-            ("verdict ", "p50_verdict"),
-            ("p99 slowdown", "p99_slowdown|p99_slowdown_ci_low|p99_slowdown_ci_high"),
-            ("verdict  ", "p99_verdict"),
-            ("interval method", "ci_method"),
-        ],
-    ),
-]
-
-_PLOTS: list[tuple[str, str, str, Any]] = [
-    ("latency_cdf", "latency_cdf.png", "Latency distribution", plots.plot_latency_cdf),
-    ("timeline", "timeline.png", "Over time: throughput, power and CPU", plots.plot_timeline),
-    ("stage_breakdown", "stage_breakdown.png", "Stage breakdown", plots.plot_stage_breakdown),
-    ("contention", "contention.png", "Contention", plots.plot_contention),
-]
+# How each plot of the catalogue (analysis.report_catalogue.PLOTS) is drawn.
+_DRAW: dict[str, Callable[[Any, str, Path], Path | None]] = {
+    "latency_cdf": plots.plot_latency_cdf,
+    "timeline": plots.plot_timeline,
+    "stage_breakdown": plots.plot_stage_breakdown,
+    "contention": plots.plot_contention,
+}
 
 
 def write_report(
@@ -164,21 +113,22 @@ def write_report(
     written: dict[str, Path] = {}
     connection = connect_read_only(db_path)
     try:
-        for key, file_name, _title, draw in _PLOTS:
-            path = draw(connection, chosen, target / file_name)
+        for plot in PLOTS:
+            path = _DRAW[plot.key](connection, chosen, target / plot.file_name)
             if path is not None:
-                written[key] = path
+                written[plot.key] = path
     finally:
         connection.close()
     lines = _header(db_path, chosen)
-    for view, title, columns in _SECTIONS:
-        frame = frames[view]
-        if frame.empty:
+    for view in CATALOGUE:
+        frame = frames[view.view]
+        if view.report_md is None or frame.empty:
             continue
-        lines += [f"## {title}", "", markdown_table(frame, columns), ""]
-    for key, file_name, title, _draw in _PLOTS:
-        if key in written:
-            lines += [f"## {title}", "", f"![{title}]({file_name})", ""]
+        section = view.report_md
+        lines += [f"## {section.title}", "", markdown_table(frame, section.columns), ""]
+    for plot in PLOTS:
+        if plot.key in written:
+            lines += [f"## {plot.title}", "", f"![{plot.title}]({plot.file_name})", ""]
     lines += [
         'Every view, every column: `collobench sql "SELECT * FROM <view> WHERE run_id = '
         f"'{chosen}'\"`; the trace (if written) opens in https://ui.perfetto.dev.",

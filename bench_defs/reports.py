@@ -1,6 +1,7 @@
-"""Report assets (group `reports`): throughput, latency, perf_per_watt and contention of a
-partition's latest run, as Markdown tables read from the warehouse views (analysis.report,
-read-only) and the report's PNG plots.
+"""Report assets (group `reports`): one per view the report catalogue gives an asset
+(analysis.report_catalogue: throughput, latency, perf_per_watt, contention) for a partition's
+latest run, as Markdown tables read from the warehouse views (analysis.report, read-only) and
+the report's PNG plots.
 
 Dagster has no image metadata type: each plot is inlined in Markdown metadata as a base64
 `data:` URI (the UI renders it) and its file is given as a path. The plots are the ones
@@ -13,64 +14,16 @@ from typing import Any
 
 import dagster as dg
 
+from analysis.report_catalogue import CATALOGUE, PLOTS, Asset
 from bench_defs.resources import WarehouseResource
 from bench_defs.specs import spec_partitions
 from bench_defs.warehouse import latest_run, warehouse
 
 REPORTS_GROUP = "reports"
 
-# (view, Markdown columns (header, cell spec as analysis.report_file.markdown_table reads it))
-COLUMNS: dict[str, list[tuple[str, str]]] = {
-    "throughput": [
-        ("trial", "trial"),
-        ("phase", "phase"),
-        ("pipeline", "pipeline"),
-        ("q/s", "queries_per_s|queries_per_s_ci_low|queries_per_s_ci_high"),
-        ("ok", "ok_queries"),
-        ("dropped", "dropped"),
-        ("errors", "errors"),
-        ("interval method", "ci_method"),
-    ],
-    "latency": [
-        ("trial", "trial"),
-        ("phase", "phase"),
-        ("pipeline", "pipeline"),
-        ("p50 ms", "latency_p50_ms|latency_p50_ci_low_ms|latency_p50_ci_high_ms"),
-        ("p99 ms", "latency_p99_ms|latency_p99_ci_low_ms|latency_p99_ci_high_ms"),
-        ("failed", "failed_queries"),
-        ("interval method", "ci_method"),
-    ],
-    "perf_per_watt": [
-        ("trial", "trial"),
-        ("phase", "phase"),
-        ("pipeline", "pipeline"),
-        ("device", "device"),
-        ("energy source", "energy_source"),
-        ("energy J", "energy_j"),
-        ("mean W", "mean_power_w"),
-        ("queries/J", "queries_per_j"),
-        ("J/query", "j_per_query"),
-    ],
-    "contention": [
-        ("trial", "trial"),
-        ("pipeline", "pipeline"),
-        ("throughput ratio", "throughput_ratio|throughput_ratio_ci_low|throughput_ratio_ci_high"),
-        ("verdict", "throughput_verdict"),
-        ("p50 slowdown", "p50_slowdown|p50_slowdown_ci_low|p50_slowdown_ci_high"),
-        ("p99 slowdown", "p99_slowdown|p99_slowdown_ci_low|p99_slowdown_ci_high"),
-        ("verdict ", "p99_verdict"),
-    ],
-}
-PLOTS: dict[str, list[str]] = {
-    "throughput": ["timeline.png"],
-    "latency": ["latency_cdf.png", "stage_breakdown.png"],
-    "perf_per_watt": ["timeline.png"],
-    "contention": ["contention.png"],
-}
-EMPTY_NOTE: dict[str, str] = {
-    "perf_per_watt": "No energy source measured this run (no NVML, RAPL or power model).",
-    "contention": "No contention: the run has no collocated phase with solo baselines.",
-}
+# The views with a report asset, their tables, plots and notes (analysis.report_catalogue).
+ASSET_VIEWS: dict[str, Asset] = {view.view: view.asset for view in CATALOGUE if view.asset}
+PLOT_FILES: dict[str, str] = {plot.key: plot.file_name for plot in PLOTS}
 
 
 def image_markdown(path: Path, title: str) -> str:
@@ -85,17 +38,15 @@ def report_metadata(
     """The metadata of one report asset: the table, the plots inline and their paths."""
     from analysis.report_file import markdown_table
 
-    table = (
-        markdown_table(frame, COLUMNS[view])
-        if not frame.empty
-        else EMPTY_NOTE.get(view, "No rows for this run.")
-    )
+    asset = ASSET_VIEWS[view]
+    table = markdown_table(frame, asset.columns) if not frame.empty else asset.empty_note
     metadata: dict[str, dg.MetadataValue] = {
         "run_id": dg.MetadataValue.text(run_id),
         "rows": dg.MetadataValue.int(len(frame)),
         "table": dg.MetadataValue.md(table),
     }
-    for file_name in PLOTS[view]:
+    for plot in asset.plots:
+        file_name = PLOT_FILES[plot]
         path = run_dir / file_name
         stem = file_name.removesuffix(".png")
         if path.is_file():
@@ -126,15 +77,6 @@ def _report_asset(view: str, description: str) -> dg.AssetsDefinition:
     return report_asset
 
 
-REPORTS: dict[str, str] = {
-    "throughput": "Ok queries per second per trial, phase and pipeline, with 95% intervals; "
-    "the timeline plot.",
-    "latency": "p50 and p99 from the scheduled arrival, with 95% intervals; the latency CDF "
-    "and stage breakdown plots.",
-    "perf_per_watt": "Queries per joule with the energy source named; the timeline plot.",
-    "contention": "Collocated vs solo: throughput ratio and p50/p99 slowdowns with intervals "
-    "and verdicts; the contention heatmap.",
-}
 report_assets: list[dg.AssetsDefinition] = [
-    _report_asset(view, description) for view, description in REPORTS.items()
+    _report_asset(view, asset.description) for view, asset in ASSET_VIEWS.items()
 ]

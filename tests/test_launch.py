@@ -462,7 +462,7 @@ def test_the_harness_stays_out_of_every_load_window(tmp_path: Path) -> None:
 def test_foreign_cpu_load_in_a_window_is_a_manifest_warning(tmp_path: Path) -> None:
     """Finding 8: a process outside the benchmark burning a core during the load windows shows
     as foreign CPU (host - workers - harness) and reaches the manifest as a warning."""
-    from stages.cli.app import summarize_phase
+    from stages.cli.wiring import summarize_phase
 
     loadgen = {"type": "server", "rate": 100, "duration_s": 1.0, "timeout_s": 20}
     doc = {

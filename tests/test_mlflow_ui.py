@@ -13,8 +13,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from stages.cli.app import summarize_phase
 from stages.cli.mlflow_log import log_run_to_mlflow
+from stages.cli.wiring import summarize_phase
 from tests.helpers import LOOPBACK, listening_addresses, run, spec_doc
 from tests.reliability import figures
 

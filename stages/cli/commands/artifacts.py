@@ -15,14 +15,13 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from stages.cli.console import EXIT_INVALID_INPUT, err
+
 artifacts_app = typer.Typer(
     help="List and build the datasets and models stages use (built locally, deterministic).",
     no_args_is_help=True,
 )
-out = Console()
-err = Console(stderr=True)
-
-EXIT_INVALID_INPUT = 2
+out = Console()  # the terminal's width even in a pipe, as the table has always been printed
 
 
 def _params(pairs: list[str]) -> dict[str, Any]:

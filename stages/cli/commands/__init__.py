@@ -1,0 +1,1 @@
+"""The `collobench` commands, one module per command group; stages.cli.app registers them."""

@@ -1,0 +1,150 @@
+"""`collobench load`, `sql` and `compare`: put run directories into the DuckDB warehouse and
+read it back (read-only) as tables, CSV, JSON, Parquet or a comparison of two runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from stages import settings
+from stages.cli.console import err, fail_input, out
+from stages.cli.options import DbOption
+from stages.cli.render import compact_table, frame_table
+
+
+def load(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories.", show_default=False)],
+    db: DbOption = None,
+) -> None:
+    """Load run directories into DuckDB; loading a run again replaces it (idempotent)."""
+    from analysis.db import WarehouseError
+    from analysis.loader import LoadError, load_runs
+
+    db_path = db or settings.duckdb_path()
+    try:
+        results = load_runs(run_dirs, db_path)
+    except (LoadError, WarehouseError) as error:
+        # WarehouseError: the writer lock or another program held the warehouse past
+        # COLLOBENCH_WAREHOUSE_WAIT_S, or its schema is newer than this collobench: exit 2
+        raise fail_input([str(error)]) from None
+    for loaded in results:
+        verb = "replaced" if loaded.replaced else "loaded"
+        counts = ", ".join(f"{rows} {table}" for table, rows in loaded.rows.items() if rows)
+        out.print(f"{verb} {loaded.run_id} ({loaded.status}): {counts}", highlight=False)
+    out.print(f"database: {db_path}", highlight=False)
+
+
+def _check_output(output_format: str, out_file: Path | None) -> None:
+    """Refuse a --format / --out pair that cannot work (exit 2), before the warehouse opens."""
+    from analysis.export import FORMATS
+
+    if output_format not in FORMATS:
+        raise fail_input([f"--format: {output_format!r} is not one of {', '.join(FORMATS)}"])
+    if output_format == "parquet" and out_file is None:
+        raise fail_input(["--format: parquet is a binary file; name it with --out FILE"])
+    if output_format == "table" and out_file is not None:
+        raise fail_input(["--out: the table format is for the terminal; use csv, json or parquet"])
+
+
+def _query(db_path: Path, query: str) -> Any:
+    """The query's result as an Arrow table; exit 2 with one line when it cannot run."""
+    import duckdb
+
+    from analysis.db import ReadOnlyRequired, WarehouseError
+    from analysis.export import query_arrow
+
+    try:
+        return query_arrow(db_path, query)
+    except WarehouseError as error:  # busy past the wait, or an older/newer schema version
+        raise fail_input([str(error)]) from None
+    except FileNotFoundError as error:
+        raise fail_input([str(error).strip("'\"")]) from None
+    except ReadOnlyRequired as error:  # not one SELECT: refused before the warehouse opened
+        raise fail_input([f"sql: {error}"]) from None
+    except duckdb.Error as error:
+        lines = str(error).splitlines() or [type(error).__name__]
+        raise fail_input([f"sql: {lines[0]}"]) from None
+
+
+def _write_output(table: Any, output_format: str, out_file: Path | None) -> None:
+    """csv or json to stdout (nothing else goes there) or to `out_file`; parquet to
+    `out_file`. Exit 2 for an unwritable --out."""
+    from analysis.export import to_csv, to_json, write_parquet
+
+    try:
+        if output_format == "parquet":
+            assert out_file is not None
+            write_parquet(table, out_file)
+        else:
+            text = to_json(table) + "\n" if output_format == "json" else to_csv(table)
+            if out_file is None:
+                sys.stdout.write(text)  # nothing else goes to stdout: pipe it into jq or a file
+                return
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(text, encoding="utf-8")
+    except (OSError, ValueError) as error:  # an unwritable --out, a NUL byte in it
+        raise fail_input([f"--out: {getattr(error, 'strerror', None) or error}"]) from None
+    err.print(
+        f"wrote {table.num_rows} rows to {out_file}", markup=False, highlight=False, soft_wrap=True
+    )
+
+
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run read-only.", show_default=False)],
+    db: DbOption = None,
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table (the terminal), csv, json (one array of objects) or parquet (needs --out).",
+        ),
+    ] = "table",
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write csv, json or parquet to this file.")
+    ] = None,
+) -> None:
+    """Run one SQL query on the results database, over a read-only connection; print it as a
+    table, CSV or JSON, or write it to a file (csv, json, parquet)."""
+    from analysis.export import table_rows
+
+    _check_output(output_format, out_file)
+    table = _query(db or settings.duckdb_path(), query)
+    if output_format == "table":
+        out.print(frame_table(None, table.column_names, table_rows(table)))
+        return
+    _write_output(table, output_format, out_file)
+
+
+def compare(
+    run_a: Annotated[str, typer.Argument(help="Baseline run id (A).", show_default=False)],
+    run_b: Annotated[str, typer.Argument(help="Run id compared with it (B).", show_default=False)],
+    db: DbOption = None,
+    allow_different_specs: Annotated[
+        bool,
+        typer.Option("--allow-different-specs", help="Compare runs whose spec hashes differ."),
+    ] = False,
+) -> None:
+    """Compare run B with run A per pipeline and phase: throughput and p50/p99 latency as
+    ratios B / A with 95% intervals, and a verdict (faster, slower, no measurable change)."""
+    from analysis.compare import SpecMismatch, UnknownRun, compare_runs
+    from analysis.db import WarehouseError
+    from analysis.report_catalogue import COMPARISON_TERMINAL, COMPARISON_TITLE
+
+    db_path = db or settings.duckdb_path()
+    try:
+        frame = compare_runs(db_path, run_a, run_b, allow_different_specs)
+    except WarehouseError as error:  # busy past the wait, or an older/newer schema version
+        raise fail_input([str(error)]) from None
+    except FileNotFoundError as error:
+        raise fail_input([str(error).strip("'\"")]) from None
+    except UnknownRun as error:
+        raise fail_input([f"{db_path}: {str(error).strip(chr(39) + chr(34))}"]) from None
+    except SpecMismatch as error:
+        raise fail_input([f"{run_b}: {error}"]) from None
+    frame = frame.astype({"trial": object})
+    frame.loc[frame["trial"].isna(), "trial"] = "all"
+    title = COMPARISON_TITLE.format(run_a=run_a, run_b=run_b)
+    out.print(compact_table(title, frame, COMPARISON_TERMINAL))

@@ -1,0 +1,91 @@
+"""The headline table printed when a run ends: per pipeline and phase, from the warehouse's
+views over the run directory (analysis.run_summary), the figures the manifest and MLflow hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from stages.cli.render import fmt, with_interval
+
+COLUMNS = (
+    "trial",
+    "phase",
+    "pipeline",
+    "status",
+    "ok",
+    "failed",
+    "q/s",
+    "verdict",
+    "completed p99",
+    "bound",
+    "SLO",
+)
+
+
+def _one_decimal(value: Any) -> str:
+    return fmt(value, "{:.1f}")
+
+
+def _two_decimals(value: Any) -> str:
+    return fmt(value, "{:.2f}")
+
+
+def _slo(row: Any) -> str:
+    """met, missed, or unproven: LoadGen calls a run too short for its verdict INVALID, not a
+    miss; "-" without an SLO."""
+    if row.slo_met is None:
+        return "-"
+    if row.slo_met:
+        return "met"
+    return "unproven" if row.latency_bound_ms is None else "missed"
+
+
+def _cells(row: Any, status: str) -> tuple[str, ...]:
+    target = f"p{row.target_percentile * 100:g}"
+    latency = with_interval(
+        row.latency_target_ms,
+        row.latency_target_ci_low_ms,
+        row.latency_target_ci_high_ms,
+        _two_decimals,
+    )
+    bound = (
+        fmt(row.latency_bound_ms, "{:.2f}")
+        if row.latency_bound_ms is not None
+        else f"- (<{row.queries_for_bound} q)"
+    )
+    return (
+        str(row.trial),
+        row.phase,
+        row.pipeline,
+        status,
+        str(row.ok),
+        str(row.failed),
+        with_interval(
+            row.throughput_qps, row.throughput_ci_low, row.throughput_ci_high, _one_decimal
+        ),
+        f"{target} {latency}",
+        fmt(row.completed_p99_ms, "{:.2f}"),
+        bound,
+        _slo(row),
+    )
+
+
+def summary_table(result: Any) -> Table:
+    """Headline figures per pipeline and phase, from the warehouse's views over the run
+    directory (warm-up excluded): ok and failed queries, q/s and the scenario's verdict
+    percentile (failures count as infinite) with their 95% intervals, the completed-only p99,
+    LoadGen's early-stopping bound and the SLO verdict by LoadGen's rule."""
+    from analysis.run_summary import summarize_run  # the CLI is the one place stages meets analysis
+
+    statuses = {(o.trial, o.phase, o.pipeline): o.status for o in result.results}
+    table = Table(
+        title="summary (warm-up excluded; latency in ms, failures count as inf; [95% interval])",
+        title_justify="left",
+    )
+    for column in COLUMNS:
+        table.add_column(column, no_wrap=True)
+    for row in summarize_run(result.run_dir):
+        table.add_row(*_cells(row, statuses.get((row.trial, row.phase, row.pipeline), "?")))
+    return table
