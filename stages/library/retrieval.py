@@ -125,7 +125,7 @@ class VectorConfig(CorpusConfig):
         return self
 
 
-class VectorRetrievalStage(Stage):
+class VectorRetrievalStage(Stage[VectorConfig]):
     """Exact top-k cosine search over the corpus. ONE QUERY = one embedding (payload
     `embedding`, 1-D, length of the corpus's vectors) -> the k most similar documents, best
     first (ties by doc_id). Payload out: a new dict with the input's fields and `documents`
@@ -136,9 +136,6 @@ class VectorRetrievalStage(Stage):
     corpus that is ~60 us on one core, as fast as an HNSW index, exact, with nothing to build
     (figures and the comparison with ANN libraries: README, "Retrieval and Self-RAG").
     """
-
-    config: VectorConfig
-    config_model = VectorConfig
 
     def prepare(self) -> None:
         import numpy as np
@@ -398,7 +395,7 @@ def _corpus_database(parquet: Path, cache_dir: Path) -> Path:
     return target
 
 
-class SqlRetrievalStage(Stage):
+class SqlRetrievalStage(Stage[SqlConfig]):
     """Runs one parameterised SQL statement on a read-only DuckDB connection. ONE QUERY = the
     statement with its parameters bound from payload fields -> at most `max_rows` rows. Payload
     out: a new dict with the input's fields and `output_field` (list of row dicts).
@@ -408,9 +405,6 @@ class SqlRetrievalStage(Stage):
     the configuration locked, so no statement can write, read other files or undo that; each
     statement runs under a watchdog that interrupts it at `timeout_ms`.
     """
-
-    config: SqlConfig
-    config_model = SqlConfig
 
     def prepare(self) -> None:
         import duckdb
@@ -510,14 +504,11 @@ def _id_key(doc_id: Any) -> tuple[int, Any]:
     return (0, doc_id) if isinstance(doc_id, int | float) else (1, str(doc_id))
 
 
-class FuseStage(Stage):
+class FuseStage(Stage[FuseConfig]):
     """Merges the documents of several retrievers at a join (input_policy: join). ONE QUERY =
     the joined payload {input stage id: payload} -> one payload: the fields of the inputs (in
     input-id order, the first one's value kept on a clash) and `documents`, fused by doc_id.
     Inputs are taken in stage-id order, never arrival order, so the result is deterministic."""
-
-    config: FuseConfig
-    config_model = FuseConfig
 
     def run(self, query: Query) -> Route:
         joined = query.payload

@@ -82,13 +82,10 @@ class PromptsConfig(StageConfig):
         return self
 
 
-class PromptsStage(Stage):
+class PromptsStage(Stage[PromptsConfig]):
     """Serves prompts. ONE QUERY = one prompt (or `batch_size` prompts): query id q takes the
     q-th batch of a seeded permutation, cycling, so a rerun serves the same prompt to the same
     query id. Payload out: dict with `prompt`, `prompt_id`, `topic`, `reference`."""
-
-    config: PromptsConfig
-    config_model = PromptsConfig
 
     def prepare(self) -> None:
         import random
@@ -231,7 +228,7 @@ class GenerateConfig(ModelStageConfig):
         return self
 
 
-class GenerateStage(Stage):
+class GenerateStage(Stage[GenerateConfig]):
     """Generates text with a causal LM. ONE QUERY = one prompt (or the payload's list of
     prompts, as one batch) -> `max_new_tokens` new tokens each, by a manual decode loop with the
     KV cache: one prefill pass over the prompt, then one pass per token. `first_token_ns` is
@@ -239,8 +236,6 @@ class GenerateStage(Stage):
     generated (all sequences of a batch together). Payload out: a new dict with the input's
     fields, `text` (the generated continuation; a list for a batch) and `new_tokens`."""
 
-    config: GenerateConfig
-    config_model = GenerateConfig
     records_outcome = True
 
     def prepare(self) -> None:
@@ -403,14 +398,11 @@ class EmbedConfig(ModelStageConfig):
         raise ValueError(f"unknown embedding model '{value}': use minilm or hf:<org>/<name>")
 
 
-class EmbedStage(Stage):
+class EmbedStage(Stage[EmbedConfig]):
     """Embeds text as sentence-transformers does for all-MiniLM-L6-v2. ONE QUERY = the
     payload's text (or list of texts, as one batch) -> mean-pooled, L2-normalised vectors.
     Payload out: a new dict with the input's fields and `embedding` (numpy float32 [dim] for one
     text, [batch, dim] for a list)."""
-
-    config: EmbedConfig
-    config_model = EmbedConfig
 
     def prepare(self) -> None:
         import torch
