@@ -70,7 +70,8 @@ from common import (
 )
 
 from stages.rundir.tables import read_table
-from stages.spec.models import LoadgenSpec, PipelineSpec, StageSpec
+from stages.spec.loadgen import loadgen_spec
+from stages.spec.models import PipelineSpec, StageSpec
 
 SCRIPT = "fidelity"
 TARGET_RATIO_MIN = 0.98
@@ -123,7 +124,7 @@ def pipeline_qps(
     queries: what the stages' own code took, as opposed to the hand-offs between them."""
     spec = PipelineSpec(
         name=f"{model}-b{batch}",
-        loadgen=LoadgenSpec(
+        loadgen=loadgen_spec(
             type="closed_loop",
             concurrency=1,
             duration_s=window_s,

@@ -54,8 +54,8 @@ from common import REPO_ROOT, BackgroundLoad, report_header, wait_for_quiet
 
 from stages.rundir.tables import read_table
 from stages.runtime.driver import arrival_seed
-from stages.runtime.loadgen.arrivals import ARRIVAL_PROCESSES
-from stages.spec.models import LoadgenSpec
+from stages.runtime.loadgen.kinds import arrival_process
+from stages.spec.loadgen import loadgen_spec
 
 TARGET_SKEW_MS = 5.0
 SERVER_RATE_QPS = 1000
@@ -105,8 +105,7 @@ def server_pipeline(name: str) -> dict[str, Any]:
 
 def first_offset_ns(loadgen: dict[str, Any], seed: int, pipeline: str) -> int:
     """The first arrival offset the worker draws for `pipeline` (trial 0)."""
-    spec = LoadgenSpec.model_validate(loadgen)
-    schedule = ARRIVAL_PROCESSES[spec.type](spec).schedule(
+    schedule = arrival_process(loadgen_spec(**loadgen)).schedule(
         random.Random(arrival_seed(seed, pipeline, 0))
     )
     return next(iter(schedule))[0]

@@ -56,7 +56,8 @@ from common import (
 
 from stages.runtime.driver import PhaseResult
 from stages.runtime.loadgen.timing import set_timer_slack_ns, timer_slack_ns
-from stages.spec.models import LoadgenSpec, PipelineSpec, StageSpec
+from stages.spec.loadgen import LoadgenSpec, loadgen_spec
+from stages.spec.models import PipelineSpec, StageSpec
 
 RATES_QPS = (1000, 5000)
 TARGET_P50_US = 10.0
@@ -115,7 +116,7 @@ def run_recorded(spec: PipelineSpec, run_dir: Path) -> tuple[PhaseResult, dict[s
 
 
 def ours_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
-    loadgen = LoadgenSpec(
+    loadgen = loadgen_spec(
         type="server", rate=rate, duration_s=duration_s, timeout_s=duration_s + 60
     )
     with CpuSampler() as cpu:
@@ -160,7 +161,7 @@ def ours_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
 def ours_offline(repeats: int, work: Path) -> dict[str, Any]:
     rates = []
     for repeat in range(repeats):
-        loadgen = LoadgenSpec(
+        loadgen = loadgen_spec(
             type="offline", samples_per_query=OFFLINE_SAMPLES, duration_s=0, timeout_s=120
         )
         result, rows = run_recorded(noop_pipeline("offline", loadgen), work / f"off{repeat}")

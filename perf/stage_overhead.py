@@ -63,7 +63,8 @@ from common import (
 )
 
 from stages.runtime.driver import PhaseResult
-from stages.spec.models import LoadgenSpec, PipelineSpec, StageSpec
+from stages.spec.loadgen import LoadgenSpec, loadgen_spec
+from stages.spec.models import PipelineSpec, StageSpec
 
 DEPTHS = (1, 10, 50)
 PLACEMENTS = ("one_core", "two_cores")
@@ -208,7 +209,7 @@ def measure_depth(
     """Alternate `rounds` windows of ours and of the bare chain (so drift in the machine's
     background load hits both alike) and pool each side's latencies. `placement` one_core pins
     every thread of both sides to CPU 0; two_cores leaves them free."""
-    loadgen = LoadgenSpec(
+    loadgen = loadgen_spec(
         type="closed_loop",
         concurrency=1,
         duration_s=duration_s / rounds,
@@ -313,7 +314,7 @@ def bare_offline_qps(count: int) -> float:
 def measure_offline(repeats: int, work: Path) -> dict[str, Any]:
     rates: list[float] = []
     for repeat in range(repeats):
-        loadgen = LoadgenSpec(
+        loadgen = loadgen_spec(
             type="offline", samples_per_query=OFFLINE_QUERIES, duration_s=0, timeout_s=120
         )
         spec = noop_chain("offline", 1, loadgen)
@@ -347,7 +348,7 @@ class RssSampler(PeriodicSampler):
 
 
 def measure_flatness(queries: int, work: Path) -> dict[str, Any]:
-    loadgen = LoadgenSpec(
+    loadgen = loadgen_spec(
         type="closed_loop",
         concurrency=FLAT_CLIENTS,
         duration_s=3600,  # the run ends at max_queries

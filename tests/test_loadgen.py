@@ -16,7 +16,8 @@ from scipy import stats
 from stages.runtime.driver import arrival_seed, run_pipeline
 from stages.runtime.loadgen.arrivals import PoissonArrivals, TraceError, read_trace
 from stages.runtime.loadgen.timing import set_timer_slack_ns, timer_slack_ns
-from stages.spec.models import LoadgenSpec, PipelineSpec
+from stages.spec.loadgen import ServerLoadgen
+from stages.spec.models import PipelineSpec
 from tests.helpers import rows
 
 
@@ -31,14 +32,14 @@ def queries(recorder: Any) -> list[dict[str, Any]]:
     return sorted(rows(recorder, "queries"), key=lambda q: q["query_id"])
 
 
-def gaps_s(loadgen: LoadgenSpec, count: int, seed: int = 1) -> list[float]:
+def gaps_s(loadgen: ServerLoadgen, count: int, seed: int = 1) -> list[float]:
     schedule = PoissonArrivals(loadgen).schedule(random.Random(seed))
     offsets = [offset for offset, _ in itertools.islice(schedule, count)]
     return [(b - a) / 1e9 for a, b in itertools.pairwise([0, *offsets])]
 
 
 def test_poisson_gaps_are_exponential_at_the_rate() -> None:
-    gaps = gaps_s(LoadgenSpec(type="server", rate=200), 5000)
+    gaps = gaps_s(ServerLoadgen(type="server", rate=200), 5000)
     result = stats.kstest(gaps, "expon", args=(0, 1 / 200))
     assert result.pvalue > 0.01
     assert statistics.mean(gaps) == pytest.approx(1 / 200, rel=0.05)
@@ -48,7 +49,7 @@ def test_poisson_gaps_are_exponential_at_the_rate() -> None:
 
 def test_burstiness_sets_the_coefficient_of_variation() -> None:
     for shape, expected_cv in ((4, 0.5), (1, 1.0), (0.25, 2.0)):
-        gaps = gaps_s(LoadgenSpec(type="server", rate=100, burstiness=shape), 20000)
+        gaps = gaps_s(ServerLoadgen(type="server", rate=100, burstiness=shape), 20000)
         cv = statistics.pstdev(gaps) / statistics.mean(gaps)
         assert cv == pytest.approx(expected_cv, rel=0.08), shape
         assert statistics.mean(gaps) == pytest.approx(1 / 100, rel=0.05)

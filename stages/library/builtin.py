@@ -33,11 +33,8 @@ class SleepConfig(StageConfig):
     ms: float = Field(1.0, ge=0, description="Milliseconds to sleep per query (releases the GIL).")
 
 
-class SleepStage(Stage):
+class SleepStage(Stage[SleepConfig]):
     """Sleeps: a stand-in for I/O or a device call that frees the CPU."""
-
-    config: SleepConfig
-    config_model = SleepConfig
 
     def run(self, query: Query) -> Route:
         time.sleep(self.config.ms / 1000.0)
@@ -139,13 +136,10 @@ def machine_calibration(cache_dir: Path, release_gil: bool) -> float:
     return float(rate)
 
 
-class BusyStage(Stage):
+class BusyStage(Stage[BusyConfig]):
     """Performs a fixed amount of CPU work, calibrated at `prepare`: a stand-in for
     compute-bound work. A query that is preempted takes longer, so CPU contention shows in
     its service time (a wall-clock deadline would hide it)."""
-
-    config: BusyConfig
-    config_model = BusyConfig
 
     def prepare(self) -> None:
         release_gil = self.config.release_gil
@@ -163,11 +157,8 @@ class CopyConfig(StageConfig):
     bytes: int = Field(1024, ge=0, description="Size of the payload copied per query.")
 
 
-class CopyStage(Stage):
+class CopyStage(Stage[CopyConfig]):
     """Copies a payload of a given size: memory-bandwidth work, and a payload to pass on."""
-
-    config: CopyConfig
-    config_model = CopyConfig
 
     def prepare(self) -> None:
         self._template = bytearray(self.config.bytes)
@@ -199,11 +190,8 @@ class InjectedFailureError(RuntimeError):
     """Raised by the `fail` stage in `raise` mode."""
 
 
-class FailStage(Stage):
+class FailStage(Stage[FailConfig]):
     """Fault injection: fails on chosen queries in one of four ways."""
-
-    config: FailConfig
-    config_model = FailConfig
 
     def _fails(self, query_id: int) -> bool:
         every = self.config.every
@@ -244,15 +232,11 @@ class RouteConfig(StageConfig):
         return self
 
 
-class RouteStage(Stage):
+class RouteStage(Stage[RouteConfig]):
     """Routing decisions without work: forks, round-robin branches and bounded loops."""
 
-    config: RouteConfig
-    config_model = RouteConfig
-
     @classmethod
-    def check_outputs(cls, config: StageConfig, outputs: Sequence[str]) -> list[str]:
-        assert isinstance(config, RouteConfig)
+    def check_outputs(cls, config: RouteConfig, outputs: Sequence[str]) -> list[str]:
         if config.mode == "loop" and config.back_to not in outputs:
             return [f"route loop target '{config.back_to}' must be listed in outputs"]
         if config.mode == "round_robin" and not outputs:

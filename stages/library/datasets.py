@@ -15,7 +15,7 @@ the images actually classified.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -75,10 +75,11 @@ class FakeImagesConfig(DatasetConfig):
         return self
 
 
-class _BatchServer(Stage):
-    """Serves batches from in-memory tensors `self._images` and `self._labels`."""
+DatasetConfigT = TypeVar("DatasetConfigT", bound=DatasetConfig)
 
-    config: DatasetConfig
+
+class _BatchServer(Stage[DatasetConfigT]):
+    """Serves batches from in-memory tensors `self._images` and `self._labels`."""
 
     def _load(self) -> tuple[Any, Any]:
         """(images, labels) numpy arrays of the dataset."""
@@ -126,12 +127,9 @@ class _BatchServer(Stage):
         return None
 
 
-class DigitsDatasetStage(_BatchServer):
+class DigitsDatasetStage(_BatchServer[DigitsConfig]):
     """scikit-learn's handwritten digits (artefact `digits`): one query = one batch of
     `batch_size` float32 images [B,1,8,8] in [0,1] and their labels."""
-
-    config: DigitsConfig
-    config_model = DigitsConfig
 
     def _load(self) -> tuple[Any, Any]:
         from stages.artifacts.catalog import ensure_artifact
@@ -140,12 +138,9 @@ class DigitsDatasetStage(_BatchServer):
         return load_digits_split(ensure_artifact("digits"), self.config.split)
 
 
-class FakeImagesDatasetStage(_BatchServer):
+class FakeImagesDatasetStage(_BatchServer[FakeImagesConfig]):
     """Seeded random images (artefact `fake_images`): one query = one batch of `batch_size`
     uint8 images [B,3,H,W] and labels (`torchvision.preprocess` makes them float)."""
-
-    config: FakeImagesConfig
-    config_model = FakeImagesConfig
 
     def _load(self) -> tuple[Any, Any]:
         from stages.artifacts.catalog import ensure_artifact

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -46,10 +46,11 @@ class BlockConfig(StageConfig):
     )
 
 
-class _Block(Stage):
-    """Shared machinery: the decision function and the stand-in work."""
+BlockConfigT = TypeVar("BlockConfigT", bound=BlockConfig)
 
-    config: BlockConfig
+
+class _Block(Stage[BlockConfigT]):
+    """Shared machinery: the decision function and the stand-in work."""
 
     def prepare(self) -> None:
         self._busy_iterations = 0
@@ -106,17 +107,13 @@ class RouterConfig(BlockConfig):
         return self
 
 
-class RouterStage(_Block):
+class RouterStage(_Block[RouterConfig]):
     """Self-RAG router: does this question need retrieval? ONE QUERY = one decision, to
     `retrieve_to` with `retrieve_probability`, else to `answer_to`. The payload passes on
     unchanged (by reference)."""
 
-    config: RouterConfig
-    config_model = RouterConfig
-
     @classmethod
-    def check_outputs(cls, config: StageConfig, outputs: Sequence[str]) -> list[str]:
-        assert isinstance(config, RouterConfig)
+    def check_outputs(cls, config: RouterConfig, outputs: Sequence[str]) -> list[str]:
         return _missing_outputs(
             {"retrieve_to": config.retrieve_to, "answer_to": config.answer_to}, outputs
         )
@@ -147,18 +144,14 @@ class GraderConfig(BlockConfig):
     )
 
 
-class GraderStage(_Block):
+class GraderStage(_Block[GraderConfig]):
     """Self-RAG relevance grader. ONE QUERY = one judgement per retrieved document (payload
     `documents`): each is relevant with `relevance_probability` (a seeded function of the query,
     visit and doc_id). Payload out: a new dict with only the relevant `documents` and
     `relevance` = {retrieved, relevant} counts."""
 
-    config: GraderConfig
-    config_model = GraderConfig
-
     @classmethod
-    def check_outputs(cls, config: StageConfig, outputs: Sequence[str]) -> list[str]:
-        assert isinstance(config, GraderConfig)
+    def check_outputs(cls, config: GraderConfig, outputs: Sequence[str]) -> list[str]:
         problems = _missing_outputs({"none_relevant_to": config.none_relevant_to}, outputs)
         if config.none_relevant_to is not None and len(outputs) < 2:
             problems.append("none_relevant_to needs another output for relevant documents")
@@ -226,19 +219,15 @@ class HallucinationCheckConfig(BlockConfig):
         return self
 
 
-class HallucinationCheckStage(_Block):
+class HallucinationCheckStage(_Block[HallucinationCheckConfig]):
     """Self-RAG hallucination check. ONE QUERY = one judgement of the generated answer: with
     `hallucination_probability` it is unsupported and the query goes back to `rewrite_to`, else
     on to `accept_to` (or it ends). At visit `max_attempts` the answer is accepted whatever the
     draw, so every query ends `ok` after a bounded number of loops instead of failing at the
     runtime's max_visits. Payload out: a new dict with `attempts` (this visit) and `supported`."""
 
-    config: HallucinationCheckConfig
-    config_model = HallucinationCheckConfig
-
     @classmethod
-    def check_outputs(cls, config: StageConfig, outputs: Sequence[str]) -> list[str]:
-        assert isinstance(config, HallucinationCheckConfig)
+    def check_outputs(cls, config: HallucinationCheckConfig, outputs: Sequence[str]) -> list[str]:
         return _missing_outputs(
             {"rewrite_to": config.rewrite_to, "accept_to": config.accept_to}, outputs
         )
@@ -286,14 +275,11 @@ class RewriterConfig(BlockConfig):
     )
 
 
-class RewriterStage(_Block):
+class RewriterStage(_Block[RewriterConfig]):
     """Self-RAG query rewriter. ONE QUERY = one deterministic rewrite of the question: the
     original (kept in `original_prompt`) plus the next clarifying phrase. Payload out: a new
     dict without the fields derived from the old question, with `rewrites` counted up; it goes
     back to retrieval or generation (its outputs)."""
-
-    config: RewriterConfig
-    config_model = RewriterConfig
 
     def run(self, query: Query) -> Route:
         self._work()

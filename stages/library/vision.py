@@ -8,7 +8,7 @@ share it). torch and torchvision are imported in `prepare` and in validators, ne
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
@@ -71,12 +71,9 @@ class PreprocessConfig(StageConfig):
         return self
 
 
-class PreprocessStage(Stage):
+class PreprocessStage(Stage[PreprocessConfig]):
     """ONE QUERY = one batch: uint8 images become float in [0,1] (float images pass as they
     are), on the pipeline's device, resized to `size` and normalised with `mean`/`std`."""
-
-    config: PreprocessConfig
-    config_model = PreprocessConfig
 
     def prepare(self) -> None:
         import torch
@@ -192,15 +189,15 @@ def load_classifier(config: ModelChoiceConfig) -> Any:
     return load_torchvision_model(ensure_artifact("torchvision_model", params))
 
 
-class _ModelStage(Stage):
+ModelChoiceConfigT = TypeVar("ModelChoiceConfigT", bound=ModelChoiceConfig)
+
+
+class _ModelStage(Stage[ModelChoiceConfigT]):
     """What classify and train share: the model on the device, dtype, threads, compile,
     profiler and synchroniser."""
 
-    config: ModelChoiceConfig
-
-    def __init__(self, config: StageConfig, context: StageContext) -> None:
+    def __init__(self, config: ModelChoiceConfigT, context: StageContext) -> None:
         super().__init__(config, context)
-        assert isinstance(config, ModelChoiceConfig)
         self.profiler = OperatorProfiler(config.profile_every, context)
 
     def _prepare_model(self, train: bool) -> Any:
@@ -228,14 +225,12 @@ class ClassifyConfig(ModelChoiceConfig):
     """Options of `torchvision.classify`: the model choice and the model-stage options."""
 
 
-class ClassifyStage(_ModelStage):
+class ClassifyStage(_ModelStage[ClassifyConfig]):
     """ONE QUERY = one forward pass of the classifier on the payload's batch, under
     `torch.inference_mode()`. When labels travel with it, the batch is graded: `graded` =
     batch size, `correct` = top-1 predictions equal to the label. Payload out:
     `{"predictions": int64 [B], "labels": [B] or None}`."""
 
-    config: ClassifyConfig
-    config_model = ClassifyConfig
     records_outcome = True
 
     def prepare(self) -> None:
@@ -272,15 +267,13 @@ class TrainConfig(ModelChoiceConfig):
     weight_decay: float = Field(0.0, ge=0, description="Weight decay.")
 
 
-class TrainStage(_ModelStage):
+class TrainStage(_ModelStage[TrainConfig]):
     """ONE QUERY = one optimiser step (forward, cross-entropy loss, backward, step) on the
     payload's batch and labels; `loss` = that step's loss. The model starts from its artefact
     (seeded random init, or pretrained) in every phase. With `compile`, the first steps
     compile (a step in prepare would change the weights): cover them with warm-up queries.
     Payload out: `{"loss": float}`."""
 
-    config: TrainConfig
-    config_model = TrainConfig
     records_outcome = True
 
     def prepare(self) -> None:

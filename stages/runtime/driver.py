@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from stages.runtime.counters import PipelineCounters
-from stages.runtime.loadgen.scenarios import SCENARIOS, LoadOutcome, Scenario
+from stages.runtime.loadgen.kinds import make_scenario
+from stages.runtime.loadgen.scenarios import LoadOutcome, Scenario
 from stages.runtime.loadgen.timing import set_timer_slack_ns
 from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.recorder import Recorder
@@ -34,7 +35,7 @@ class PhaseResult:
 def prepare_load(runtime: PipelineRuntime, seed: int) -> Scenario:
     """The pipeline's scenario, with its pre-start work done (call before the barrier)."""
     spec = runtime.spec.loadgen
-    scenario = SCENARIOS[spec.type](spec, seed)
+    scenario = make_scenario(spec, seed)
     scenario.prepare(runtime)
     return scenario
 

@@ -1,6 +1,8 @@
 """The `Stage` extension point: a typed config model and a small lifecycle.
 
-A stage type is a subclass of `Stage` registered under a name (`stages.runtime.registry`).
+A stage type is a subclass of `Stage` registered under a name (`stages.runtime.registry`),
+generic over its config: `class SleepStage(Stage[SleepConfig])` types `self.config` as a
+`SleepConfig` and makes `SleepConfig` the model a spec's `config` block is validated with.
 The runtime calls `prepare()` once before the start barrier (load models and data there),
 `run(query)` once per query visit in the stage's own thread, and `close()` at shutdown.
 """
@@ -12,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast, get_args
 
 from stages import settings
 from stages.runtime.query import Query
@@ -60,31 +62,63 @@ class StageContext:
     its recorder (chunk files under `parts/<table>/`). A context built by hand drops the rows."""
 
 
-class Stage(ABC):
-    """Base class of every stage type. Subclasses set `config_model` and implement `run`."""
+ConfigT = TypeVar("ConfigT", bound=StageConfig)
 
-    config_model: ClassVar[type[StageConfig]] = StageConfig
+
+def _config_model_named(cls: type) -> type[StageConfig] | None:
+    """The concrete config model a class's generic bases name (`Stage[X]`, `_Base[X]`), if any."""
+    for base in getattr(cls, "__orig_bases__", ()):
+        for argument in get_args(base):
+            if isinstance(argument, type) and issubclass(argument, StageConfig):
+                return argument
+    return None
+
+
+class _ConfigModel:
+    """`Stage.config_model`: the model a spec's `config` block is validated with, typed as the
+    stage class's config parameter (`SleepStage.config_model` is `type[SleepConfig]`)."""
+
+    def __get__(self, instance: object, owner: type[Stage[ConfigT]]) -> type[ConfigT]:
+        # Set by __init_subclass__ from the same parameter, so the cast is what mypy cannot see.
+        return cast("type[ConfigT]", owner._config_model)
+
+
+class Stage(ABC, Generic[ConfigT]):
+    """Base class of every stage type: `class X(Stage[XConfig])`, implementing `run`. A stage
+    without options subclasses plain `Stage` (its config is a `StageConfig`)."""
+
+    config_model = _ConfigModel()
+    _config_model: ClassVar[type[StageConfig]] = StageConfig
+    """Set from the type parameter, or from a `config_model = X` a class sets by hand (the
+    older spelling, still accepted from third-party stages)."""
     records_outcome: ClassVar[bool] = False
     """Stages that report what a query produced set this and fill, in `run`, any of
     `query.first_token_ns` / `query.tokens` (generation), `query.graded` / `query.correct`
     (samples graded and samples right, by a stage that knows the answers: accuracy beside
     performance) and `query.loss` (training). Off, the hot path skips them."""
 
-    def __init__(self, config: StageConfig, context: StageContext) -> None:
-        self.config = config
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        by_hand = cls.__dict__.get("config_model")
+        named = by_hand if isinstance(by_hand, type) else _config_model_named(cls)
+        if named is not None:
+            cls._config_model = named
+
+    def __init__(self, config: ConfigT, context: StageContext) -> None:
+        self.config: ConfigT = config
         self.context = context
 
     @classmethod
-    def check_outputs(cls, config: StageConfig, outputs: Sequence[str]) -> list[str]:
+    def check_outputs(cls, config: ConfigT, outputs: Sequence[str]) -> list[str]:
         """Problems with this stage's outgoing edges given its config (e.g. a loop target)."""
         return []
 
-    def prepare(self) -> None:  # noqa: B027 - optional hook
+    def prepare(self) -> None:
         """Load models and data. Runs before the start barrier, so it is never timed."""
 
     @abstractmethod
     def run(self, query: Query) -> Route:
         """Process one query visit; set `query.payload` to pass a result downstream."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release resources. Called once after the stage's thread has stopped."""

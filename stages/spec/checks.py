@@ -6,109 +6,60 @@ Each problem is a `SpecProblem` whose path points into the YAML, e.g.
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
-from typing import get_args
+from pydantic import ValidationError
 
-from pydantic import BaseModel, ValidationError
-
-from stages.runtime.graph import StageGraph
+from stages.runtime.graph import StageGraph, StageNode
 from stages.runtime.registry import StageRegistry, default_registry
-from stages.spec.models import BenchmarkSpec, PipelineSpec
+from stages.spec.models import BenchmarkSpec, PipelineSpec, StageSpec
+
+# Re-exported: the problem type and its formatting were defined here first.
+from stages.spec.problems import SpecProblem as SpecProblem
+from stages.spec.problems import did_you_mean, format_location
+from stages.spec.problems import one_line as one_line
+from stages.spec.problems import problems_from_validation_error as problems_from_validation_error
 
 MAX_PIPELINES_ALL_SUBSETS = 6  # `collocation.subsets: all` runs 2^n - n - 2 subset phases
 
 
-@dataclass(frozen=True)
-class SpecProblem:
-    """One reason a spec is invalid, anchored at a path into the document."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        text = f"{self.path}: {self.message}" if self.path else self.message
-        return one_line(text)
+Where = tuple[int | str, ...]
+"""A location in the spec document, e.g. ('pipelines', 0, 'stages', 2)."""
 
 
-def one_line(text: str) -> str:
-    """Escape line breaks and other unprintable characters: one problem, one line."""
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+def _check_stage_config(stage: StageSpec, at: Where, registry: StageRegistry) -> list[SpecProblem]:
+    """The stage type is registered and its config validates (with its outgoing edges)."""
+    if stage.type not in registry:
+        return [SpecProblem(format_location((*at, "type")), registry.unknown_message(stage.type))]
+    stage_class = registry.get(stage.type)
+    try:
+        config = stage_class.config_model.model_validate(stage.config)
+    except ValidationError as error:
+        return problems_from_validation_error(error, (*at, "config"), stage_class.config_model)
+    return [
+        SpecProblem(format_location((*at, "outputs")), message)
+        for message in stage_class.check_outputs(config, stage.outputs)
+    ]
 
 
-def format_location(location: tuple[int | str, ...]) -> str:
-    """('pipelines', 0, 'stages', 2) -> 'pipelines[0].stages[2]'."""
-    text = ""
-    for part in location:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif not str(part).isidentifier():
-            text += f"[{str(part)!r}]"  # a key a YAML author could not have meant as a name
-        else:
-            text += f".{part}" if text else str(part)
-    return text
-
-
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _model_at(model: type[BaseModel], location: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The pydantic model a location inside `model` points at, following nested fields."""
-    current: object = model
-    for part in location:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        field = current.model_fields.get(part)
-        if field is None:
-            return None
-        current = field.annotation
-        # Unwrap list[X] and X | None down to a model class, if there is one.
-        while not (isinstance(current, type) and issubclass(current, BaseModel)):
-            models = [arg for arg in get_args(current) if arg is not type(None)]
-            if len(models) != 1:
-                break
-            current = models[0]
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def problems_from_validation_error(
-    error: ValidationError,
-    prefix: tuple[int | str, ...] = (),
-    model: type[BaseModel] | None = None,
-) -> list[SpecProblem]:
-    """Turn pydantic errors into one readable problem each (`model`: what was validated)."""
-    problems = []
-    for item in error.errors(include_url=False):
-        location = prefix + tuple(item["loc"])
-        message = item["msg"]
-        kind = item["type"]
-        if kind == "extra_forbidden":
-            key = str(item["loc"][-1])
-            parent = _model_at(model, tuple(item["loc"][:-1])) if model else None
-            allowed = list(parent.model_fields) if parent else []
-            message = f"unknown key '{key}'{_did_you_mean(key, allowed)}"
-            if parent and not _did_you_mean(key, allowed):
-                message += f"; allowed: {', '.join(allowed) or 'none'}"
-        elif kind == "missing":
-            message = "required key is missing"
-        elif kind.startswith("value_error") and message.startswith("Value error, "):
-            message = message.removeprefix("Value error, ")
-        elif kind == "literal_error":
-            message = f"{message}, got {item['input']!r}"
-        # A model-level validator reports at its own location; keep the path to the model.
-        problems.append(SpecProblem(format_location(location), message))
+def _check_outputs(stage: StageSpec, at: Where, stage_ids: list[str]) -> list[SpecProblem]:
+    """Every output names a stage of the pipeline, once."""
+    problems = [
+        SpecProblem(
+            format_location((*at, "outputs", out_index)),
+            f"no stage with id '{target}'{did_you_mean(target, stage_ids)}",
+        )
+        for out_index, target in enumerate(stage.outputs)
+        if target not in stage_ids
+    ]
+    if stage.outputs and len(set(stage.outputs)) != len(stage.outputs):
+        problems.append(SpecProblem(format_location((*at, "outputs")), "an output is listed twice"))
     return problems
 
 
-def _check_pipeline(
-    pipeline: PipelineSpec, where: tuple[int | str, ...], registry: StageRegistry
-) -> list[SpecProblem]:
+def _check_stages(
+    pipeline: PipelineSpec, where: Where, registry: StageRegistry
+) -> tuple[list[SpecProblem], bool]:
+    """Problems of each stage on its own, and whether the edges join unique ids (the graph
+    rules need that)."""
     problems: list[SpecProblem] = []
     stage_ids = [stage.id for stage in pipeline.stages]
     seen: dict[str, int] = {}
@@ -123,40 +74,17 @@ def _check_pipeline(
             )
         else:
             seen[stage.id] = index
-        if stage.type not in registry:
-            problems.append(
-                SpecProblem(format_location((*at, "type")), registry.unknown_message(stage.type))
-            )
-        else:
-            stage_class = registry.get(stage.type)
-            try:
-                config = stage_class.config_model.model_validate(stage.config)
-            except ValidationError as error:
-                problems += problems_from_validation_error(
-                    error, (*at, "config"), stage_class.config_model
-                )
-            else:
-                for message in stage_class.check_outputs(config, stage.outputs):
-                    problems.append(SpecProblem(format_location((*at, "outputs")), message))
-        for out_index, target in enumerate(stage.outputs):
-            if target not in stage_ids:
-                problems.append(
-                    SpecProblem(
-                        format_location((*at, "outputs", out_index)),
-                        f"no stage with id '{target}'{_did_you_mean(target, stage_ids)}",
-                    )
-                )
-        if stage.outputs and len(set(stage.outputs)) != len(stage.outputs):
-            problems.append(
-                SpecProblem(format_location((*at, "outputs")), "an output is listed twice")
-            )
+        problems += _check_stage_config(stage, at, registry)
+        problems += _check_outputs(stage, at, stage_ids)
     edges_valid = len(seen) == len(stage_ids) and all(
         target in seen for stage in pipeline.stages for target in stage.outputs
     )
-    if not edges_valid:
-        return problems  # graph rules need valid edges between unique ids
+    return problems, edges_valid
 
-    graph = StageGraph.from_pipeline(pipeline)
+
+def _check_cycles(graph: StageGraph, where: Where) -> list[SpecProblem]:
+    """A pipeline needs an entry; every loop is bounded and has no join on it."""
+    problems: list[SpecProblem] = []
     if not graph.entries:
         problems.append(
             SpecProblem(
@@ -184,39 +112,48 @@ def _check_pipeline(
                     "them to bound the loop",
                 )
             )
+    return problems
+
+
+def _input_policy_problems(graph: StageGraph, node: StageNode) -> list[tuple[str, str]]:
+    """(field, message) for each way a stage's input policy does not fit its inputs."""
+    input_ids = [graph.nodes[i].id for i in node.inputs]
+    policy = node.spec.input_policy
+    found: list[tuple[str, str]] = []
+    if policy == "join" and len(set(node.inputs)) < 2:
+        found.append(
+            (
+                "input_policy",
+                f"join needs at least two inputs; '{node.id}' has {len(set(node.inputs))}",
+            )
+        )
+    if policy != "priority":
+        if node.spec.priorities is not None:
+            found.append(("priorities", "only used with input_policy: priority"))
+    elif not node.spec.priorities:
+        found.append(
+            ("priorities", f"input_policy priority needs `priorities` (inputs: {input_ids})")
+        )
+    elif sorted(node.spec.priorities) != sorted(input_ids):
+        found.append(
+            ("priorities", f"must list each input of '{node.id}' once: {sorted(input_ids)}")
+        )
+    return found
+
+
+def _check_pipeline(
+    pipeline: PipelineSpec, where: Where, registry: StageRegistry
+) -> list[SpecProblem]:
+    problems, edges_valid = _check_stages(pipeline, where, registry)
+    if not edges_valid:
+        return problems  # graph rules need valid edges between unique ids
+    graph = StageGraph.from_pipeline(pipeline)
+    problems += _check_cycles(graph, where)
     for node in graph.nodes:
-        at = (*where, "stages", node.index)
-        input_ids = [graph.nodes[i].id for i in node.inputs]
-        policy = node.spec.input_policy
-        if policy == "join" and len(set(node.inputs)) < 2:
-            problems.append(
-                SpecProblem(
-                    format_location((*at, "input_policy")),
-                    f"join needs at least two inputs; '{node.id}' has {len(set(node.inputs))}",
-                )
-            )
-        if policy == "priority":
-            if not node.spec.priorities:
-                problems.append(
-                    SpecProblem(
-                        format_location((*at, "priorities")),
-                        f"input_policy priority needs `priorities` (inputs: {input_ids})",
-                    )
-                )
-            elif sorted(node.spec.priorities) != sorted(input_ids):
-                problems.append(
-                    SpecProblem(
-                        format_location((*at, "priorities")),
-                        f"must list each input of '{node.id}' once: {sorted(input_ids)}",
-                    )
-                )
-        elif node.spec.priorities is not None:
-            problems.append(
-                SpecProblem(
-                    format_location((*at, "priorities")),
-                    "only used with input_policy: priority",
-                )
-            )
+        problems += [
+            SpecProblem(format_location((*where, "stages", node.index, field)), message)
+            for field, message in _input_policy_problems(graph, node)
+        ]
     return problems
 
 

@@ -15,9 +15,10 @@ from pydantic import ValidationError
 from yaml.composer import ComposerError
 
 from stages.runtime.registry import default_registry
-from stages.spec.checks import SpecProblem, check_spec, one_line, problems_from_validation_error
+from stages.spec.checks import check_spec
 from stages.spec.models import BenchmarkSpec
 from stages.spec.paths import check_file_paths, spec_folder
+from stages.spec.problems import SpecProblem, one_line, problems_from_validation_error
 
 MAX_BYTES_ENV = "COLLOBENCH_SPEC_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 20

@@ -10,131 +10,18 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
-    model_validator,
 )
 
+# Re-exported (`X as X`): code imports every spec model from here.
+from stages.spec.base import StrictModel as StrictModel
+from stages.spec.loadgen import LoadgenSpec as LoadgenSpec
+from stages.spec.loadgen import SingleStreamLoadgen
+
 STAGE_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
-
-
-class StrictModel(BaseModel):
-    """Base of every config model: unknown keys are errors, values are validated on assignment."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-LoadgenType = Literal[
-    "offline",
-    "single_stream",
-    "multi_stream",
-    "server",
-    "poisson",
-    "constant",
-    "closed_loop",
-    "trace",
-]
-
-
-class LoadgenSpec(StrictModel):
-    """How queries arrive at a pipeline and when its load window ends."""
-
-    type: LoadgenType = Field(
-        "single_stream",
-        description="Arrival process / MLPerf scenario; `poisson` is an alias of `server`.",
-    )
-    rate: float | None = Field(
-        None, gt=0, description="Target arrival rate in queries/s (server, constant)."
-    )
-    burstiness: float = Field(
-        1.0,
-        gt=0,
-        description="Gamma shape of inter-arrival times for server: 1 = Poisson, >1 smoother, "
-        "<1 burstier.",
-    )
-    concurrency: int = Field(1, ge=1, description="Concurrent clients for closed_loop.")
-    think_time_ms: float = Field(
-        0.0, ge=0, description="closed_loop: pause between a completion and the next query."
-    )
-    samples_per_query: int = Field(
-        1,
-        ge=1,
-        description="multi_stream: samples per query; offline: total samples issued at once.",
-    )
-    trace: str | None = Field(
-        None,
-        description="trace: CSV or Parquet file with column `offset_ms` (and optional `samples`).",
-    )
-    duration_s: float = Field(10.0, ge=0, description="Minimum length of the load window.")
-    min_queries: int = Field(0, ge=0, description="Minimum number of queries to issue.")
-    max_queries: int | None = Field(
-        None, ge=1, description="Stop issuing after this many queries (warm-up included)."
-    )
-    warmup_queries: int = Field(
-        0, ge=0, description="First queries flagged `warmup` and excluded from results."
-    )
-    warmup_s: float = Field(
-        0.0, ge=0, description="Queries scheduled in the first seconds are flagged `warmup`."
-    )
-    queue_depth: int = Field(64, ge=1, description="Capacity of each stage's input queue.")
-    on_full: Literal["drop", "backlog"] = Field(
-        "drop",
-        description="Open loop, entry queue full: record the query `dropped`, or wait and "
-        "issue it late (the delay shows as issue delay).",
-    )
-    timeout_s: float = Field(
-        120.0,
-        gt=0,
-        description="Hard limit of the load window including drain; queries still running "
-        "then are recorded `timeout`.",
-    )
-    slo_ms: float | None = Field(
-        None, gt=0, description="Latency bound the target percentile is checked against."
-    )
-
-    @field_validator("type")
-    @classmethod
-    def _canonical_type(cls, value: str) -> str:
-        return "server" if value == "poisson" else value
-
-    @model_validator(mode="after")
-    def _needs_its_fields(self) -> LoadgenSpec:
-        if self.type in ("server", "constant") and self.rate is None:
-            raise ValueError(f"loadgen type '{self.type}' needs `rate` (queries/s)")
-        if self.type == "trace" and not self.trace:
-            raise ValueError("loadgen type 'trace' needs `trace` (a CSV or Parquet file)")
-        if self.max_queries is not None and self.max_queries < self.min_queries:
-            raise ValueError("max_queries must be at least min_queries")
-        if self.type == "offline":
-            if self.samples_per_query == 1 and self.max_queries is None:
-                raise ValueError(
-                    "offline issues `samples_per_query` samples at once: set it (e.g. 10000)"
-                )
-            if self.warmup_s > 0:
-                raise ValueError(
-                    "offline issues everything at time zero, so warmup_s would flag it all; "
-                    "use warmup_queries"
-                )
-        self._timeout_covers_the_window()
-        return self
-
-    def _timeout_covers_the_window(self) -> None:
-        """timeout_s ends the load whatever else happens, so one that cannot cover the warm-up
-        and the measured duration would cut every run short and silently shrink the window."""
-        terms = [f"duration_s {self.duration_s:g}", f"warmup_s {self.warmup_s:g}"]
-        needed_s = self.duration_s + self.warmup_s
-        if self.rate is not None and self.warmup_queries:
-            needed_s += self.warmup_queries / self.rate
-            terms.append(f"warmup_queries {self.warmup_queries} / rate {self.rate:g}")
-        if not self.timeout_s > needed_s:
-            raise ValueError(
-                f"timeout_s {self.timeout_s:g} cannot cover warm-up plus duration: it must "
-                f"exceed {' + '.join(terms)} = {needed_s:g} s"
-            )
 
 
 class PlacementSpec(StrictModel):
@@ -191,7 +78,7 @@ class PipelineSpec(StrictModel):
     name: str = Field(..., pattern=STAGE_ID_PATTERN, description="Unique pipeline name.")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:[0-9]+)?)$", description="cpu | cuda | cuda:N")
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
-    loadgen: LoadgenSpec = Field(default_factory=LoadgenSpec)
+    loadgen: LoadgenSpec = Field(default_factory=SingleStreamLoadgen)
     error_budget: int | None = Field(
         100,
         ge=1,

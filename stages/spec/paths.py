@@ -15,8 +15,8 @@ from pathlib import Path
 
 from stages import settings
 from stages.runtime.registry import default_registry
-from stages.spec.checks import SpecProblem
 from stages.spec.models import BenchmarkSpec
+from stages.spec.problems import SpecProblem
 
 ALLOWED_ROOTS_ENV = "COLLOBENCH_ALLOWED_ROOTS"
 

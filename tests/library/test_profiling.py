@@ -32,11 +32,8 @@ class TinyCnnConfig(ModelStageConfig):
 
 
 @stage_type("test.tiny_cnn")
-class TinyCnnStage(Stage):
+class TinyCnnStage(Stage[TinyCnnConfig]):
     """Test stage: one query = one forward pass of a tiny CNN over `batch` 8x8 images."""
-
-    config: TinyCnnConfig
-    config_model = TinyCnnConfig
 
     def prepare(self) -> None:
         torch.manual_seed(self.context.seed % 2**31)

@@ -23,8 +23,8 @@ from stages.library.text import (
     GenerateStage,
     PromptsConfig,
     PromptsStage,
-    _as_dict,
 )
+from stages.library.text_payloads import as_dict as _as_dict
 from stages.rundir.tables import merge_parts
 from stages.runtime.driver import run_pipeline
 from stages.runtime.query import Query

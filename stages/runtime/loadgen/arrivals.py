@@ -7,18 +7,22 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Generic, TypeVar
 
-from stages.spec.models import LoadgenSpec
+from stages.spec.loadgen import ConstantLoadgen, SamplesPerQuery, ServerLoadgen, TraceLoadgen
+
+SpecT = TypeVar("SpecT", bound=SamplesPerQuery)
 
 Arrival = tuple[int, int]
 """(offset_ns from the start of the load window, samples carried by the query)"""
 
 
-class ArrivalProcess(ABC):
+class ArrivalProcess(ABC, Generic[SpecT]):
     """One extension point per way queries arrive; `schedule` must be a pure function of
-    the spec and the seed, so a rerun issues the identical schedule."""
+    the spec and the seed, so a rerun issues the identical schedule. Registered with its
+    loadgen config model in `stages.runtime.loadgen.kinds`."""
 
-    def __init__(self, spec: LoadgenSpec) -> None:
+    def __init__(self, spec: SpecT) -> None:
         self.spec = spec
 
     @abstractmethod
@@ -26,12 +30,11 @@ class ArrivalProcess(ABC):
         """Arrivals in time order; may be endless (the end conditions stop it)."""
 
 
-class PoissonArrivals(ArrivalProcess):
+class PoissonArrivals(ArrivalProcess[ServerLoadgen]):
     """Server scenario: gamma inter-arrivals with shape `burstiness` (1 = Poisson, exponential
     gaps) and mean 1/rate; the coefficient of variation is 1/sqrt(burstiness)."""
 
     def schedule(self, rng: random.Random) -> Iterator[Arrival]:
-        assert self.spec.rate is not None
         shape = self.spec.burstiness
         scale_s = 1.0 / (self.spec.rate * shape)
         samples = self.spec.samples_per_query
@@ -41,11 +44,10 @@ class PoissonArrivals(ArrivalProcess):
             yield int(offset_s * 1e9), samples
 
 
-class ConstantArrivals(ArrivalProcess):
+class ConstantArrivals(ArrivalProcess[ConstantLoadgen]):
     """A fixed gap of 1/rate between queries, the first at time zero."""
 
     def schedule(self, rng: random.Random) -> Iterator[Arrival]:
-        assert self.spec.rate is not None
         gap_ns = 1e9 / self.spec.rate
         samples = self.spec.samples_per_query
         index = 0
@@ -54,11 +56,11 @@ class ConstantArrivals(ArrivalProcess):
             index += 1
 
 
-class TraceArrivals(ArrivalProcess):
+class TraceArrivals(ArrivalProcess[TraceLoadgen]):
     """Replays arrival offsets (column `offset_ms`, optional `samples`) from CSV or Parquet."""
 
     def schedule(self, rng: random.Random) -> Iterator[Arrival]:
-        yield from read_trace(Path(str(self.spec.trace)), self.spec.samples_per_query)
+        yield from read_trace(Path(self.spec.trace), self.spec.samples_per_query)
 
 
 class TraceError(ValueError):
@@ -97,10 +99,3 @@ def read_trace(path: Path, default_samples: int = 1) -> list[Arrival]:
         arrivals.append((offset_ns, samples))
         previous_ns = offset_ns
     return arrivals
-
-
-ARRIVAL_PROCESSES: dict[str, type[ArrivalProcess]] = {
-    "server": PoissonArrivals,
-    "constant": ConstantArrivals,
-    "trace": TraceArrivals,
-}

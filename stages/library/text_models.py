@@ -1,0 +1,59 @@
+"""What the model stages for text share: loading a causal LM or encoder by name (`tiny_lm`,
+`minilm`, or `hf:<org>/<name>`), moving it to its device, and the check of a `model` field.
+
+torch and transformers are imported inside the functions: specs validate without them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AfterValidator
+
+from stages.artifacts.hub import check_hub_reference
+
+
+def load_text_model(
+    reference: str, task: Literal["causal_lm", "encoder"], params: dict[str, Any]
+) -> tuple[Any, Any, str]:
+    """(model, tokenizer, description) for `tiny_lm`, `minilm` or `hf:<name>`, in eval mode."""
+    from stages.artifacts.catalog import ensure_artifact
+    from stages.artifacts.hub import hub_name, load_hub_model
+
+    name = hub_name(reference)
+    if name is not None:
+        model, tokenizer = load_hub_model(name, task)
+        return model.eval(), tokenizer, f"hub:{name}"
+    built = ensure_artifact(reference, params)
+    if task == "encoder":
+        from stages.artifacts.text import load_encoder
+
+        model, tokenizer = load_encoder(built.path)
+        return model, tokenizer, f"{reference}@{built.content_hash[:12]}"
+    from stages.artifacts.hub import load_pretrained
+
+    model, tokenizer = load_pretrained(built.path, "causal_lm", local_files_only=True)
+    return model, tokenizer, f"{reference}@{built.content_hash[:12]}"
+
+
+def to_device(model: Any, device: str, dtype: str, threads: int | None) -> Any:
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return model.to(device=device, dtype=getattr(torch, dtype))
+
+
+def model_reference(local: str, kind: str = "model") -> AfterValidator:
+    """The check of a `model` field: `local` (an artefact built here) or a well-formed
+    `hf:<org>/<name>` (checked without a download)."""
+
+    def known(value: str) -> str:
+        if value == local:
+            return value
+        if value.startswith("hf:"):
+            check_hub_reference(value)
+            return value
+        raise ValueError(f"unknown {kind} '{value}': use {local} or hf:<org>/<name>")
+
+    return AfterValidator(known)
