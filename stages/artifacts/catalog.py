@@ -8,12 +8,12 @@ from typing import Any
 from stages.artifacts import text, vision
 from stages.artifacts.store import ArtifactBuilder, ArtifactError, ArtifactStore, BuiltArtifact
 
-BUILDERS: dict[str, ArtifactBuilder] = {
+BUILDERS: dict[str, ArtifactBuilder[Any]] = {
     builder.name: builder for builder in (*vision.BUILDERS, *text.BUILDERS)
 }
 
 
-def builder_named(name: str) -> ArtifactBuilder:
+def builder_named(name: str) -> ArtifactBuilder[Any]:
     try:
         return BUILDERS[name]
     except KeyError:

@@ -45,7 +45,7 @@ class DigitsParams(ArtifactParams):
     seed: int = Field(0, description="Seed of the stratified train/test split.")
 
 
-class DigitsBuilder(ArtifactBuilder):
+class DigitsBuilder(ArtifactBuilder[DigitsParams]):
     """scikit-learn's bundled handwritten digits (real data, 1797 8x8 images, 10 classes),
     split into train and test (stratified, seeded); `<split>_images.npy` float32 [N,1,8,8] in
     [0,1] and `<split>_labels.npy` int64 [N]."""
@@ -53,17 +53,15 @@ class DigitsBuilder(ArtifactBuilder):
     name = "digits"
     version = "1"
     kind = "dataset"
-    params_model = DigitsParams
     description = "scikit-learn's 8x8 handwritten digits, stratified train/test split"
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: DigitsParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         import numpy as np
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
 
-        assert isinstance(params, DigitsParams)
         bunch = load_digits()
         images = (np.asarray(bunch.images, dtype=np.float32) / 16.0).reshape(-1, 1, 8, 8)
         labels = np.asarray(bunch.target, dtype=np.int64)
@@ -98,23 +96,21 @@ class FakeImagesParams(ArtifactParams):
     seed: int = Field(0, description="Seed of the pixel and label generator.")
 
 
-class FakeImagesBuilder(ArtifactBuilder):
+class FakeImagesBuilder(ArtifactBuilder[FakeImagesParams]):
     """Random images, torchvision `FakeData`'s role without its per-index seeding: one seeded
     `torch.Generator` draws uniform uint8 pixels [N,C,H,W] and labels, in that order."""
 
     name = "fake_images"
     version = "1"
     kind = "dataset"
-    params_model = FakeImagesParams
     description = "seeded random uint8 images and labels (FakeData-equivalent)"
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: FakeImagesParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         import numpy as np
         import torch
 
-        assert isinstance(params, FakeImagesParams)
         generator = torch.Generator().manual_seed(params.seed)
         shape = (params.size, params.channels, params.image_size, params.image_size)
         images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
@@ -186,27 +182,24 @@ def top1_correct(model: Any, images: Any, labels: Any) -> int:
         return int((model(images).argmax(1) == labels).sum())
 
 
-class DigitsCnnBuilder(ArtifactBuilder):
+class DigitsCnnBuilder(ArtifactBuilder[DigitsCnnParams]):
     """A small CNN really trained on the `digits` train split (AdamW, one thread, seeded):
     `model.safetensors`; metadata records the test accuracy (the build fails below 95%)."""
 
     name = "digits_cnn"
     version = "1"
     kind = "model"
-    params_model = DigitsCnnParams
     description = "small CNN trained on digits (test accuracy >= 0.95)"
 
-    def dependencies(self, params: ArtifactParams) -> list[tuple[str, dict[str, Any]]]:
-        assert isinstance(params, DigitsCnnParams)
+    def dependencies(self, params: DigitsCnnParams) -> list[tuple[str, dict[str, Any]]]:
         return [("digits", {"seed": params.digits_seed})]
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: DigitsCnnParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         import torch
         from safetensors.torch import save_file
 
-        assert isinstance(params, DigitsCnnParams)
         digits = inputs["digits"]
         train_x, train_y = (torch.from_numpy(a) for a in load_digits_split(digits, "train"))
         test_x, test_y = (torch.from_numpy(a) for a in load_digits_split(digits, "test"))
@@ -330,23 +323,21 @@ def download_weights(url: str, path: Path, timeout_s: float) -> None:
         socket.setdefaulttimeout(previous)
 
 
-class TorchvisionModelBuilder(ArtifactBuilder):
+class TorchvisionModelBuilder(ArtifactBuilder[TorchvisionModelParams]):
     """A torchvision classifier's weights as `model.safetensors`: seeded random init, or the
     weights enum's DEFAULT (pretrained) read from the torch hub cache."""
 
     name = "torchvision_model"
     version = "1"
     kind = "model"
-    params_model = TorchvisionModelParams
     description = "torchvision classifier weights (seeded random or pretrained from the hub cache)"
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: TorchvisionModelParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         from safetensors.torch import save_model
         from torchvision import models
 
-        assert isinstance(params, TorchvisionModelParams)
         with single_thread_torch(params.seed):
             model = models.get_model(params.name, weights=None, num_classes=params.num_classes)
             extra: dict[str, Any] = {"source": "seeded random init (torchvision.models)"}
@@ -408,7 +399,7 @@ def load_torchvision_model(built: BuiltArtifact) -> Any:
     return model.eval()
 
 
-BUILDERS: tuple[ArtifactBuilder, ...] = (
+BUILDERS: tuple[ArtifactBuilder[Any], ...] = (
     DigitsBuilder(),
     FakeImagesBuilder(),
     DigitsCnnBuilder(),
