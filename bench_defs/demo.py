@@ -119,6 +119,100 @@ def _failure_lines(result: dg.ExecuteInProcessResult) -> list[str]:
     return lines or [f"run {result.run_id} failed"]
 
 
+def _valid_spec(resource: CollobenchResource, partition: str) -> dict[str, Any]:
+    """The normalised spec of `partition`; DemoError (exit 2) when it is missing or invalid."""
+    spec_path = resource.spec_file(partition)
+    state = read_spec_state(partition, spec_path)
+    if not spec_path.is_file():
+        raise DemoError(f"{spec_path}: no such spec file", EXIT_INVALID)
+    if state.normalized is None:
+        raise DemoError("\n".join(state.problems), EXIT_INVALID)
+    return state.normalized
+
+
+def _artifact_keys(defs: dg.Definitions, spec: dict[str, Any]) -> list[dg.AssetKey]:
+    """The artefact assets the spec uses and their upstream artefacts, in name order."""
+    used = artifacts_used(spec, ARTIFACT_NAMES)
+    if not used:
+        return []
+    selection = dg.AssetSelection.assets(*used).upstream() & dg.AssetSelection.groups(
+        ARTIFACTS_GROUP
+    )
+    return sorted(selection.resolve(defs.resolve_asset_graph()), key=lambda k: k.to_user_string())
+
+
+def _materialise_artifacts(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    keys: list[dg.AssetKey],
+    result: DemoResult,
+    echo: Callable[[str], None],
+) -> None:
+    """Step 1: `artifacts_job` for these keys; each artefact's hash, size and path echoed."""
+    if not keys:
+        echo("[1/2] artifacts_job: the spec uses no artefact")
+        return
+    names = ", ".join(key.to_user_string() for key in keys)
+    echo(f"[1/2] artifacts_job: {names}")
+    started = time.monotonic()
+    built = defs.resolve_job_def("artifacts_job").execute_in_process(
+        instance=instance,
+        asset_selection=keys,
+        run_config=QUIET_LOGGERS,
+        raise_on_error=False,
+    )
+    result.dagster_run_ids.append(built.run_id)
+    if not built.success:
+        raise DemoError("\n".join(_failure_lines(built)))
+    for event in built.get_asset_materialization_events():
+        materialization = event.materialization
+        metadata = dict(materialization.metadata)
+        name = materialization.asset_key.to_user_string()
+        result.artifacts.append(name)
+        echo(
+            f"      {name}: {metadata_value(metadata, 'content_hash')[:12]} "
+            f"({metadata_value(metadata, 'size_bytes')} bytes) "
+            f"{metadata_value(metadata, 'path')}"
+        )
+    echo(f"      done in {time.monotonic() - started:.1f} s")
+
+
+def _materialise_benchmark(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    spec: dict[str, Any],
+    result: DemoResult,
+    echo: Callable[[str], None],
+) -> None:
+    """Step 2: `benchmark_job` for the partition; records the run, its folder and the checks."""
+    partition = result.partition
+    devices = devices_of(spec)
+    echo(
+        f"[2/2] benchmark_job[{partition}]: benchmark_run (Pipes child) -> warehouse "
+        f"-> throughput, latency, perf_per_watt, contention; device tag {devices}"
+    )
+    started = time.monotonic()
+    benchmark = defs.resolve_job_def("benchmark_job").execute_in_process(
+        instance=instance,
+        partition_key=partition,
+        tags=run_tags(devices),
+        run_config=QUIET_LOGGERS,
+        raise_on_error=False,
+    )
+    result.dagster_run_ids.append(benchmark.run_id)
+    if not benchmark.success:
+        raise DemoError("\n".join(_failure_lines(benchmark)))
+    for event in benchmark.get_asset_materialization_events():
+        metadata = dict(event.materialization.metadata)
+        if event.materialization.asset_key == dg.AssetKey("benchmark_run"):
+            result.run_id = str(metadata_value(metadata, "run_id"))
+            result.run_dir = Path(str(metadata_value(metadata, "run_dir")))
+    for evaluation in benchmark.get_asset_check_evaluations():
+        result.checks[evaluation.check_name] = evaluation.passed
+        result.check_notes[evaluation.check_name] = str(evaluation.description or "")
+    echo(f"      done in {time.monotonic() - started:.1f} s (Dagster run {benchmark.run_id})")
+
+
 def run_demo(
     partition: str = "demo",
     specs_dir: Path | None = None,
@@ -130,78 +224,17 @@ def run_demo(
     prepare_dagster_home(home)
     os.environ[DAGSTER_HOME_ENV] = str(home)
     resource = CollobenchResource(specs_dir=str(specs_dir.absolute()) if specs_dir else None)
-    spec_path = resource.spec_file(partition)
-    state = read_spec_state(partition, spec_path)
-    if not spec_path.is_file():
-        raise DemoError(f"{spec_path}: no such spec file", EXIT_INVALID)
-    if state.normalized is None:
-        raise DemoError("\n".join(state.problems), EXIT_INVALID)
+    spec = _valid_spec(resource, partition)
     defs = build_definitions({"collobench": resource})
-    used = artifacts_used(state.normalized, ARTIFACT_NAMES)
-    graph = defs.resolve_asset_graph()
-    selection = (
-        dg.AssetSelection.assets(*used).upstream() & dg.AssetSelection.groups(ARTIFACTS_GROUP)
-        if used
-        else None
-    )
-    keys = sorted(selection.resolve(graph), key=lambda k: k.to_user_string()) if selection else []
+    keys = _artifact_keys(defs, spec)
     result = DemoResult(partition=partition, dagster_home=home)
     echo(f"Dagster instance: {home} (DAGSTER_HOME); home: {settings.home()}")
     with dg.DagsterInstance.get() as instance:
         if not instance.has_dynamic_partition(SPEC_PARTITIONS, partition):
             instance.add_dynamic_partitions(SPEC_PARTITIONS, [partition])
             echo(f"added partition {partition!r} of {SPEC_PARTITIONS}")
-        if keys:
-            names = ", ".join(key.to_user_string() for key in keys)
-            echo(f"[1/2] artifacts_job: {names}")
-            started = time.monotonic()
-            built = defs.resolve_job_def("artifacts_job").execute_in_process(
-                instance=instance,
-                asset_selection=keys,
-                run_config=QUIET_LOGGERS,
-                raise_on_error=False,
-            )
-            result.dagster_run_ids.append(built.run_id)
-            if not built.success:
-                raise DemoError("\n".join(_failure_lines(built)))
-            for event in built.get_asset_materialization_events():
-                materialization = event.materialization
-                metadata = dict(materialization.metadata)
-                name = materialization.asset_key.to_user_string()
-                result.artifacts.append(name)
-                echo(
-                    f"      {name}: {metadata_value(metadata, 'content_hash')[:12]} "
-                    f"({metadata_value(metadata, 'size_bytes')} bytes) "
-                    f"{metadata_value(metadata, 'path')}"
-                )
-            echo(f"      done in {time.monotonic() - started:.1f} s")
-        else:
-            echo("[1/2] artifacts_job: the spec uses no artefact")
-        devices = devices_of(state.normalized)
-        echo(
-            f"[2/2] benchmark_job[{partition}]: benchmark_run (Pipes child) -> warehouse "
-            f"-> throughput, latency, perf_per_watt, contention; device tag {devices}"
-        )
-        started = time.monotonic()
-        benchmark = defs.resolve_job_def("benchmark_job").execute_in_process(
-            instance=instance,
-            partition_key=partition,
-            tags=run_tags(devices),
-            run_config=QUIET_LOGGERS,
-            raise_on_error=False,
-        )
-        result.dagster_run_ids.append(benchmark.run_id)
-        if not benchmark.success:
-            raise DemoError("\n".join(_failure_lines(benchmark)))
-        for event in benchmark.get_asset_materialization_events():
-            metadata = dict(event.materialization.metadata)
-            if event.materialization.asset_key == dg.AssetKey("benchmark_run"):
-                result.run_id = str(metadata_value(metadata, "run_id"))
-                result.run_dir = Path(str(metadata_value(metadata, "run_dir")))
-        for evaluation in benchmark.get_asset_check_evaluations():
-            result.checks[evaluation.check_name] = evaluation.passed
-            result.check_notes[evaluation.check_name] = str(evaluation.description or "")
-        echo(f"      done in {time.monotonic() - started:.1f} s (Dagster run {benchmark.run_id})")
+        _materialise_artifacts(defs, instance, keys, result, echo)
+        _materialise_benchmark(defs, instance, spec, result, echo)
     return result
 
 

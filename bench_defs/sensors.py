@@ -15,6 +15,8 @@ benchmark at once. Launch those from the UI.
 """
 
 import json
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 
@@ -30,6 +32,66 @@ from bench_defs.specs import (
     spec_files,
 )
 
+PartitionsRequest = dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest
+
+
+@dataclass
+class _Tick:
+    """One tick's walk over the spec files: the new cursor, the partitions to add, the runs
+    to request and the problems of invalid files."""
+
+    seen: dict[str, str]  # the previous cursor
+    existing: set[str]  # the partitions there now
+    first_tick: bool
+    cursor: dict[str, str] = field(default_factory=dict)
+    to_add: list[str] = field(default_factory=list)
+    requests: list[dg.RunRequest] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def visit(self, key: str, path: Path) -> None:
+        """Take one spec file into account (see the module docstring for the rules)."""
+        try:
+            digest = file_hash(path)
+        except OSError as error:
+            self.problems.append(f"{path}: cannot read: {error.strerror}")
+            return
+        if self.seen.get(key) == digest:
+            self.cursor[key] = digest
+            if key not in self.existing:
+                self.to_add.append(key)  # removed by hand: put it back, nothing to run
+            return
+        state = read_spec_state(key, path)
+        if state.normalized is None:
+            self.problems += state.problems
+            if key in self.seen:
+                self.cursor[key] = self.seen[key]  # keep the last valid hash: a fix runs it
+            return
+        self.cursor[key] = digest
+        if key not in self.existing:
+            self.to_add.append(key)
+        if self.first_tick:
+            return
+        self.requests.append(
+            dg.RunRequest(
+                run_key=f"{key}:{digest[:16]}",
+                partition_key=key,
+                tags={**run_tags(devices_of(state.normalized)), SPEC_HASH_TAG: digest},
+            )
+        )
+
+
+def _partition_requests(to_add: list[str], to_delete: list[str]) -> list[PartitionsRequest]:
+    requests: list[PartitionsRequest] = []
+    if to_add:
+        requests.append(
+            dg.AddDynamicPartitionsRequest(SPEC_PARTITIONS, partition_keys=sorted(to_add))
+        )
+    if to_delete:
+        requests.append(
+            dg.DeleteDynamicPartitionsRequest(SPEC_PARTITIONS, partition_keys=to_delete)
+        )
+    return requests
+
 
 @dg.sensor(
     name="spec_files_sensor",
@@ -42,64 +104,24 @@ from bench_defs.specs import (
 def spec_files_sensor(
     context: dg.SensorEvaluationContext, collobench: CollobenchResource
 ) -> dg.SensorResult:
-    first_tick = context.cursor is None
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     existing = set(context.instance.get_dynamic_partitions(SPEC_PARTITIONS))
     files = spec_files(collobench.specs_path())
-    cursor: dict[str, str] = {}
-    to_add: list[str] = []
-    requests: list[dg.RunRequest] = []
-    problems: list[str] = []
+    tick = _Tick(seen, existing, first_tick=context.cursor is None)
     for key, path in files.items():
-        try:
-            digest = file_hash(path)
-        except OSError as error:
-            problems.append(f"{path}: cannot read: {error.strerror}")
-            continue
-        if seen.get(key) == digest:
-            cursor[key] = digest
-            if key not in existing:
-                to_add.append(key)  # removed by hand: put it back, nothing to run
-            continue
-        state = read_spec_state(key, path)
-        if state.normalized is None:
-            problems += state.problems
-            if key in seen:
-                cursor[key] = seen[key]  # keep the last valid hash: a fix runs it
-            continue
-        cursor[key] = digest
-        if key not in existing:
-            to_add.append(key)
-        if first_tick:
-            continue
-        requests.append(
-            dg.RunRequest(
-                run_key=f"{key}:{digest[:16]}",
-                partition_key=key,
-                tags={**run_tags(devices_of(state.normalized)), SPEC_HASH_TAG: digest},
-            )
-        )
-    to_delete = sorted(existing - files.keys())
-    partition_requests: list[
-        dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest
-    ] = []
-    if to_add:
-        partition_requests.append(
-            dg.AddDynamicPartitionsRequest(SPEC_PARTITIONS, partition_keys=sorted(to_add))
-        )
-    if to_delete:
-        partition_requests.append(
-            dg.DeleteDynamicPartitionsRequest(SPEC_PARTITIONS, partition_keys=to_delete)
-        )
-    new_cursor = json.dumps(cursor, sort_keys=True)
-    if requests or partition_requests:
-        for problem in problems:
+        tick.visit(key, path)
+    partition_requests = _partition_requests(tick.to_add, sorted(existing - files.keys()))
+    new_cursor = json.dumps(tick.cursor, sort_keys=True)
+    if tick.requests or partition_requests:
+        for problem in tick.problems:
             context.log.warning(f"invalid spec skipped: {problem}")
         return dg.SensorResult(
-            run_requests=requests, dynamic_partitions_requests=partition_requests, cursor=new_cursor
+            run_requests=tick.requests,
+            dynamic_partitions_requests=partition_requests,
+            cursor=new_cursor,
         )
-    if problems:
-        reason = "invalid spec file(s): " + "; ".join(problems)
+    if tick.problems:
+        reason = "invalid spec file(s): " + "; ".join(tick.problems)
     else:
         reason = "no new, changed or deleted spec files"
     return dg.SensorResult(skip_reason=dg.SkipReason(reason), cursor=new_cursor)

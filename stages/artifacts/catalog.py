@@ -1,19 +1,21 @@
-"""Which artefacts exist: name -> builder. Vision and text builders live in their own modules."""
+"""Which artefacts exist: name -> builder. Vision, torchvision and text builders live in their
+own modules."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from stages.artifacts import text, vision
+from stages.artifacts import text, torchvision_models, vision
 from stages.artifacts.store import ArtifactBuilder, ArtifactError, ArtifactStore, BuiltArtifact
 
-BUILDERS: dict[str, ArtifactBuilder] = {
-    builder.name: builder for builder in (*vision.BUILDERS, *text.BUILDERS)
+BUILDERS: dict[str, ArtifactBuilder[Any]] = {
+    builder.name: builder
+    for builder in (*vision.BUILDERS, *torchvision_models.BUILDERS, *text.BUILDERS)
 }
 
 
-def builder_named(name: str) -> ArtifactBuilder:
+def builder_named(name: str) -> ArtifactBuilder[Any]:
     try:
         return BUILDERS[name]
     except KeyError:

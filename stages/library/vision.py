@@ -144,7 +144,10 @@ class ModelChoiceConfig(ModelStageConfig):
     def _known_model(cls, value: str) -> str:
         if value == DIGITS_CNN:
             return value
-        from stages.artifacts.vision import torchvision_model_names, unknown_torchvision_message
+        from stages.artifacts.torchvision_models import (
+            torchvision_model_names,
+            unknown_torchvision_message,
+        )
 
         message = unknown_torchvision_message(value, [DIGITS_CNN, *torchvision_model_names()])
         if message:
@@ -167,11 +170,8 @@ class ModelChoiceConfig(ModelStageConfig):
 def load_classifier(config: ModelChoiceConfig) -> Any:
     """The `nn.Module` a model stage runs (CPU, float32), from its artefact."""
     from stages.artifacts.catalog import ensure_artifact
-    from stages.artifacts.vision import (
-        build_digits_cnn,
-        load_digits_cnn,
-        load_torchvision_model,
-    )
+    from stages.artifacts.torchvision_models import load_torchvision_model
+    from stages.artifacts.vision import build_digits_cnn, load_digits_cnn
 
     if config.model == DIGITS_CNN:
         if config.weights == "random":

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,217 +25,15 @@ from typing import Any
 import psutil
 
 from stages.rundir.tables import ChunkWriter
+from stages.telemetry.procfs import HostReader, ProcessReader, descendants, ppid_map
+from stages.telemetry.rapl import POWERCAP_ROOT, RaplReader
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 FLUSH_ROWS = 65_536
-POWERCAP_ROOT = Path("/sys/class/powercap")
-_PACKAGE_ZONE = re.compile(r"^intel-rapl:\d+$")  # intel-rapl:0, not subzones intel-rapl:0:0
 
 _COLUMNS = ("ts_ns", "pipeline", "scope", "pid", "cpu_util", "rss_mib", "energy_j", "energy_source")
-
-
-@dataclass
-class _RaplZone:
-    """One RAPL package counter, kept open: a pread per sample is the cheapest read."""
-
-    path: Path
-    fd: int
-    max_range_uj: int
-    last_uj: int
-
-    def read_uj(self) -> int:
-        return int(os.pread(self.fd, 32, 0))
-
-
-class RaplReader:
-    """Sums package-level RAPL energy counters, handling wrap-around; `available` is False
-    when none is readable (absent, or root-only as on most distributions since 2020)."""
-
-    def __init__(self, powercap_root: Path = POWERCAP_ROOT) -> None:
-        self.zones: list[_RaplZone] = []
-        self.total_j = 0.0
-        if not powercap_root.is_dir():
-            return
-        for directory in sorted(powercap_root.iterdir()):
-            if not _PACKAGE_ZONE.match(directory.name):
-                continue
-            name = _read_text(directory / "name")
-            if name is not None and not name.startswith("package"):
-                continue  # e.g. `psys` covers the whole platform and would double count
-            zone = _open_zone(directory)
-            if zone is not None:
-                self.zones.append(zone)
-
-    @property
-    def available(self) -> bool:
-        return bool(self.zones)
-
-    def read_j(self) -> float:
-        """Joules since this reader was created (all packages)."""
-        for zone in self.zones:
-            value = zone.read_uj()
-            delta = value - zone.last_uj
-            if delta < 0:  # wrapped at max_energy_range_uj (or, with no range, restarted)
-                delta = delta + zone.max_range_uj if zone.max_range_uj > 0 else value
-            zone.last_uj = value
-            self.total_j += max(delta, 0) / 1e6
-        return self.total_j
-
-    def close(self) -> None:
-        for zone in self.zones:
-            os.close(zone.fd)
-        self.zones = []
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _open_zone(directory: Path) -> _RaplZone | None:
-    try:
-        fd = os.open(directory / "energy_uj", os.O_RDONLY)
-    except OSError:  # absent, or root-only since CVE-2020-8694
-        return None
-    try:
-        max_range_uj = int(_read_text(directory / "max_energy_range_uj") or 0)
-        zone = _RaplZone(directory, fd, max_range_uj, 0)
-        zone.last_uj = zone.read_uj()
-    except (OSError, ValueError) as error:
-        log.info("RAPL zone %s unreadable: %s", directory, error)
-        os.close(fd)
-        return None
-    return zone
-
-
-# At 100 Hz psutil's parsing dominates the sampler's cost, so on Linux the hot path preads
-# /proc files kept open (about 3x cheaper); psutil finds children and covers other systems.
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_HAVE_PROC = Path("/proc/self/stat").exists()
-_HOST_PROC_FILES = ("/proc/stat", "/proc/meminfo") if _HAVE_PROC else ()
-
-
-def _ppid_map() -> dict[int, int]:
-    """pid -> parent pid of every visible process, in one pass (/proc, else psutil)."""
-    if not _HAVE_PROC:
-        return {process.pid: process.info["ppid"] for process in psutil.process_iter(["ppid"])}
-    ppids: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                data = stat.read(512)
-        except OSError:  # exited since the listing
-            continue
-        # Fields after "(comm)": state ppid ...; comm may itself hold spaces and parentheses.
-        ppids[int(entry.name)] = int(data[data.rfind(b")") + 2 :].split(maxsplit=2)[1])
-    return ppids
-
-
-def _descendants(children_of: dict[int, list[int]], root: int, exclude: set[int]) -> set[int]:
-    """The root and its descendants, not entering the subtree of any pid in `exclude`."""
-    found = {root}
-    stack = [root]
-    while stack:
-        for child in children_of.get(stack.pop(), ()):
-            if child not in exclude and child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
-
-
-class _ProcessReader:
-    """CPU seconds and RSS of one process; raises psutil.NoSuchProcess once it is gone."""
-
-    def __init__(self, process: psutil.Process) -> None:
-        self.process = process
-        self.pid = process.pid
-        self._fd: int | None = None
-        if _HAVE_PROC:
-            try:
-                # The open file pins this very process: a recycled pid can never alias it.
-                self._fd = os.open(f"/proc/{self.pid}/stat", os.O_RDONLY)
-            except FileNotFoundError:
-                raise psutil.NoSuchProcess(self.pid) from None
-            except OSError:
-                self._fd = None  # e.g. hidepid: fall back to psutil
-
-    def read(self) -> tuple[float, int]:
-        """(user + system CPU seconds, RSS bytes); a zombie counts as gone."""
-        if self._fd is None:
-            with self.process.oneshot():
-                times = self.process.cpu_times()
-                rss_bytes = self.process.memory_info().rss
-                if rss_bytes == 0 and self.process.status() == psutil.STATUS_ZOMBIE:
-                    raise psutil.ZombieProcess(self.pid)
-            return times.user + times.system, rss_bytes
-        try:
-            data = os.pread(self._fd, 1024, 0)
-        except OSError:  # ESRCH once reaped
-            raise psutil.NoSuchProcess(self.pid) from None
-        # Fields after "(comm)": state ppid ... utime(11) stime(12) ... rss(21) in pages.
-        fields = data[data.rfind(b")") + 2 :].split()
-        if fields[0] in (b"Z", b"X"):
-            raise psutil.ZombieProcess(self.pid)
-        cpu_s = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-        return cpu_s, int(fields[21]) * _PAGE_BYTES
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-class _HostReader:
-    """Host CPU (busy, total) seconds and memory in use, from /proc or psutil."""
-
-    def __init__(self) -> None:
-        self._stat_fd: int | None = None
-        self._meminfo_fd: int | None = None
-        if _HOST_PROC_FILES:
-            try:
-                self._stat_fd = os.open(_HOST_PROC_FILES[0], os.O_RDONLY)
-                self._meminfo_fd = os.open(_HOST_PROC_FILES[1], os.O_RDONLY)
-            except OSError:
-                self.close()
-
-    def cpu_s(self) -> tuple[float, float]:
-        """Cumulative (busy, total) CPU seconds over all cores."""
-        if self._stat_fd is None:
-            times = psutil.cpu_times()
-            idle_s = times.idle + getattr(times, "iowait", 0.0)
-            # Linux counts guest time inside user/nice already (as psutil.cpu_percent knows).
-            total_s = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-            return total_s - idle_s, total_s
-        line = os.pread(self._stat_fd, 256, 0).split(b"\n", 1)[0]
-        # cpu  user nice system idle iowait irq softirq steal guest guest_nice (clock ticks)
-        ticks = [int(value) for value in line.split()[1:9]]
-        total = sum(ticks)
-        return (total - ticks[3] - ticks[4]) / _CLOCK_TICKS, total / _CLOCK_TICKS
-
-    def memory_used_bytes(self) -> int:
-        if self._meminfo_fd is None:
-            memory = psutil.virtual_memory()
-            return memory.total - memory.available
-        data = os.pread(self._meminfo_fd, 4096, 0)
-        return (_meminfo_kib(data, b"MemTotal:") - _meminfo_kib(data, b"MemAvailable:")) * 1024
-
-    def close(self) -> None:
-        for fd in (self._stat_fd, self._meminfo_fd):
-            if fd is not None:
-                os.close(fd)
-        self._stat_fd = self._meminfo_fd = None
-
-
-def _meminfo_kib(data: bytes, key: bytes) -> int:
-    start = data.index(key) + len(key)
-    return int(data[start : data.index(b"kB", start)])
 
 
 @dataclass
@@ -247,8 +43,8 @@ class _Tree:
 
     name: str | None  # the pipeline; None for the harness
     scope: str  # process | harness
-    root: _ProcessReader
-    members: dict[int, _ProcessReader] = field(default_factory=dict)
+    root: ProcessReader
+    members: dict[int, ProcessReader] = field(default_factory=dict)
     last_cpu_s: dict[int, float] = field(default_factory=dict)
 
     def set_members(self, pids: set[int]) -> None:
@@ -260,7 +56,7 @@ class _Tree:
                 members[pid] = known
                 continue
             with contextlib.suppress(psutil.Error):  # exited in between: nothing to add
-                members[pid] = _ProcessReader(psutil.Process(pid))
+                members[pid] = ProcessReader(psutil.Process(pid))
         for stale in self.members.values():
             if stale.pid not in members:
                 stale.close()
@@ -307,7 +103,7 @@ class HostSampler:
         )
         self.energy_j: float | None = None
         self._rapl_base_j: float | None = None
-        self._host = _HostReader()
+        self._host = HostReader()
         self._last_host_cpu: tuple[float, float] | None = None  # (busy_s, total_s)
         self._first_busy_s: float | None = None
         self._last_ts_ns: int | None = None
@@ -320,7 +116,7 @@ class HostSampler:
         self._pipelines: list[_Tree] = []
         for name, pid in pipeline_pids.items():
             try:
-                reader = _ProcessReader(psutil.Process(pid))
+                reader = ProcessReader(psutil.Process(pid))
             except psutil.Error:
                 log.warning("pipeline %s (pid %d) is not running; not sampled", name, pid)
                 self.dropped.append(name)
@@ -329,7 +125,7 @@ class HostSampler:
         self._harness: _Tree | None = None
         if harness_pid is not None:
             try:
-                self._harness = _Tree(None, "harness", _ProcessReader(psutil.Process(harness_pid)))
+                self._harness = _Tree(None, "harness", ProcessReader(psutil.Process(harness_pid)))
             except psutil.Error:
                 log.warning("harness (pid %d) is not running; its CPU is not sampled", harness_pid)
 
@@ -370,13 +166,13 @@ class HostSampler:
         """Re-discover every tree's members from one scan of the process table."""
         self._next_refresh_ns = ts_ns + self._children_refresh_ns
         children_of: dict[int, list[int]] = {}
-        for pid, ppid in _ppid_map().items():
+        for pid, ppid in ppid_map().items():
             children_of.setdefault(ppid, []).append(pid)
         for tree in self._pipelines:
-            tree.set_members(_descendants(children_of, tree.root.pid, set()))
+            tree.set_members(descendants(children_of, tree.root.pid, set()))
         if self._harness is not None:
             harness = self._harness
-            harness.set_members(_descendants(children_of, harness.root.pid, self._worker_pids))
+            harness.set_members(descendants(children_of, harness.root.pid, self._worker_pids))
 
     def _sample_tree(self, tree: _Tree, ts_ns: int, dt_s: float | None) -> bool:
         """Append one row for the tree; False when its root process is gone."""

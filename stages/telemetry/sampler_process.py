@@ -5,8 +5,8 @@ pipeline: duplicated series double-count). Each waits on `stop_event.wait(timeou
 samples (never busy-spins; these own their process, so Event.wait's timer slack is fine),
 takes one last sample when stopped so the energy covers the whole window, flushes and returns.
 
-Set env var `COLLOBENCH_FAKE_NVML=<script.json|yaml>` to make `open_gpu_backend` (and so
-`gpu_sampler_main` in a child process) use `stages.telemetry.fake_nvml` instead of NVML.
+The GPU sampler gets its backend from `gpu_backend_factory.open_gpu_backend` (real NVML, or
+the scripted fake when env var `COLLOBENCH_FAKE_NVML` is set, also in a child process).
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from typing import Any, Protocol
 import psutil
 
 from stages.rundir.tables import ChunkWriter
-from stages.telemetry.fake_nvml import FakeNvml
-from stages.telemetry.gpu_backend import GpuBackend, GpuError, GpuUnavailableError
+from stages.telemetry.gpu_backend import GpuBackend, GpuError
+from stages.telemetry.gpu_backend_factory import (
+    open_gpu_backend as open_gpu_backend,  # re-exported: the launcher imports it from here
+)
 from stages.telemetry.gpu_sampler import GpuSampler, GpuSamplerResult
 from stages.telemetry.host_sampler import HostSampler, HostSamplerResult
-from stages.telemetry.nvml_backend import NvmlBackend
 
 log = logging.getLogger(__name__)
 
@@ -112,26 +113,6 @@ class PipelineOfPid:
                     pass  # not visible from here (another container) or gone
             self._cache[pid] = name
         return self._cache[pid]
-
-
-def open_gpu_backend() -> GpuBackend | None:
-    """The fake NVML when `COLLOBENCH_FAKE_NVML` is set, else real NVML; None when there is no
-    NVML library, driver or device (never raises for that). A broken fake script does raise."""
-    fake = FakeNvml.from_env()
-    try:
-        backend = NvmlBackend(fake)
-    except GpuUnavailableError as error:
-        log.info("no GPU telemetry: %s", error)
-        return None
-    try:
-        count = backend.device_count()
-    except GpuError as error:
-        log.warning("no GPU telemetry: cannot count devices: %s", error)
-        count = 0
-    if count == 0:
-        backend.shutdown()
-        return None
-    return backend
 
 
 def foreign_compute_processes(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from stages.artifacts import vision
+from stages.artifacts import torchvision_models, vision
 from stages.artifacts.catalog import ensure_artifact
 from stages.artifacts.store import ArtifactError, ArtifactStore
 from stages.library.datasets import DIGITS_SPLIT_SIZES
@@ -97,7 +97,7 @@ def test_random_weights_load_back(tmp_path: Path) -> None:
     built = ensure_artifact(
         "torchvision_model", {"name": "resnet18", "num_classes": 10}, store=ArtifactStore(tmp_path)
     )
-    model = vision.load_torchvision_model(built)
+    model = torchvision_models.load_torchvision_model(built)
     assert model.fc.out_features == 10
     torch.manual_seed(0)  # the recipe's seed: the same init as the build
     from torchvision import models
@@ -136,7 +136,7 @@ def test_pretrained_without_network_fails_fast_in_one_line(
     assert "not in the torch hub cache" in message and "weights: random" in message
     assert "resnet18-f37072fd.pth" in message
     # The download ran under a short socket timeout, restored afterwards.
-    assert timeouts == [vision.PRETRAINED_DOWNLOAD_TIMEOUT_S]
+    assert timeouts == [torchvision_models.PRETRAINED_DOWNLOAD_TIMEOUT_S]
     assert socket.getdefaulttimeout() is None
 
 
@@ -152,7 +152,7 @@ def test_pretrained_reads_the_hub_cache(tmp_path: Path, monkeypatch: pytest.Monk
     def must_not_download(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cached file should be used")
 
-    monkeypatch.setattr(vision, "download_weights", must_not_download)
+    monkeypatch.setattr(torchvision_models, "download_weights", must_not_download)
     built = ensure_artifact(
         "torchvision_model",
         {"name": "resnet18", "weights": "pretrained"},
@@ -160,7 +160,7 @@ def test_pretrained_reads_the_hub_cache(tmp_path: Path, monkeypatch: pytest.Monk
     )
     assert built.metadata["source"].startswith("torch hub cache")
     assert built.metadata["accuracy"] == pytest.approx(0.69758)
-    model = vision.load_torchvision_model(built)
+    model = torchvision_models.load_torchvision_model(built)
     assert torch.equal(model.conv1.weight, cached["conv1.weight"])
 
 

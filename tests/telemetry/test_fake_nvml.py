@@ -9,7 +9,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from stages.telemetry import fake_nvml, nvml_backend, sampler_process
+from stages.telemetry import fake_nvml, gpu_backend_factory, nvml_backend
 from stages.telemetry.fake_nvml import ENV_VAR, FakeNvml
 from stages.telemetry.gpu_backend import GpuLostError, GpuNotSupportedError, GpuUnavailableError
 from stages.telemetry.nvml_backend import NvmlBackend
@@ -171,7 +171,7 @@ def test_loads_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suf
     path = tmp_path / f"fake{suffix}"
     path.write_text(json.dumps(script))  # JSON is valid YAML too
     monkeypatch.setenv(ENV_VAR, str(path))
-    backend = sampler_process.open_gpu_backend()
+    backend = gpu_backend_factory.open_gpu_backend()
     assert backend is not None
     assert backend.name(0) == "Fake H100"
     assert backend.uuid(0) == "GPU-abc"
@@ -185,12 +185,12 @@ def test_open_gpu_backend_without_driver_or_devices_is_none(
     path = tmp_path / "fake.json"
     path.write_text(json.dumps({"init_error": "NVMLError_DriverNotLoaded"}))
     monkeypatch.setenv(ENV_VAR, str(path))
-    assert sampler_process.open_gpu_backend() is None
+    assert gpu_backend_factory.open_gpu_backend() is None
     path.write_text(json.dumps({"devices": []}))
-    assert sampler_process.open_gpu_backend() is None
+    assert gpu_backend_factory.open_gpu_backend() is None
     path.write_text(json.dumps({"devices": [{"powr_w": 1}]}))  # typo: loud, not silent
     with pytest.raises(ValueError, match="powr_w"):
-        sampler_process.open_gpu_backend()
+        gpu_backend_factory.open_gpu_backend()
 
 
 def test_real_nvml_missing_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,7 +198,7 @@ def test_real_nvml_missing_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        assert sampler_process.open_gpu_backend() is None
+        assert gpu_backend_factory.open_gpu_backend() is None
     else:  # a machine with a driver
         pynvml.nvmlShutdown()
         pytest.skip("NVML is present here")
@@ -206,10 +206,10 @@ def test_real_nvml_missing_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_field_values_like_pynvml() -> None:
     # Same structures (field names and C types) and constants as pynvml's.
-    assert fake_nvml._FieldValue._fields_[:-1] == pynvml.c_nvmlFieldValue_t._fields_[:-1]
-    assert fake_nvml._FieldValue._fields_[-1] == ("value", fake_nvml._Value)
+    assert fake_nvml.FieldValue._fields_[:-1] == pynvml.c_nvmlFieldValue_t._fields_[:-1]
+    assert fake_nvml.FieldValue._fields_[-1] == ("value", fake_nvml.Value)
     assert pynvml.c_nvmlFieldValue_t._fields_[-1] == ("value", pynvml.c_nvmlValue_t)
-    assert fake_nvml._Value._fields_ == pynvml.c_nvmlValue_t._fields_
+    assert fake_nvml.Value._fields_ == pynvml.c_nvmlValue_t._fields_
     for name in vars(fake_nvml):
         if name.startswith(("NVML_FI_", "NVML_VALUE_TYPE_")):
             assert getattr(FakeNvml, name) == getattr(pynvml, name), name

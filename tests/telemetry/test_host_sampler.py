@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from stages.rundir.tables import ChunkWriter, read_table
-from stages.telemetry import host_sampler
+from stages.telemetry import procfs
 from stages.telemetry.host_sampler import HostSampler, HostSamplerResult
 from stages.telemetry.sampler_process import SamplerSettings, host_sampler_main, run_periodic
 
@@ -76,8 +76,8 @@ def test_busy_child_process_then_it_exits(tmp_path: Path) -> None:
 
 
 def test_psutil_fallback_without_procfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host_sampler, "_HAVE_PROC", False)
-    monkeypatch.setattr(host_sampler, "_HOST_PROC_FILES", ())
+    monkeypatch.setattr(procfs, "_HAVE_PROC", False)
+    monkeypatch.setattr(procfs, "_HOST_PROC_FILES", ())
     busy = python(BUSY.format(s=2))
     try:
         sampler = HostSampler(writer(tmp_path), {"burner": busy.pid}, powercap_root=NO_RAPL)
