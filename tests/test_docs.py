@@ -14,8 +14,8 @@ import types
 import typing
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import click
 import typer
 from pydantic import BaseModel
 
@@ -79,20 +79,19 @@ def test_every_sql_macro_is_documented() -> None:
 # --------------------------------------------------------------------------- CLI
 
 
-def _commands(group: click.Group, prefix: str) -> Iterator[tuple[str, click.Command]]:
-    for name, command in sorted(group.commands.items()):
+def _commands(group: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """(`collobench artifacts build`, its command) for every command and group, depth first.
+    Duck-typed: typer builds on its own copy of click, so click's classes do not match."""
+    for name, command in sorted(getattr(group, "commands", {}).items()):
         path = f"{prefix} {name}"
         yield path, command
-        if isinstance(command, click.Group):
-            yield from _commands(command, path)
+        yield from _commands(command, path)
 
 
-def _cli_commands() -> dict[str, click.Command]:
+def _cli_commands() -> dict[str, Any]:
     from stages.cli.app import app
 
-    root = typer.main.get_command(app)
-    assert isinstance(root, click.Group)
-    return dict(_commands(root, "collobench"))
+    return dict(_commands(typer.main.get_command(app), "collobench"))
 
 
 def _section(text: str, title: str) -> str | None:
@@ -127,7 +126,7 @@ def test_every_cli_option_is_documented_under_its_command() -> None:
     for path, command in _cli_commands().items():
         section = _section(text, path) or ""
         for parameter in command.params:
-            if not isinstance(parameter, click.Option) or parameter.name == "help":
+            if parameter.param_type_name != "option" or parameter.name == "help":
                 continue
             for flag in [*parameter.opts, *parameter.secondary_opts]:
                 if flag.startswith("--") and not re.search(rf"`{re.escape(flag)}\b", section):
