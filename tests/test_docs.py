@@ -42,7 +42,9 @@ def _contracts() -> str:
 def _missing(names: typing.Iterable[str], text: str) -> list[str]:
     """The names that do not appear in `text` between backticks (`name`, or `name` followed by
     more inside the same backticks, as in `collobench run SPEC`)."""
-    return sorted({name for name in names if not re.search(rf"`{re.escape(name)}(`|[\s\[(])", text)})
+    return sorted(
+        {name for name in names if not re.search(rf"`{re.escape(name)}(`|[\s\[(])", text)}
+    )
 
 
 def _report(what: str, missing: list[str]) -> str:
