@@ -165,12 +165,13 @@ def _is_sequence(annotation: object) -> bool:
 
 
 def _spec_fields(model: type[BaseModel], prefix: str = "") -> set[str]:
-    """Dotted paths of every field, `[]` marking a list item: `pipelines[].loadgen.rate`.
+    """Dotted paths of every field as the YAML spells it, `[]` marking a list item:
+    `pipelines[].loadgen.rate`.
     Members of a union share their path, so per-type models with the same field names add
     nothing new to document."""
     paths = set()
     for name, info in model.model_fields.items():
-        path = f"{prefix}{name}"
+        path = f"{prefix}{info.alias or name}"  # the YAML key: an alias when the field has one
         paths.add(path)
         nested = path + ("[]." if _is_sequence(info.annotation) else ".")
         for member in _models_in(info.annotation):
