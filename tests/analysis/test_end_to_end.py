@@ -11,8 +11,7 @@ import pytest
 
 from analysis.loader import load_runs
 from analysis.report import report
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from analysis.db import (
 )
 from analysis.loader import TABLES, LoadError, load_runs
 from tests.analysis.conftest import collocated_run, single_pipeline_run
+from tests.paths import REPO
 
 VIEWS = ["throughput", "latency", "stage_breakdown", "energy", "perf_per_watt", "contention"]
 
@@ -154,7 +155,7 @@ def test_sql_files_ship_as_package_resources() -> None:
 
 
 def test_analysis_does_not_import_stages() -> None:
-    root = Path(__file__).resolve().parents[2] / "analysis"
+    root = REPO / "analysis"
     for path in root.rglob("*.py"):
         text = path.read_text()
         assert "import stages" not in text and "from stages" not in text, path
