@@ -22,8 +22,8 @@ from analysis.loader import load_runs
 from analysis.report_file import markdown_table, write_report
 from analysis.trace import write_trace
 from stages.cli.app import app
-from tests.analysis.conftest import BASE_NS, collocated_run, single_pipeline_run
 from tests.analysis.rundirs import SECOND_NS, RunBuilder
+from tests.analysis.runs import BASE_NS, collocated_run, single_pipeline_run
 from tests.helpers import REPO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -12,10 +12,8 @@ from typer.testing import CliRunner
 
 from analysis.loader import load_runs
 from stages.cli.app import app
-from tests.analysis.conftest import single_pipeline_run
 from tests.analysis.rundirs import rows_of
-from tests.analysis.test_interference import three_pipeline_run
-from tests.analysis.test_views10 import split_run
+from tests.analysis.runs import single_pipeline_run, split_run, three_pipeline_run
 from tests.helpers import REPO
 
 runner = CliRunner()
