@@ -18,7 +18,7 @@ import yaml
 
 from stages.collocation.launcher import LaunchError, ProgressEvent
 from stages.rundir.tables import read_table
-from stages.spec.loading import load_spec, validate_document
+from stages.spec.loading import validate_document
 from tests.helpers import REPO, run, spec_doc
 
 KEYS = ("run_id", "trial", "phase", "pipeline")
@@ -295,10 +295,6 @@ def test_launch_error_for_impossible_pinning(tmp_path: Path) -> None:
     doc["pipelines"][1]["placement"] = {"cpus": [0]}
     with pytest.raises(LaunchError, match="cpu 0 is given to both 'victim' and 'survivor'"):
         run(doc, tmp_path)
-
-
-def test_shipped_spec_loads() -> None:
-    assert load_spec(REPO / "specs" / "noop_collocated.yaml").spec.collocation.solo_baselines
 
 
 def test_lost_gpu_and_counter_reset_reach_the_manifest(

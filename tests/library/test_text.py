@@ -117,17 +117,6 @@ def test_config_errors_are_one_line_in_collobench_validate(tmp_path: Path) -> No
     assert "Traceback" not in completed.stderr
 
 
-def test_the_shipped_spec_validates() -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "stages.cli", "validate", "specs/llm_generate.yaml"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-
-
 # --------------------------------------------------------------------------- dataset.prompts
 
 
