@@ -91,6 +91,7 @@ def test_a_run_waits_for_its_device_and_then_refuses_with_exit_2(tmp_path: Path)
     assert not (Path(os.environ["COLLOBENCH_HOME"]) / "runs").exists()  # nothing started
 
 
+@pytest.mark.slow
 def test_a_run_holds_its_devices_until_it_ends(tmp_path: Path) -> None:
     probes: list[bool] = []
 
