@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import tests.helpers  # noqa: F401 - registers the test stage types
+from tests.noop_run import NoopCollocatedRun, run_noop_collocated
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +21,14 @@ def _isolated_home(
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("COLLOBENCH_HOME", str(home))
     monkeypatch.setenv("COLLOBENCH_MLFLOW", os.environ.get("COLLOBENCH_TEST_MLFLOW", "0"))
+
+
+@pytest.fixture(scope="session")
+def noop_collocated_run(tmp_path_factory: pytest.TempPathFactory) -> NoopCollocatedRun:
+    """One `collobench run specs/noop_collocated.yaml` for the whole session (tests/noop_run.py);
+    its users only read it. Its COLLOBENCH_HOME is its own, under the session's temporary folder
+    (the autouse `_isolated_home` is per test), so the orphan check below still covers it."""
+    return run_noop_collocated(tmp_path_factory.mktemp("noop_collocated"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,10 +10,9 @@ from stages.runtime.query import Query
 from stages.runtime.registry import default_registry, stage_type
 from stages.runtime.stage import Route, Stage
 from stages.spec.loading import validate_document
+from tests.paths import REPO as REPO  # re-exported: many tests import REPO from here
 
 default_registry()
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @stage_type("test.tag")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from stages.cli.app import app
 from stages.runtime.driver import run_pipeline
 from stages.runtime.registry import default_registry
@@ -13,7 +15,11 @@ from tests.helpers import REPO, rows
 README = (REPO / "README.md").read_text()
 
 
-def test_stage_example_runs() -> None:
+def test_stage_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The example registers `example.upper` in the process-wide registry: let it register into
+    # a copy of the registry's table, which monkeypatch swaps back after the test.
+    registry = default_registry()
+    monkeypatch.setattr(registry, "_types", dict(registry._types))
     block = README.split("<!-- the test suite runs this example -->", 1)[1]
     code = re.search(r"```python\n(.*?)```", block, re.S)
     assert code is not None

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from analysis.loader import load_runs
-from tests.analysis.conftest import BASE_NS
 from tests.analysis.rundirs import MS_NS, RunBuilder, one, rows_of
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.analysis.runs import BASE_NS
+from tests.paths import REPO
 
 
 def wilson(correct: int, graded: int, z: float = 1.96) -> tuple[float, float]:

@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from analysis.loader import load_runs
 from analysis.report import report
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.noop_run import NoopCollocatedRun
 
 
 @pytest.mark.slow
-def test_noop_collocated_run_loads_and_reports(tmp_path: Path) -> None:
-    out = tmp_path / "runs"
-    command = [
-        sys.executable, "-m", "stages.cli", "run", "specs/noop_collocated.yaml", "--no-mlflow",
-        "--out", str(out),
-        "--set", "pipelines.front.loadgen.duration_s=1",
-        "--set", "pipelines.back.loadgen.duration_s=1",
-    ]  # fmt: skip
-    environment = {**os.environ, "COLLOBENCH_HOME": str(tmp_path / "home")}
-    completed = subprocess.run(
-        command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=120
-    )
-    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
-    [run_dir] = [path.parent for path in out.glob("*/manifest.json")]
+def test_noop_collocated_run_loads_and_reports(
+    noop_collocated_run: NoopCollocatedRun, tmp_path: Path
+) -> None:
+    run_dir = noop_collocated_run.run_dir
     db_path = tmp_path / "results.duckdb"
     [result] = load_runs([run_dir], db_path)
     assert result.rows["queries"] > 0 and result.rows["stage_events"] > 0

@@ -15,8 +15,8 @@ import pytest
 from analysis.loader import load_runs
 from stages.rundir.tables import ChunkWriter
 from stages.telemetry.host_sampler import HostSampler
-from tests.analysis.conftest import BASE_NS
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder, rows_of
+from tests.analysis.runs import BASE_NS
 
 TEN_S = 10 * SECOND_NS
 

@@ -9,45 +9,8 @@ from pathlib import Path
 import pytest
 
 from analysis.loader import load_runs
-from tests.analysis.rundirs import SECOND_NS, RunBuilder, one, rows_of
-
-# Measured ok queries per 10 s window. Every query takes one gap (window / count), so a
-# throughput ratio is count / solo count and a p50/p99 slowdown its inverse, with zero-width
-# intervals (every batch alike; p99's needs more queries per batch than some phases have).
-SOLO = {"a": 2000, "b": 1000, "c": 500}
-PHASES = {
-    "collocated": {"a": 800, "b": 500, "c": 200},
-    "collocated:a+b": {"a": 1600, "b": 1000},
-    "collocated:a+c": {"a": 1000, "c": 500},
-    "collocated:b+c": {"b": 800, "c": 250},
-}
-# Host power (W) during each window; energy is cumulative, sampled 1 s before the window and
-# every 4 s after, so each window's energy is 10 s * power exactly (linear interpolation).
-POWER_W = {"solo:a": 2.0, "solo:b": 1.0, "solo:c": 0.5, "collocated": 3.0}
-SUBSET_POWER_W = 100.0  # large, so a subset phase leaking into energy_comparison shows
-
-
-def three_pipeline_run(root: Path) -> Path:
-    """Solo a, b, c at 0, 20, 40 s; collocated at 60 s; a+b, a+c, b+c at 80, 100, 120 s."""
-    run = RunBuilder(root, "20260111-000000-interf", dict.fromkeys("abc", "server"))
-    base = 1_000 * SECOND_NS
-    ten_s = 10 * SECOND_NS
-    starts: list[tuple[str, str | None, int]] = []
-    for index, (pipeline, count) in enumerate(SOLO.items()):
-        start = base + index * 20 * SECOND_NS
-        run.uniform_queries(0, "solo", pipeline, count, ten_s, start)
-        starts.append(("solo", pipeline, start))
-    for index, (phase, counts) in enumerate(PHASES.items()):
-        start = base + (60 + index * 20) * SECOND_NS
-        for pipeline, count in counts.items():
-            run.uniform_queries(0, phase, pipeline, count, ten_s, start)
-        starts.append((phase, None, start))
-    for phase, solo_of, start in starts:
-        key = f"solo:{solo_of}" if solo_of else phase
-        power = POWER_W.get(key, SUBSET_POWER_W)
-        values: list[float | None] = [power * seconds for seconds in (0, 4, 8, 12)]
-        run.energy_series(0, phase, start - SECOND_NS, values, "rapl", period_ns=4 * SECOND_NS)
-    return run.write()
+from tests.analysis.rundirs import one, rows_of
+from tests.analysis.runs import three_pipeline_run
 
 
 def test_interference_has_every_pipeline_with_every_co_runner_set(

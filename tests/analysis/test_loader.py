@@ -17,7 +17,8 @@ from analysis.db import (
     view_files,
 )
 from analysis.loader import TABLES, LoadError, load_runs
-from tests.analysis.conftest import collocated_run, single_pipeline_run
+from tests.analysis.runs import collocated_run, single_pipeline_run
+from tests.paths import REPO
 
 VIEWS = ["throughput", "latency", "stage_breakdown", "energy", "perf_per_watt", "contention"]
 

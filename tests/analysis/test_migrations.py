@@ -17,7 +17,7 @@ from analysis.db import connect_read_only, run_query, sql_text, view_files
 from analysis.loader import TABLES, load_runs, table_files
 from analysis.migrations import CURRENT_VERSION, SchemaMismatch
 from stages.cli.app import app
-from tests.analysis.conftest import collocated_run, single_pipeline_run
+from tests.analysis.runs import collocated_run, single_pipeline_run
 
 runner = CliRunner()
 V1_SCHEMA = Path(__file__).parent / "data" / "schema_v1.sql"

@@ -9,8 +9,8 @@ import pytest
 
 from analysis.loader import load_runs
 from analysis.report import VIEWS, report
-from tests.analysis.conftest import collocated_run, single_pipeline_run
 from tests.analysis.rundirs import SECOND_NS, RunBuilder
+from tests.analysis.runs import collocated_run, single_pipeline_run
 
 
 def test_report_defaults_to_the_latest_run(tmp_path: Path, db_path: Path) -> None:

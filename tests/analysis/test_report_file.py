@@ -5,9 +5,6 @@ hand-computed values, the files land in the run directory (or --out), the CLI pr
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -22,9 +19,9 @@ from analysis.loader import load_runs
 from analysis.report_file import markdown_table, write_report
 from analysis.trace import write_trace
 from stages.cli.app import app
-from tests.analysis.conftest import BASE_NS, collocated_run, single_pipeline_run
 from tests.analysis.rundirs import SECOND_NS, RunBuilder
-from tests.helpers import REPO
+from tests.analysis.runs import BASE_NS, collocated_run, single_pipeline_run
+from tests.noop_run import NoopCollocatedRun
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -151,34 +148,15 @@ def test_cli_report_out_and_bad_run(tmp_path: Path, db_path: Path) -> None:
     assert unknown.output.strip().splitlines() == [f"{db_path}: no run 'nope' loaded"]
 
 
-def test_run_leaves_report_and_trace_in_the_run_directory(tmp_path: Path) -> None:
-    """What `make demo` relies on, on the smallest real run (two noop pipelines, 0.5 s each)."""
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stages.cli",
-            "run",
-            "specs/noop_collocated.yaml",
-            "--no-mlflow",
-            "--out",
-            str(tmp_path / "runs"),
-            "--db",
-            str(tmp_path / "results.duckdb"),
-            "--set",
-            "pipelines.front.loadgen.duration_s=0.5",
-            "--set",
-            "pipelines.back.loadgen.duration_s=0.5",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "COLUMNS": "200", "COLLOBENCH_HOME": str(tmp_path / "home")},
-    )
+@pytest.mark.slow
+def test_run_leaves_report_and_trace_in_the_run_directory(
+    noop_collocated_run: NoopCollocatedRun,
+) -> None:
+    """What `make demo` relies on, on the smallest real run (two noop pipelines, 1 s each: the
+    session's shared run)."""
+    completed = noop_collocated_run.completed
     assert completed.returncode == 0, completed.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_dir = noop_collocated_run.run_dir
     for name in ("report.md", "latency_cdf.png", "timeline.png", "trace.json"):
         assert (run_dir / name).is_file(), name
     assert f"report: {run_dir / 'report.md'}" in completed.stdout

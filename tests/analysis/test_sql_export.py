@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from analysis.loader import load_runs
 from stages.cli.app import app
-from tests.analysis.conftest import single_pipeline_run
+from tests.analysis.runs import single_pipeline_run
 from tests.helpers import REPO
 
 runner = CliRunner()

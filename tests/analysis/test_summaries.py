@@ -12,7 +12,7 @@ import pytest
 from analysis import summaries
 from analysis.db import connect_read_only
 from analysis.loader import load_runs
-from tests.analysis.conftest import collocated_run, single_pipeline_run
+from tests.analysis.runs import collocated_run, single_pipeline_run
 
 
 def rows(db_path: Path, sql: str) -> list[tuple[object, ...]]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from analysis.loader import load_runs
-from tests.analysis.conftest import BASE_NS
 from tests.analysis.rundirs import MS_NS, RunBuilder, one, rows_of
+from tests.analysis.runs import BASE_NS
 
 
 def generation_run(root: Path) -> RunBuilder:

@@ -224,6 +224,7 @@ def test_slices_nest_within_each_thread(trace_file: Path) -> None:
     for e in events:
         if e["ph"] == "X":
             by_thread[(e["pid"], e["tid"])].append((e["ts"], -e["dur"]))
+    assert by_thread  # no slices would pass the loop below vacuously
     for spans in by_thread.values():
         open_ends: list[float] = []
         for start, negative in sorted(spans):

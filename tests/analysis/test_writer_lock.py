@@ -20,7 +20,7 @@ import pytest
 from analysis import db as warehouse
 from analysis.db import WarehouseError, connect_read_only, writer_lock
 from analysis.loader import load_runs
-from tests.analysis.conftest import collocated_run, single_pipeline_run
+from tests.analysis.runs import collocated_run, single_pipeline_run
 from tests.helpers import REPO
 
 COLLOC = "20260102-000000-colloc"

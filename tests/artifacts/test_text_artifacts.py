@@ -132,7 +132,7 @@ def test_hub_references_are_checked() -> None:
     assert hub.check_hub_reference("hf:sshleifer/tiny-gpt2") == "sshleifer/tiny-gpt2"
     assert hub.check_hub_reference("hf:gpt2") == "gpt2"
     for bad in ("gpt2", "hf:", "hf:a/b/c", "hf:a//b", "hf:a b"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="hf:<org>/<name>"):
             hub.check_hub_reference(bad)
 
 

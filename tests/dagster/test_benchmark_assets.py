@@ -15,7 +15,7 @@ from bench_defs.reports import report_assets
 from bench_defs.specs import SPEC_PARTITIONS
 from bench_defs.warehouse import warehouse
 from stages.spec.loading import load_spec
-from tests.dagster.conftest import tiny_spec, write_spec
+from tests.dagster.specs import tiny_spec, write_spec
 
 ASSETS = [benchmark_run, warehouse, *report_assets]
 OVERRIDE = {"ops": {"benchmark_run": {"config": {"rate": 80}}}}

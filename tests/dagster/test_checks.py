@@ -21,7 +21,7 @@ import pytest
 from analysis.db import connect_read_only
 from analysis.loader import load_runs
 from bench_defs import checks
-from tests.dagster.conftest import tiny_spec, write_spec
+from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.dagster import server
-from tests.dagster.conftest import tiny_spec, write_spec
+from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import LOOPBACK, listening_addresses
 from tests.reliability import figures
 from tests.reliability.faults import (

@@ -12,7 +12,8 @@ import yaml
 
 from bench_defs.demo import UI_HINT, main, prepare_dagster_home
 from bench_defs.specs import DEVICE_TAG, SPEC_PARTITIONS
-from tests.dagster.conftest import DemoRun, tiny_spec, write_spec
+from tests.dagster.demo_run import DemoRun
+from tests.dagster.specs import tiny_spec, write_spec
 
 
 @pytest.mark.slow

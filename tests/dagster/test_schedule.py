@@ -12,7 +12,7 @@ import dagster as dg
 
 from bench_defs.schedules import nightly_benchmarks
 from bench_defs.specs import DEVICE_TAG, SPEC_PARTITIONS
-from tests.dagster.conftest import tiny_spec, write_spec
+from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from bench_defs.sensors import spec_files_sensor
 from bench_defs.specs import DEVICE_TAG, SPEC_PARTITIONS, file_hash
-from tests.dagster.conftest import tiny_spec, write_spec
+from tests.dagster.specs import tiny_spec, write_spec
 
 
 class Ticker:

@@ -31,7 +31,7 @@ import pytest
 
 from bench_defs.resources import end_process_group
 from tests.dagster import server
-from tests.dagster.conftest import DemoRun
+from tests.dagster.demo_run import DemoRun
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ from tests.helpers import REPO
 from tests.library.rag_fixtures import DIMENSIONS, make_stage, query_with, write_corpus
 
 
-@pytest.fixture()
+@pytest.fixture
 def corpus(tmp_path: Path) -> tuple[Path, np.ndarray]:
     return write_corpus(tmp_path / "corpus")
 

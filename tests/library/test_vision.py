@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,8 @@ def shared_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _use_shared_home(shared_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _use_shared_home(shared_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLLOBENCH_HOME", str(shared_home))
-    yield
 
 
 def make(stage_class: type[Stage], config: dict[str, Any], seed: int = 7) -> Any:

@@ -33,6 +33,9 @@ from stages.runtime.recorder import FLUSH_PERIOD_NS
 from tests.helpers import run
 from tests.reliability import figures
 
+# Every test launches real runs (the 20-kill one about 40 s): `pytest -m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 RATE_PER_S = 200
 DURATION_S = 3.2
 # A row is handed to the writer at the first completion after its buffer's deadline (within

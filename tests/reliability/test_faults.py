@@ -47,6 +47,9 @@ from tests.reliability.faults import (
     warehouse_reasons,
 )
 
+# Every case launches a real run with a fault in it (100-120 s in all): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 Case = Callable[[str, Path, pytest.MonkeyPatch], Injected]
 
 

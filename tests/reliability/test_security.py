@@ -25,14 +25,13 @@ from stages.cli.app import app
 from stages.library.retrieval import SqlRetrievalStage
 from stages.spec.loading import load_spec
 from stages.spec.paths import with_resolved_files
-from tests.dagster.conftest import (  # noqa: F401 - fixtures used below
+from tests.dagster.fixtures import (  # noqa: F401 - fixtures used below
     home,
     instance,
     resources,
     specs_dir,
-    tiny_spec,
-    write_spec,
 )
+from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 from tests.library.rag_fixtures import make_stage, query_with
 from tests.reliability import figures

@@ -20,7 +20,7 @@ import pytest
 
 from analysis.db import connect_read_only
 from tests.dagster import server
-from tests.dagster.conftest import write_spec
+from tests.dagster.specs import write_spec
 from tests.helpers import REPO
 from tests.reliability import figures
 

@@ -2,53 +2,31 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from stages.cli.app import app
-from tests.helpers import REPO
+from tests.noop_run import NoopCollocatedRun
 
 runner = CliRunner()
 
 
-def test_run_loads_into_duckdb_and_the_commands_read_it(tmp_path: Path) -> None:
-    db = tmp_path / "results.duckdb"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stages.cli",
-            "run",
-            "specs/noop_collocated.yaml",
-            "--no-mlflow",
-            "--out",
-            str(tmp_path / "runs"),
-            "--db",
-            str(db),
-            "--set",
-            "pipelines.front.loadgen.duration_s=1",
-            "--set",
-            "pipelines.back.loadgen.duration_s=1",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+@pytest.mark.slow
+def test_run_loads_into_duckdb_and_the_commands_read_it(
+    noop_collocated_run: NoopCollocatedRun,
+) -> None:
+    db = noop_collocated_run.db
+    completed = noop_collocated_run.completed
     assert completed.returncode == 0, completed.stderr
     assert "contention per trial" in completed.stdout
     # The summary shows q/s with its batch-means interval, and the verdict percentile.
     assert "failures count as inf" in completed.stdout
     assert re.search(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", completed.stdout), completed.stdout
     assert f"loaded into {db}" in completed.stdout
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_dir = noop_collocated_run.run_dir
 
     counted = runner.invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--db", str(db)])
     assert counted.exit_code == 0 and " 1 " in counted.output

@@ -8,14 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from analysis.loader import load_runs
 from stages.cli.app import app
-from tests.analysis.conftest import single_pipeline_run
 from tests.analysis.rundirs import rows_of
-from tests.analysis.test_interference import three_pipeline_run
-from tests.analysis.test_views10 import split_run
+from tests.analysis.runs import single_pipeline_run, split_run, three_pipeline_run
 from tests.helpers import REPO
 
 runner = CliRunner()
@@ -92,6 +91,7 @@ def test_report_prints_the_interference_matrix_for_subset_phases(tmp_path: Path)
     ]
 
 
+@pytest.mark.slow
 def test_a_real_run_with_pairs_records_and_reports_every_pair(tmp_path: Path) -> None:
     db = tmp_path / "results.duckdb"
     overrides = []

@@ -18,7 +18,7 @@ import yaml
 
 from stages.collocation.launcher import LaunchError, ProgressEvent
 from stages.rundir.tables import read_table
-from stages.spec.loading import load_spec, validate_document
+from stages.spec.loading import validate_document
 from tests.helpers import REPO, run, spec_doc
 
 KEYS = ("run_id", "trial", "phase", "pipeline")
@@ -36,6 +36,7 @@ def collobench(*args: str, env: dict[str, str] | None = None, timeout: float = 1
     )
 
 
+@pytest.mark.slow
 def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None:
     completed = collobench(
         "run",
@@ -130,6 +131,7 @@ def assert_survivor_kept(result: Any) -> None:
         ("segfault", "failed", "worker killed by SIGSEGV"),
     ],
 )
+@pytest.mark.slow
 def test_a_crashing_worker_is_contained(
     tmp_path: Path, mode: str, status: str, reason: str
 ) -> None:
@@ -143,6 +145,7 @@ def test_a_crashing_worker_is_contained(
     assert any(r["pipeline"] == "victim" and r["error"] == reason for r in manifest["results"])
 
 
+@pytest.mark.slow
 def test_raising_stage_marks_errors_and_the_budget_fails_the_pipeline(tmp_path: Path) -> None:
     doc = spec_doc({"type": "fail", "config": {"every": 2}})
     doc["pipelines"][0]["error_budget"] = 20
@@ -159,6 +162,7 @@ def test_raising_stage_marks_errors_and_the_budget_fails_the_pipeline(tmp_path: 
     assert_survivor_kept(result)
 
 
+@pytest.mark.slow
 def test_a_hung_stage_ends_in_timeout(tmp_path: Path) -> None:
     doc = spec_doc({"type": "fail", "config": {"at_query": 5, "mode": "hang"}}, timeout_s=2)
     result = run(doc, tmp_path)
@@ -171,6 +175,7 @@ def test_a_hung_stage_ends_in_timeout(tmp_path: Path) -> None:
     assert_survivor_kept(result)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_contained(tmp_path: Path) -> None:
     doc = spec_doc({"type": "sleep", "config": {"ms": 1}}, duration_s=5)
     killed: list[int] = []
@@ -228,6 +233,7 @@ def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, list[ps
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow
 def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -> None:
     process, out, children = start_long_run(tmp_path)
     try:
@@ -267,6 +273,7 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **device: Any) -> 
     monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
 
 
+@pytest.mark.slow
 def test_fake_gpu_is_sampled_once_per_device_with_its_energy_counter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -297,10 +304,7 @@ def test_launch_error_for_impossible_pinning(tmp_path: Path) -> None:
         run(doc, tmp_path)
 
 
-def test_shipped_spec_loads() -> None:
-    assert load_spec(REPO / "specs" / "noop_collocated.yaml").spec.collocation.solo_baselines
-
-
+@pytest.mark.slow
 def test_lost_gpu_and_counter_reset_reach_the_manifest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,6 +324,7 @@ def test_lost_gpu_and_counter_reset_reach_the_manifest(
     assert "samples taken before it are kept" in warnings
 
 
+@pytest.mark.slow
 def test_a_worker_failing_in_prepare_is_reported_with_its_traceback(tmp_path: Path) -> None:
     doc = spec_doc({"type": "copy", "config": {"bytes": 10**15}})  # no machine has 1 PB free
     result = run(doc, tmp_path)
@@ -332,6 +337,7 @@ def test_a_worker_failing_in_prepare_is_reported_with_its_traceback(tmp_path: Pa
     assert manifest["seeds"]["victim"]["arrivals_by_trial"][0] > 0
 
 
+@pytest.mark.slow
 def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
     folder = tmp_path / "bench"
     folder.mkdir()
@@ -363,6 +369,7 @@ def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
     assert "offsets must be non-decreasing" in completed.stderr
 
 
+@pytest.mark.slow
 def test_a_killed_launcher_takes_its_children_with_it(tmp_path: Path) -> None:
     process, out, children = start_long_run(tmp_path)
     try:

@@ -1,4 +1,4 @@
-"""Views of issue 10: goodput, tokens, energy split and interference, on synthesised run
+"""The goodput, tokens, energy-split and interference views, on synthesised run
 directories whose figures are computed by hand in each test's docstring."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from analysis.loader import load_runs
-from tests.analysis.conftest import collocated_run, single_pipeline_run
 from tests.analysis.rundirs import one, rows_of
+from tests.analysis.runs import collocated_run, single_pipeline_run, split_run
 
 
 def set_loadgen(run_dir: Path, pipeline: str, **fields: Any) -> None:
@@ -93,65 +93,6 @@ def test_tokens_replaces_generation_in_an_old_warehouse(tmp_path: Path, db_path:
     load_runs([run_dir], db_path)
     views = {row["view_name"] for row in rows_of(db_path, "SELECT view_name FROM duckdb_views()")}
     assert "tokens" in views and "generation" not in views
-
-
-def split_run(root: Path) -> Path:
-    """collocated_run (collocated window [40, 50] s after BASE_NS: host 41.25 J, GPU 0 200 J;
-    solo a window [0, 10] s: host 24.25 J; solo b [20, 30] s: host 33.75 J) plus per-process
-    samples every second inside the windows and, to be ignored, just outside them:
-      GPU 0, collocated, t = 41..49 s: pid 101 (pipeline a, set by the sampler) sm 30,
-        pid 102 (pipeline NULL, but b's worker pid in host_samples) sm 10, pid 999 (foreign)
-        sm 10 -> shares 0.6 / 0.2 / 0.2 -> 120 / 40 / 40 J; at t = 39.5 and 50.5 s pid 999
-        uses 100 (outside the window).
-      host, collocated, t = 41..49 s: a's worker 150 %, b's 50 %, harness 50 % -> 0.6 / 0.2 /
-        0.2 of 41.25 J = 24.75 / 8.25 / 8.25 J.
-      host, solo a, t = 1..9 s: a's worker 100 %, no harness row -> share 1, 24.25 J.
-      solo b has no process rows: share and energy NULL, total 33.75 J."""
-    run = collocated_run(root)
-    second = 1_000_000_000
-    base = 1_000 * second
-    together = base + 40 * second
-    for tick in range(1, 10):
-        ts = together + tick * second
-        run.add("gpu_process_samples", 0, "collocated", "a", ts_ns=ts, gpu=0, pid=101, sm_util=30.0)
-        run.add(
-            "gpu_process_samples", 0, "collocated", None, ts_ns=ts, gpu=0, pid=102, sm_util=10.0
-        )
-        run.add(
-            "gpu_process_samples", 0, "collocated", None, ts_ns=ts, gpu=0, pid=999, sm_util=10.0
-        )
-        for pipeline, pid, util in (("a", 101, 150.0), ("b", 102, 50.0)):
-            run.add(
-                "host_samples",
-                0,
-                "collocated",
-                pipeline,
-                ts_ns=ts,
-                scope="process",
-                pid=pid,
-                cpu_util=util,
-            )
-        run.add(
-            "host_samples", 0, "collocated", None, ts_ns=ts, scope="harness", pid=1, cpu_util=50.0
-        )
-        run.add(
-            "host_samples",
-            0,
-            "solo",
-            "a",
-            ts_ns=base + tick * second,
-            scope="process",
-            pid=201,
-            cpu_util=100.0,
-        )
-    for ts in (together - second // 2, together + 10 * second + second // 2):
-        run.add(
-            "gpu_process_samples", 0, "collocated", None, ts_ns=ts, gpu=0, pid=999, sm_util=100.0
-        )
-        run.add(
-            "host_samples", 0, "collocated", None, ts_ns=ts, scope="harness", pid=1, cpu_util=500.0
-        )
-    return run.write()
 
 
 def test_energy_split_adds_up_to_the_total(tmp_path: Path, db_path: Path) -> None:

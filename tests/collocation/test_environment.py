@@ -12,8 +12,7 @@ import pytest
 
 from stages.collocation import environment
 from stages.collocation.environment import capture_environment, redact_secrets
-
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
 
 
 def test_redact_secrets_drops_secret_names_case_insensitively() -> None:
@@ -44,7 +43,7 @@ def test_capture_environment_reports_machine_and_filters_env(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setenv("HOME_IRRELEVANT", "x")
 
-    env = capture_environment(PROJECT_DIR)
+    env = capture_environment(REPO)
 
     json.dumps(env)  # goes into manifest.json as is
     variables = env["env"]
@@ -84,12 +83,12 @@ def test_capture_environment_never_imports_torch_in_process() -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=PROJECT_DIR,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_DIR)},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"torch_loaded": False}
 

@@ -13,10 +13,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stages.cli.mlflow_log import log_run_to_mlflow
 from stages.cli.wiring import summarize_phase
 from tests.helpers import LOOPBACK, listening_addresses, run, spec_doc
 from tests.reliability import figures
+
+# A real run logged to MLflow, then `mlflow ui` started and read over HTTP.
+pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:
