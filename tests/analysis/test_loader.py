@@ -18,7 +18,6 @@ from analysis.db import (
 )
 from analysis.loader import TABLES, LoadError, load_runs
 from tests.analysis.runs import collocated_run, single_pipeline_run
-from tests.paths import REPO
 
 VIEWS = ["throughput", "latency", "stage_breakdown", "energy", "perf_per_watt", "contention"]
 

@@ -31,7 +31,7 @@ from analysis.report_catalogue import (
     check_views,
 )
 from analysis.report_file import _DRAW
-from tests.analysis.conftest import collocated_run
+from tests.analysis.runs import collocated_run
 
 
 @pytest.fixture

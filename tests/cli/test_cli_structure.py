@@ -18,7 +18,7 @@ from stages.cli.app import app
 from stages.cli.progress import ProgressDisplay, phase_line
 from stages.cli.render import compact_table
 from stages.runtime.counters import QUERY_COUNTS
-from tests.analysis.conftest import single_pipeline_run
+from tests.analysis.runs import single_pipeline_run
 
 runner = CliRunner()
 
