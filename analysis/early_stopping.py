@@ -9,6 +9,11 @@ make P(at most t over-latency in h + t queries | true quantile is p) < 1 - c.
   t* = the largest t with h(t) + t <= N; the estimate is sorted(latencies)[N - t*].
 - SLO verdict (Server rule): with T queries over the target, the run passes when N >= h(T) + T.
 Every measured query counts: one that did not complete ok is passed in as +inf (over-latency).
+
+The verdict is three-valued (`slo_verdict`): `met` by LoadGen's rule above; `missed` by its
+mirror, the one-sided binomial test that the over-SLO share exceeds 1 - p at the same
+confidence (P[Bin(N, 1 - p) >= T] < 1 - c); otherwise `undecided` (too few queries to tell).
+The two tests cannot both pass: one bounds the share below 1 - p, the other above it.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Final, Literal
 
 import numpy as np
 
 DEFAULT_CONFIDENCE = 0.99  # LoadGen's fixed early-stopping confidence
+
+SloVerdict = Literal["met", "missed", "undecided"]
+SLO_VERDICTS: Final[tuple[SloVerdict, ...]] = ("met", "missed", "undecided")
 
 
 @dataclass(frozen=True)
@@ -101,3 +110,62 @@ def slo_met(
     percentile target is met at `confidence` when N >= h(T) + T."""
     over = int(np.count_nonzero(np.asarray(latencies, dtype=np.float64) > slo))
     return len(latencies) >= min_passing_queries(over, percentile, confidence) + over
+
+
+def over_slo_count(latencies: Sequence[float], slo: float) -> int:
+    """T: the measured queries over `slo` (failures, passed in as +inf, among them)."""
+    return int(np.count_nonzero(np.asarray(latencies, dtype=np.float64) > slo))
+
+
+def slo_missed_by_counts(
+    queries: int, over_slo: int, percentile: float = 0.99, confidence: float = DEFAULT_CONFIDENCE
+) -> bool:
+    """The mirror of LoadGen's rule: `over_slo` of `queries` is so many that the true share over
+    the SLO exceeds 1 - percentile at `confidence` (P[Bin(N, 1 - p) >= T] < 1 - c)."""
+    if over_slo <= 0:
+        return False
+    # P[Bin(N, q) >= T] = 1 - P[Bin(N, q) <= T - 1]; P[at most T-1 over] is the helper above
+    # with N - (T - 1) under-latency queries.
+    at_most = _overlatency_odds(queries - over_slo + 1, over_slo - 1, percentile)
+    return 1.0 - at_most < 1 - confidence
+
+
+def slo_verdict_by_counts(
+    queries: int, over_slo: int, percentile: float = 0.99, confidence: float = DEFAULT_CONFIDENCE
+) -> SloVerdict:
+    """met (LoadGen's early-stopping rule), missed (its mirror) or undecided, from counts."""
+    if queries >= min_passing_queries(over_slo, percentile, confidence) + over_slo:
+        return "met"
+    if slo_missed_by_counts(queries, over_slo, percentile, confidence):
+        return "missed"
+    return "undecided"
+
+
+def slo_verdict(
+    latencies: Sequence[float],
+    slo: float,
+    percentile: float = 0.99,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> SloVerdict:
+    """The three-valued verdict of every measured query's latency (failures as +inf)."""
+    over = over_slo_count(latencies, slo)
+    return slo_verdict_by_counts(len(latencies), over, percentile, confidence)
+
+
+@cache
+def max_passing_over_slo(
+    queries: int, percentile: float = 0.99, confidence: float = DEFAULT_CONFIDENCE
+) -> int:
+    """The most over-SLO queries a run of `queries` may have and still be `met` (-1: none, the
+    run is too short to pass even with none over). A probe whose over-SLO count already
+    exceeds this for its planned size can no longer pass, so it can stop early."""
+    if queries < min_passing_queries(0, percentile, confidence):
+        return -1
+    low, high = 0, queries  # h(t) + t grows with t: bisect the largest t with h(t) + t <= N
+    while low < high:
+        middle = (low + high + 1) // 2
+        if min_passing_queries(middle, percentile, confidence) + middle <= queries:
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -1,0 +1,157 @@
+"""The capacity search's records: one probe (`ProbeRecord`, a line of `probes.jsonl`), the
+search's settings (`SearchSettings`, `search.json`) and its result (`CapacityResult`,
+`capacity.json`). The field names are the output contract (docs/contracts.md); the warehouse's
+`capacity_*` tables and the Dagster assets read these models, never the JSON by hand."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Verdict = Literal["met", "missed", "undecided"]
+"""A probe's SLO verdict: `met` by LoadGen's early-stopping rule, `missed` by its mirror
+binomial test, else `undecided` (analysis.early_stopping.slo_verdict_by_counts)."""
+
+StopReason = Literal["converged", "max_probes", "infeasible", "ceiling"]
+"""Why a search ended: the bracket is within the precision; the probe budget ran out; even the
+lowest rate tried missed the SLO; the rate reached the measured ceiling and still met it."""
+
+ProbeKind = Literal["ceiling", "search"]
+"""`ceiling`: the closed-loop probe that measures the most the pipeline completes next to its
+co-runners (no verdict); `search`: an open-loop probe at one rate."""
+
+SEARCH_FILE = "search.json"
+PROBES_FILE = "probes.jsonl"
+CAPACITY_FILE = "capacity.json"
+REGION_FILE = "region.json"
+
+
+class SloRule(Protocol):
+    """The verdict arithmetic, injected by the composition root (the CLI, Dagster) from
+    analysis.early_stopping, so this package needs no analysis import."""
+
+    def verdict(self, queries: int, over_slo: int, percentile: float) -> Verdict:
+        """met, missed or undecided for `over_slo` of `queries` over the SLO."""
+        ...
+
+    def max_passing_over_slo(self, queries: int, percentile: float) -> int:
+        """The most over-SLO queries a run of `queries` may have and still be met (-1: none)."""
+        ...
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PipelineProbe(_Record):
+    """One pipeline's figures in one probe (the target's, and each co-runner's)."""
+
+    rate_qps: float | None = Field(description="Offered rate; None for the ceiling probe.")
+    queries: int = Field(description="Measured queries (warm-up excluded), failures included.")
+    over_slo: int = Field(description="Measured queries over the SLO, failures counted as over.")
+    verdict: Verdict | None = Field(description="None: the pipeline has no SLO.")
+    p99_ms: float | None = Field(description="p99 of every measured query (failures as +inf).")
+    throughput_qps: float | None = Field(None, description="Completed ok queries per second.")
+
+
+class ProbeRecord(_Record):
+    """One probe of a search: a real (or simulated) run at one offered load."""
+
+    index: int = Field(description="0, 1, ... in the order the probes ran.")
+    kind: ProbeKind = Field("search", description="ceiling | search")
+    rate: float = Field(
+        description="The searched variable: the target's offered rate in queries/s, or for a "
+        "region ray the scale s (pipeline i offered s * direction_i * solo capacity_i)."
+    )
+    seed: int = Field(description="The spec seed the probe ran with (re-probes take the next).")
+    queries: int = Field(description="The target's measured queries, failures included.")
+    over_slo: int = Field(description="The target's measured queries over the SLO (failures too).")
+    verdict: Verdict | None = Field(
+        description="The probe's verdict (for a ray: met when every pipeline met, missed when "
+        "any missed); None for the ceiling probe."
+    )
+    p99_ms: float | None = Field(description="The target's p99 (every measured query).")
+    abort_reason: str | None = Field(
+        None, description="Why the probe stopped early (it could no longer pass), or failed."
+    )
+    run_dir: str | None = Field(description="The probe's run directory; None when simulated.")
+    flagged: bool = Field(
+        False, description="Undecided twice (two seeds): counted as not met and flagged."
+    )
+    throughput_qps: float | None = Field(None, description="The target's completed ok queries/s.")
+    duration_s: float | None = Field(None, description="Wall time of the probe.")
+    batches: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description="(queries, over_slo) of the target in ten successive blocks of its "
+        "measured queries, for the block bootstrap of the estimate's interval.",
+    )
+    pipelines: dict[str, PipelineProbe] = Field(
+        default_factory=dict, description="Every pipeline of the probe by name."
+    )
+
+
+class SearchSettings(_Record):
+    """What one search was asked (search.json): enough to resume it exactly."""
+
+    search_id: str = Field(description="The search's folder name under --out.")
+    spec_source: str | None = Field(None, description="The spec file.")
+    spec_hash: str | None = Field(None, description="sha256 of the normalized spec.")
+    pipeline: str = Field(description="The target pipeline (for a ray: 'A+B').")
+    slo_ms: float = Field(gt=0, description="The latency objective.")
+    percentile: float = Field(0.99, gt=0, lt=1, description="The percentile the SLO bounds.")
+    precision: float = Field(0.05, gt=0, description="Stop when hi / lo <= 1 + precision.")
+    max_probes: int = Field(14, ge=1, description="Probe budget, the ceiling probe included.")
+    probe_s: float = Field(gt=0, description="Each probe's measured window (duration_s).")
+    with_rates: dict[str, float] = Field(
+        default_factory=dict,
+        alias="with",
+        description="Co-runners at fixed offered rates (queries/s), run in every probe.",
+    )
+    base_seed: int = Field(0, description="The first probe's seed (the spec's).")
+    min_rate: float = Field(gt=0, description="Below this the search calls the SLO infeasible.")
+    ray: dict[str, float] | None = Field(
+        None,
+        description="Region rays only: pipeline -> its solo capacity times the ray's direction "
+        "component (its offered rate is rate * this).",
+    )
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class CapacityResult(_Record):
+    """capacity.json: the answer and how it was reached."""
+
+    search_id: str
+    pipeline: str
+    slo_ms: float
+    percentile: float
+    with_rates: dict[str, float] = Field(alias="with", description="Co-runners' fixed rates.")
+    certified_qps: float | None = Field(
+        description="The highest met rate below the lowest not-met one (conservative: each met "
+        "verdict bounds the percentile at 99%); None when nothing met."
+    )
+    estimate_qps: float | None = Field(
+        description="Where an isotonic fit of the over-SLO share against rate crosses "
+        "1 - percentile; None when the probes do not straddle it."
+    )
+    estimate_ci95: tuple[float, float] | None = Field(
+        description="95% interval of the estimate by block-bootstrap resampling of the probes."
+    )
+    bracket: tuple[float, float | None] = Field(
+        description="[lo, hi]: the certified rate and the lowest not-met rate above it (hi "
+        "None: nothing above lo failed)."
+    )
+    probes: list[ProbeRecord]
+    stop_reason: StopReason
+    ceiling_qps: float | None = Field(None, description="The ceiling probe's throughput.")
+    monotonicity_violations: int = Field(
+        0, description="Pairs of probes out of monotone order (a met rate above a missed one)."
+    )
+    flagged_probes: int = Field(0, description="Probes undecided on two seeds.")
+    estimate_method: str = Field(
+        "PAVA isotonic fit of over_slo/queries on log rate; 95% interval: block bootstrap",
+        description="How the estimate and its interval were computed.",
+    )
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
