@@ -147,8 +147,11 @@ class Launcher:
         status = "ok"
         try:
             status = self._run_phases()
-        except LauncherInterrupted:
+        except LauncherInterrupted as interruption:
             status = "interrupted"
+            # A signal's name, or why a progress callback stopped the run (a capacity probe
+            # that can no longer pass): the manifest says what cut the run short.
+            self.warnings.append(f"interrupted: {interruption}")
             self._stop_everything()
         finally:
             for sig, handler in previous.items():

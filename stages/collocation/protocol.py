@@ -39,6 +39,8 @@ class CounterSnapshot:
     samples_ok: int
     first_issue_ns: int
     last_completed_ns: int
+    measured: int  # non-warm-up queries recorded, failures included (the verdict's N)
+    measured_over_slo: int  # of those, over the pipeline's slo_ms or not ok (its T)
     live_p99_ms: float | None  # over the last 2,000 completions: progress display only
 
     @classmethod
@@ -52,6 +54,8 @@ class CounterSnapshot:
             samples_ok=counters.samples_ok,
             first_issue_ns=counters.first_issue_ns,
             last_completed_ns=counters.last_completed_ns,
+            measured=counters.measured,
+            measured_over_slo=counters.measured_over_slo,
             live_p99_ms=counters.p99_ms(),
         )
 

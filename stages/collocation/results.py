@@ -36,6 +36,8 @@ class PipelineOutcome:
     stopped_by: str | None = None  # why the load generator stopped issuing
     first_issue_ns: int | None = None
     last_completed_ns: int | None = None
+    measured: int = 0  # non-warm-up queries recorded, failures included (live, for probes)
+    measured_over_slo: int = 0  # of those, over the pipeline's slo_ms or not ok
     live_p99_ms: float | None = None  # progress display only: the last 2,000 completions
     summary: dict[str, Any] | None = None  # the phase's figures, from the analysis views
 
@@ -49,6 +51,8 @@ class PipelineOutcome:
         self.samples_ok = counters.samples_ok
         self.first_issue_ns = counters.first_issue_ns
         self.last_completed_ns = counters.last_completed_ns
+        self.measured = counters.measured
+        self.measured_over_slo = counters.measured_over_slo
         self.live_p99_ms = counters.live_p99_ms
 
     def record_done(self, done: Done) -> None:

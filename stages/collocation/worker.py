@@ -152,6 +152,7 @@ def _recorder(task: WorkerTask, pipeline: PipelineSpec) -> Recorder:
         keys,
         [stage.id for stage in pipeline.stages],
         label=f"t{task.trial}-{task.phase}-{pipeline.name}",
+        slo_ms=pipeline.loadgen.slo_ms,
     )
 
 

@@ -169,6 +169,12 @@ class PipelineResult(_Ours):
     stopped_by: str | None = Field(None, description="Why the load generator stopped issuing.")
     first_issue_ns: int | None = None
     last_completed_ns: int | None = None
+    measured: int = Field(
+        0, description="Non-warm-up queries recorded, failures included (the worker's count)."
+    )
+    measured_over_slo: int = Field(
+        0, description="Of those, the ones over the pipeline's slo_ms or not ok."
+    )
     live_p99_ms: float | None = Field(
         None, description="Progress display only: p99 of the last 2,000 completions."
     )

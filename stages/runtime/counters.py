@@ -32,6 +32,10 @@ class PipelineCounters:
     samples_ok: int = 0
     first_issue_ns: int = 0
     last_completed_ns: int = 0
+    measured: int = 0
+    """Non-warm-up queries recorded so far, failures included (the SLO verdict's N)."""
+    measured_over_slo: int = 0
+    """Of those, the ones over the pipeline's `slo_ms` or not ok (the verdict's T)."""
     recent_latency_ns: list[int] = field(default_factory=list)
 
     def p99_ms(self) -> float | None:

@@ -101,6 +101,7 @@ def run_pipeline(
         [stage.id for stage in pipeline.stages],
         label=f"t{trial}-{keys['phase']}-{pipeline.name}",
         keep_in_memory=keep_in_memory,
+        slo_ms=pipeline.loadgen.slo_ms,
     )
     runtime = PipelineRuntime(pipeline, recorder, seed=derive_seed(seed, "stages", pipeline.name))
     try:

@@ -120,14 +120,18 @@ class PipelineRuntime:
     def counters(self) -> PipelineCounters:
         """Totals summed over the threads' tallies (a consistent-enough live snapshot)."""
         admission, completion = self.admission, self.completion
+        recorder = self.recorder
         snapshot = PipelineCounters(
-            issued=admission.issued, first_issue_ns=admission.first_issue_ns
+            issued=admission.issued,
+            first_issue_ns=admission.first_issue_ns,
+            measured=recorder.measured,
+            measured_over_slo=recorder.measured_over_slo,
         )
         with completion.lock:
             tallies = list(completion.tallies)
         for tally in tallies:
             snapshot.add(tally)
-        snapshot.recent_latency_ns = list(self.recorder.recent_latency_ns)
+        snapshot.recent_latency_ns = list(recorder.recent_latency_ns)
         return snapshot
 
     def new_query(

@@ -163,9 +163,11 @@ class Recorder:
         stage_names: Sequence[str],
         label: str,
         keep_in_memory: bool = True,
+        slo_ms: float | None = None,
     ) -> None:
         """`run_dir` None keeps rows in memory (tests), or drops them if not `keep_in_memory`
-        (overhead studies of the hot path alone)."""
+        (overhead studies of the hot path alone). `slo_ms`: the pipeline's latency objective,
+        against which the live `measured_over_slo` count is kept (None: only failures)."""
         self.stage_names = list(stage_names)
         self._stage_strings = pa.array(self.stage_names, type=pa.string())
         self._keep_in_memory = keep_in_memory
@@ -188,6 +190,11 @@ class Recorder:
         self._closed = False
         self.recent_latency_ns: collections.deque[int] = collections.deque(maxlen=LATENCY_WINDOW)
         """Latencies of the latest ok, non-warm-up queries written: the live p99's input."""
+        self._slo_ns = None if slo_ms is None else int(slo_ms * 1e6)
+        self.measured = 0
+        """Non-warm-up queries written so far, failures included (the verdict's N, live)."""
+        self.measured_over_slo = 0
+        """Of those, the ones not ok or later than `slo_ms` after their schedule (its T)."""
         self._thread = threading.Thread(target=self._write_loop, name="recorder", daemon=True)
         self._thread.start()
 
@@ -282,16 +289,32 @@ class Recorder:
 
     def _query_arrays(self, rows: list[tuple[Any, ...]]) -> dict[str, pa.ChunkedArray]:
         columns = _rows_to_arrays(QUERY_COLUMNS, _QUERY_ROW_TYPES, rows)
-        measured = pc.and_(pc.equal(columns["status"], 0), pc.invert(columns["warmup"]))
+        measured = pc.invert(columns["warmup"])
+        measured_ok = pc.and_(pc.equal(columns["status"], 0), measured)
         latency = pc.subtract(
-            pc.filter(columns["completed_ns"], measured),
-            pc.filter(columns["scheduled_ns"], measured),
+            pc.filter(columns["completed_ns"], measured_ok),
+            pc.filter(columns["scheduled_ns"], measured_ok),
         )
         self.recent_latency_ns.extend(
             latency.slice(max(0, len(latency) - LATENCY_WINDOW)).to_pylist()
         )
+        self._count_measured(measured, measured_ok, latency)
         columns["status"] = _STATUS_STRINGS.take(columns["status"])
         return columns
+
+    def _count_measured(
+        self, measured: pa.ChunkedArray, measured_ok: pa.ChunkedArray, latency: pa.ChunkedArray
+    ) -> None:
+        """The live verdict counts, on the writer thread (off the stage threads' hot path, as
+        fresh as the rows: at most a flush period late). Every status but ok counts as over
+        the SLO, as in the `query_latency` view."""
+        queries = pc.sum(measured).as_py() or 0
+        ok = pc.sum(measured_ok).as_py() or 0
+        late = 0
+        if self._slo_ns is not None and len(latency):
+            late = pc.sum(pc.greater(latency, self._slo_ns)).as_py() or 0
+        self.measured += queries
+        self.measured_over_slo += queries - ok + late
 
     def _write(self, table: str, columns: dict[str, pa.ChunkedArray]) -> None:
         writer = self._writers.get(table)

@@ -83,3 +83,25 @@ def test_draining_while_the_owner_appends_and_flushes_loses_and_repeats_nothing(
         assert sorted(ids) == list(range(total)), table
     # The test raced for real: the writer took rows itself, not only at the owner's flushes.
     assert len(recorder.kept_in_memory["queries"]) > total // 7_919 + 2
+
+
+def test_the_live_verdict_counts_match_the_query_latency_view_rules() -> None:
+    # query row: query_id, scheduled_ns, issued_ns, completed_ns, status, samples, warmup
+    rows = [
+        (0, 0, 1, 40_000_000, 0, 1, False),  # ok within 50 ms
+        (1, 0, 1, 60_000_000, 0, 1, False),  # ok, 60 ms: over
+        (2, 0, 1, 90_000_000, 0, 1, True),  # warm-up: not counted at all
+        (3, 0, 1, 5_000_000, 1, 1, False),  # error: over whatever its time
+        (4, 0, None, None, 3, 1, False),  # timeout (status 3): over
+        (5, 0, 1, 50_000_000, 0, 1, False),  # exactly the SLO: not over (the view's `>`)
+    ]
+    recorder = Recorder(None, {}, ["s"], "x", slo_ms=50)
+    buffer = recorder.buffer()
+    buffer.query_rows.extend(rows)
+    buffer.flush()
+    recorder.close()
+    assert (recorder.measured, recorder.measured_over_slo) == (5, 3)
+    no_slo = Recorder(None, {}, ["s"], "x")
+    no_slo.buffer().query_rows.extend(rows)
+    no_slo.close()
+    assert (no_slo.measured, no_slo.measured_over_slo) == (5, 2)  # only the failures

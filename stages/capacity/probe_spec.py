@@ -1,0 +1,143 @@
+"""The spec of one probe: the searched spec cut down to the target and its co-runners (or a
+ray's pipelines), the target at the probe's rate, each co-runner at its fixed rate, one trial,
+one phase, the probe's seed and window. The result is validated like any spec file, so a probe
+is an ordinary run; the changes it made are recorded as the manifest's `overrides`."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any
+
+from stages.capacity.contract import SearchSettings
+from stages.capacity.controller import ProbeRequest
+from stages.spec.loading import LoadedSpec, validate_document
+
+OPEN_LOOP_TYPES = ("server", "constant")
+"""The load generators a searched (or co-running) pipeline may have: an offered rate."""
+CEILING_PROBE_MAX_S = 10.0
+"""The ceiling probe's window: min(probe_s, this)."""
+CEILING_CONCURRENCY = 4
+"""Closed-loop clients of the ceiling probe (more for a longer pipeline, at most the queue)."""
+DRAIN_ALLOWANCE_S = 10.0
+"""timeout_s past warm-up plus window: in-flight queries then are recorded as timeouts."""
+
+
+class ProbeSpecError(ValueError):
+    """The search cannot run on this spec (one line saying why)."""
+
+
+def pipelines_of(settings: SearchSettings) -> dict[str, float | None]:
+    """Every pipeline a probe runs, by name: the offered rate per unit of the probe's rate for
+    the searched ones (1 for a single target; the ray's components), None for co-runners."""
+    if settings.ray is not None:
+        return {name: scale for name, scale in settings.ray.items()}
+    return {settings.pipeline: 1.0, **{name: None for name in settings.with_rates}}
+
+
+def check_searchable(loaded: LoadedSpec, settings: SearchSettings) -> None:
+    """Refuse a search this spec cannot answer: an unknown pipeline, a target or co-runner
+    without an offered rate (closed loop, single/multi stream, offline, trace)."""
+    known = [pipeline.name for pipeline in loaded.spec.pipelines]
+    by_name = {pipeline.name: pipeline for pipeline in loaded.spec.pipelines}
+    for name, scale in pipelines_of(settings).items():
+        if name not in by_name:
+            raise ProbeSpecError(f"unknown pipeline {name!r} (known: {', '.join(known)})")
+        loadgen_type = by_name[name].loadgen.type
+        if loadgen_type in OPEN_LOOP_TYPES:
+            continue
+        if scale is not None:
+            raise ProbeSpecError(
+                f"{name} has a {loadgen_type} loadgen: capacity is an open-loop question: "
+                f"give {name} a server or constant loadgen"
+            )
+        raise ProbeSpecError(
+            f"--with {name}: a co-runner runs at a fixed rate: give {name} a server or "
+            f"constant loadgen (it has {loadgen_type})"
+        )
+
+
+def probe_spec(loaded: LoadedSpec, request: ProbeRequest, settings: SearchSettings) -> LoadedSpec:
+    """The validated spec of one probe (raises ProbeSpecError when the search cannot run)."""
+    check_searchable(loaded, settings)
+    document = copy.deepcopy(loaded.normalized)
+    rates = pipelines_of(settings)
+    overrides = [f"seed={request.seed}", "repeats=1", "collocation.solo_baselines=false"]
+    document.update(seed=request.seed, repeats=1)
+    document["collocation"] = {**document["collocation"], "solo_baselines": False}
+    document["collocation"].pop("subsets", None)
+    telemetry = document.setdefault("telemetry", {})
+    if telemetry.get("idle_baseline_s"):
+        telemetry["idle_baseline_s"] = 0.0
+        overrides.append("telemetry.idle_baseline_s=0")
+    document["pipelines"] = [p for p in document["pipelines"] if p["name"] in rates]
+    for pipeline in document["pipelines"]:
+        name = pipeline["name"]
+        scale = rates[name]
+        if request.kind == "ceiling" and scale is not None:
+            pipeline["loadgen"] = _closed_loop(pipeline, settings)
+        else:
+            rate = request.rate * scale if scale is not None else settings.with_rates[name]
+            pipeline["loadgen"] = _open_loop(pipeline["loadgen"], rate, settings.probe_s)
+        overrides += [f"pipelines.{name}.loadgen.{k}={v}" for k, v in _shown(pipeline).items()]
+    probe = validate_document(document, loaded.source)
+    return dataclasses.replace(probe, overrides=tuple(overrides))
+
+
+def probe_window_s(request: ProbeRequest, settings: SearchSettings) -> float:
+    """The measured window of a probe: probe_s, or at most CEILING_PROBE_MAX_S for the ceiling."""
+    if request.kind == "ceiling":
+        return min(settings.probe_s, CEILING_PROBE_MAX_S)
+    return settings.probe_s
+
+
+def _open_loop(loadgen: dict[str, Any], rate_qps: float, window_s: float) -> dict[str, Any]:
+    """The open-loop loadgen at `rate_qps` for `window_s`, its timeout grown to cover it."""
+    changed = {**loadgen, "rate": rate_qps, "duration_s": window_s}
+    changed["timeout_s"] = max(float(loadgen["timeout_s"]), _needed_s(changed) + DRAIN_ALLOWANCE_S)
+    return changed
+
+
+def _closed_loop(pipeline: dict[str, Any], settings: SearchSettings) -> dict[str, Any]:
+    """The ceiling probe's loadgen: closed loop, no think time, enough clients to fill the
+    pipeline (CEILING_CONCURRENCY, or one per stage when longer; at most its queue depth)."""
+    loadgen = pipeline["loadgen"]
+    concurrency = min(
+        int(loadgen["queue_depth"]), max(CEILING_CONCURRENCY, len(pipeline["stages"]))
+    )
+    kept = (
+        "samples_per_query",
+        "warmup_queries",
+        "warmup_s",
+        "queue_depth",
+        "on_full",
+        "slo_ms",
+        "max_queries",
+        "min_queries",
+    )
+    changed: dict[str, Any] = {key: loadgen[key] for key in kept if key in loadgen}
+    changed.update(
+        type="closed_loop",
+        concurrency=concurrency,
+        think_time_ms=0.0,
+        duration_s=min(settings.probe_s, CEILING_PROBE_MAX_S),
+    )
+    changed["timeout_s"] = max(float(loadgen["timeout_s"]), _needed_s(changed) + DRAIN_ALLOWANCE_S)
+    return changed
+
+
+def _needed_s(loadgen: dict[str, Any]) -> float:
+    """Warm-up plus window, as the loadgen model's own timeout check counts them."""
+    needed = float(loadgen.get("duration_s", 0.0)) + float(loadgen.get("warmup_s", 0.0))
+    rate = loadgen.get("rate")
+    if rate and loadgen.get("warmup_queries"):
+        needed += loadgen["warmup_queries"] / rate
+    return math.ceil(needed)
+
+
+def _shown(pipeline: dict[str, Any]) -> dict[str, Any]:
+    """The loadgen fields a probe sets, for the manifest's `overrides`."""
+    loadgen = pipeline["loadgen"]
+    names = ("type", "rate", "concurrency", "think_time_ms", "duration_s", "timeout_s")
+    return {name: loadgen[name] for name in names if name in loadgen}
