@@ -164,6 +164,25 @@ def _summary(
     )
 
 
+def verdict_latencies(run_dir: Path) -> dict[str, list[float]]:
+    """Per pipeline, every measured query's verdict latency in ms (failures as +inf), in
+    scheduled order: the same rows and SQL as the summary's verdict (trials and phases one
+    after the other; a capacity probe has one of each)."""
+    connection = _open(Path(run_dir), SUMMARY_TABLES)
+    try:
+        rows = connection.execute(
+            sql_text("summary_verdict_latencies.sql"), {"trial": None, "phase": None}
+        ).fetchall()
+    finally:
+        connection.close()
+    latencies: dict[str, list[float]] = {}
+    for _trial, _phase, pipeline, values in sorted(
+        rows, key=lambda row: (row[0], PHASE_ORDER.get(row[1], 2), row[1], row[2])
+    ):
+        latencies.setdefault(str(pipeline), []).extend(float(value) for value in values)
+    return latencies
+
+
 def summarize_run(run_dir: Path) -> list[PhaseSummary]:
     """One summary per (trial, phase, pipeline) of the run, warm-up excluded."""
     return _summaries(Path(run_dir), None, None)

@@ -5,7 +5,6 @@ finished probe; a line torn by the kill is ignored."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -114,7 +113,9 @@ class SearchStore:
             try:
                 probes.append(ProbeRecord.model_validate_json(line))
             except ValidationError as error:
-                raise ValueError(f"{self.probes_path}:{number}: not a probe record: {error}")
+                raise ValueError(
+                    f"{self.probes_path}:{number}: not a probe record: {error}"
+                ) from None
         return probes
 
     def _cut_torn_tail(self) -> None:

@@ -41,6 +41,7 @@ class CounterSnapshot:
     last_completed_ns: int
     measured: int  # non-warm-up queries recorded, failures included (the verdict's N)
     measured_over_slo: int  # of those, over the pipeline's slo_ms or not ok (its T)
+    inflight: int  # issued, not yet finished (the backlog a capacity probe watches)
     live_p99_ms: float | None  # over the last 2,000 completions: progress display only
 
     @classmethod
@@ -56,6 +57,7 @@ class CounterSnapshot:
             last_completed_ns=counters.last_completed_ns,
             measured=counters.measured,
             measured_over_slo=counters.measured_over_slo,
+            inflight=counters.inflight,
             live_p99_ms=counters.p99_ms(),
         )
 

@@ -38,6 +38,7 @@ class PipelineOutcome:
     last_completed_ns: int | None = None
     measured: int = 0  # non-warm-up queries recorded, failures included (live, for probes)
     measured_over_slo: int = 0  # of those, over the pipeline's slo_ms or not ok
+    inflight: int = 0  # issued, not yet finished (live)
     live_p99_ms: float | None = None  # progress display only: the last 2,000 completions
     summary: dict[str, Any] | None = None  # the phase's figures, from the analysis views
 
@@ -53,6 +54,7 @@ class PipelineOutcome:
         self.last_completed_ns = counters.last_completed_ns
         self.measured = counters.measured
         self.measured_over_slo = counters.measured_over_slo
+        self.inflight = counters.inflight
         self.live_p99_ms = counters.live_p99_ms
 
     def record_done(self, done: Done) -> None:

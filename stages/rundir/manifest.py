@@ -175,6 +175,7 @@ class PipelineResult(_Ours):
     measured_over_slo: int = Field(
         0, description="Of those, the ones over the pipeline's slo_ms or not ok."
     )
+    inflight: int = Field(0, description="Issued queries not yet finished at the last report.")
     live_p99_ms: float | None = Field(
         None, description="Progress display only: p99 of the last 2,000 completions."
     )

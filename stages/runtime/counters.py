@@ -36,6 +36,8 @@ class PipelineCounters:
     """Non-warm-up queries recorded so far, failures included (the SLO verdict's N)."""
     measured_over_slo: int = 0
     """Of those, the ones over the pipeline's `slo_ms` or not ok (the verdict's T)."""
+    inflight: int = 0
+    """Issued queries not yet finished (live: the in-flight table's size at the snapshot)."""
     recent_latency_ns: list[int] = field(default_factory=list)
 
     def p99_ms(self) -> float | None:

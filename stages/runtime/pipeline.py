@@ -126,6 +126,7 @@ class PipelineRuntime:
             first_issue_ns=admission.first_issue_ns,
             measured=recorder.measured,
             measured_over_slo=recorder.measured_over_slo,
+            inflight=len(completion.inflight),
         )
         with completion.lock:
             tallies = list(completion.tallies)

@@ -11,7 +11,12 @@ import pytest
 
 from analysis.db import run_query
 from analysis.loader import load_runs
-from analysis.run_summary import headline_metrics, summarize_phase, summarize_run
+from analysis.run_summary import (
+    headline_metrics,
+    summarize_phase,
+    summarize_run,
+    verdict_latencies,
+)
 from stages.rundir.tables import ChunkWriter, merge_parts
 
 
@@ -121,3 +126,29 @@ def test_headline_metrics_are_finite(tmp_path: Path) -> None:
     assert metrics["latency_p50_ms"] == 2.0
     assert (metrics["queries_measured"], metrics["queries_failed"]) == (100, 1)
     assert metrics["slo_met"] == 0.0  # 100 queries: too few for LoadGen's rule
+
+
+def test_verdict_latencies_come_in_scheduled_order_with_failures_as_inf(tmp_path: Path) -> None:
+    # Written out of order (a later chunk holds the earlier queries, and rows are shuffled):
+    # a capacity probe cuts the list into successive blocks, so the order is the schedule's.
+    keys = {"run_id": "r", "trial": 0, "phase": "solo", "pipeline": "p"}
+    latency_ms = {0: 3.0, 1: 9.0, 2: 1.0, 3: 7.0, 4: 5.0}
+    for label, query_ids in (("a", [4, 2]), ("b", [3, 0, 1])):
+        writer = ChunkWriter(tmp_path, "queries", f"t0-solo-p-{label}", keys)
+        writer.write_columns(
+            {
+                "query_id": query_ids,
+                "scheduled_ns": [q * 10_000_000 for q in query_ids],
+                "issued_ns": [q * 10_000_000 for q in query_ids],
+                "completed_ns": [
+                    None if q == 3 else q * 10_000_000 + int(latency_ms[q] * 1e6) for q in query_ids
+                ],
+                "status": ["timeout" if q == 3 else "ok" for q in query_ids],
+                "samples": [1] * len(query_ids),
+                "warmup": [q == 0 for q in query_ids],
+            }
+        )
+    merge_parts(tmp_path)
+    spec = {"pipelines": [{"name": "p", "loadgen": {"type": "server", "slo_ms": 5}}]}
+    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "r", "spec": spec}))
+    assert verdict_latencies(tmp_path) == {"p": [9.0, 1.0, math.inf, 5.0]}

@@ -1,0 +1,147 @@
+"""Stopping a probe early, from the launcher's live progress events, once it is certain not to
+be met: its over-SLO count already exceeds what LoadGen's rule allows for its planned size, or
+its backlog grows with certainty. A stopped probe is recorded `missed` with the reason."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from stages.capacity.contract import SloRule
+from stages.collocation.results import LauncherInterrupted, ProgressEvent
+
+BACKLOG_MIN_S = 5.0
+"""The backlog rule looks at no fewer seconds of progress reports than this."""
+BACKLOG_MIN_SAMPLES = 8
+
+
+class ProbeAborted(LauncherInterrupted):
+    """Raised from the progress callback to stop a probe that can no longer pass; the launcher
+    stops the run like an interruption (manifest status `interrupted`, the reason among its
+    warnings) and keeps everything measured so far."""
+
+
+@dataclass
+class WatchedPipeline:
+    """A pipeline whose verdict decides the probe: its offered rate, SLO and planned size."""
+
+    rate_qps: float
+    slo_ms: float
+    planned_queries: int
+    max_over_slo: int
+    """The most over-SLO queries a probe of `planned_queries` may have and still be met (-1:
+    it cannot be met at all, so the count rule never fires)."""
+    backlog: list[tuple[float, int]] = field(default_factory=list)
+
+
+def watch(
+    rate_qps: float, slo_ms: float, probe_s: float, rule: SloRule, percentile: float
+) -> WatchedPipeline:
+    """A pipeline to watch at `rate_qps` over a window of `probe_s`."""
+    planned = int(rate_qps * probe_s)
+    return WatchedPipeline(
+        rate_qps, slo_ms, planned, rule.max_passing_over_slo(planned, percentile)
+    )
+
+
+class AbortMonitor:
+    """The progress callback of one probe: raises `ProbeAborted` once (the first reason found,
+    kept in `abort_reason`); `then` sees every event too (a display)."""
+
+    def __init__(
+        self,
+        watched: dict[str, WatchedPipeline],
+        then: Callable[[ProgressEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.watched = watched
+        self.abort_reason: str | None = None
+        self._then = then
+        self._clock = clock
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if self._then is not None:
+            self._then(event)
+        if self.abort_reason is not None or event.kind != "progress":
+            return
+        pipeline = self.watched.get(event.pipeline or "")
+        if pipeline is None:
+            return
+        reason = cannot_pass(pipeline, int(event.data.get("measured_over_slo", 0)))
+        if reason is None:
+            reason = self._backlog_reason(pipeline, event.data)
+        if reason is not None:
+            if len(self.watched) > 1:
+                reason = f"{event.pipeline}: {reason}"
+            self.abort_reason = reason
+            raise ProbeAborted(reason)
+
+    def _backlog_reason(self, pipeline: WatchedPipeline, data: dict[str, object]) -> str | None:
+        issued = int(str(data.get("issued", 0)))
+        if issued <= 0:
+            return None
+        pipeline.backlog.append((self._clock(), int(str(data.get("inflight", 0)))))
+        return growing_backlog(pipeline.backlog, pipeline.rate_qps * pipeline.slo_ms / 1000)
+
+
+def cannot_pass(pipeline: WatchedPipeline, over_slo: int) -> str | None:
+    """The count rule: more queries over the SLO than a met probe of the planned size allows."""
+    if pipeline.max_over_slo < 0 or over_slo <= pipeline.max_over_slo:
+        return None
+    return (
+        f"cannot pass: {over_slo} over SLO > {pipeline.max_over_slo} allowed for "
+        f"{pipeline.planned_queries} planned"
+    )
+
+
+def growing_backlog(samples: list[tuple[float, int]], limit: float) -> str | None:
+    """The backlog rule. With (time s, queries in flight) from the progress reports since the
+    first issue, stop when, after at least BACKLOG_MIN_S and BACKLOG_MIN_SAMPLES reports,
+    (1) the in-flight count now exceeds `limit` = rate x SLO, the queue that Little's law
+    turns into a mean wait of the whole SLO, and (2) the least-squares slope of in-flight
+    against time is positive with its 95% interval above zero. The slope's standard error is
+    inflated by the AR(1) factor (1 + r1) / (1 - r1) of the residuals' lag-1 correlation r1,
+    since a queue's length is autocorrelated and a plain OLS interval would be too narrow. An
+    overloaded open-loop queue grows linearly (slope = rate - service rate), so it fires within
+    seconds; a stable queue fluctuates around its mean and rarely meets both conditions."""
+    if len(samples) < BACKLOG_MIN_SAMPLES or samples[-1][0] - samples[0][0] < BACKLOG_MIN_S:
+        return None
+    if samples[-1][1] <= limit:
+        return None
+    slope, low = slope_interval(samples)
+    if not low > 0:
+        return None
+    return (
+        f"backlog grows: {samples[-1][1]} in flight > {limit:.0f} (rate x SLO), "
+        f"+{slope:.1f}/s (95% interval from {low:.1f}/s)"
+    )
+
+
+def slope_interval(samples: list[tuple[float, int]]) -> tuple[float, float]:
+    """(OLS slope, lower end of its two-sided 95% interval), AR(1)-inflated as above."""
+    count = len(samples)
+    times = [t for t, _ in samples]
+    values = [float(v) for _, v in samples]
+    mean_t, mean_v = sum(times) / count, sum(values) / count
+    sxx = sum((t - mean_t) ** 2 for t in times)
+    if sxx <= 0:
+        return 0.0, -math.inf
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / sxx
+    residuals = [v - mean_v - slope * (t - mean_t) for t, v in zip(times, values, strict=True)]
+    squares = sum(r * r for r in residuals)
+    if squares == 0:
+        return slope, slope if slope > 0 else -math.inf
+    lag1 = sum(a * b for a, b in zip(residuals, residuals[1:], strict=False)) / squares
+    lag1 = min(max(lag1, 0.0), 0.9)
+    variance = squares / (count - 2) / sxx * (1 + lag1) / (1 - lag1)
+    return slope, slope - t_quantile_975(count - 2) * math.sqrt(variance)
+
+
+def t_quantile_975(degrees: int) -> float:
+    """Student's t 97.5% quantile (Cornish-Fisher expansion about the normal; within 1% of
+    the exact value from 5 degrees of freedom up)."""
+    z = 1.959964
+    n = max(degrees, 1)
+    return z + (z**3 + z) / (4 * n) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * n * n)

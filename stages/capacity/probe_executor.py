@@ -1,0 +1,239 @@
+"""Running one probe: the probe's spec as an ordinary run (its run directory under the search's
+`probes/`), stopped early when it can no longer pass, then its record (`ProbeRecord`) from every
+measured query's verdict latency, by the injected SLO rule. A run that fails or crashes is
+recorded with the reason; only an interruption (Ctrl-C) or a run that cannot start propagates."""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stages.capacity.contract import PipelineProbe, ProbeRecord, SearchSettings, SloRule, Verdict
+from stages.capacity.controller import ProbeRequest
+from stages.capacity.early_abort import AbortMonitor, watch
+from stages.capacity.probe_spec import pipelines_of, probe_spec, probe_window_s
+from stages.collocation.launcher import (
+    LauncherInterruptedWithResult,
+    ProgressEvent,
+    RunOptions,
+    RunResult,
+    run_benchmark,
+)
+from stages.spec.loading import LoadedSpec
+
+BATCHES = 10
+"""Successive blocks of the target's measured queries recorded per probe (block bootstrap)."""
+
+
+@dataclass
+class ProbeExecutor:
+    """Runs the probes of one search; `next_index` numbers them (resumed searches start past
+    the recorded ones)."""
+
+    loaded: LoadedSpec
+    settings: SearchSettings
+    probe_runs_dir: Path
+    cache_dir: Path
+    rule: SloRule
+    verdict_latencies: Callable[[Path], dict[str, list[float]]]
+    next_index: int = 0
+    on_event: Callable[[ProgressEvent], None] | None = None
+
+    def __call__(self, request: ProbeRequest) -> ProbeRecord:
+        index = self.next_index
+        spec = probe_spec(self.loaded, request, self.settings)
+        monitor = AbortMonitor(self._watched(request), then=self.on_event)
+        options = RunOptions(
+            out_dir=self.probe_runs_dir,
+            cache_dir=self.cache_dir,
+            run_id=probe_run_id(index, request),
+            progress=monitor,
+        )
+        started = time.monotonic()
+        try:
+            result = run_benchmark(spec, options)
+        except LauncherInterruptedWithResult as stopped:
+            if monitor.abort_reason is None:
+                raise  # Ctrl-C or SIGTERM: the search stops, this probe is not recorded
+            result = stopped.result
+        duration_s = time.monotonic() - started
+        self.next_index += 1
+        return self.record(index, request, result, monitor.abort_reason, duration_s)
+
+    def _watched(self, request: ProbeRequest) -> dict[str, object]:
+        """The pipelines whose verdict decides a search probe (none for the ceiling)."""
+        if request.kind == "ceiling":
+            return {}
+        settings = self.settings
+        return {
+            name: watch(
+                request.rate * scale,
+                self._slo_ms(name),
+                settings.probe_s,
+                self.rule,
+                settings.percentile,
+            )
+            for name, scale in pipelines_of(settings).items()
+            if scale is not None
+        }
+
+    def _slo_ms(self, name: str) -> float:
+        """The searched pipelines' SLO is the search's (--slo-ms or the spec's); a co-runner
+        keeps its own (None: no verdict)."""
+        if name in pipelines_of(self.settings) and pipelines_of(self.settings)[name] is not None:
+            return self.settings.slo_ms
+        spec = next(p for p in self.loaded.spec.pipelines if p.name == name)
+        return spec.loadgen.slo_ms or math.inf
+
+    def record(
+        self,
+        index: int,
+        request: ProbeRequest,
+        result: RunResult,
+        abort_reason: str | None,
+        duration_s: float,
+    ) -> ProbeRecord:
+        """The probe's record from its finished (or stopped, or failed) run directory."""
+        failure = _failure(result)
+        try:
+            latencies = self.verdict_latencies(result.run_dir)
+        except Exception as error:  # a run that left no readable data is still a probe
+            latencies = {}
+            failure = failure or f"no data: {type(error).__name__}: {error}"
+        pipelines = self._pipelines(request, latencies)
+        searched = [name for name, scale in pipelines_of(self.settings).items() if scale]
+        verdict = combined_verdict([pipelines[name].verdict for name in searched])
+        if request.kind == "ceiling":
+            verdict = None
+        elif abort_reason is not None:
+            verdict = "missed"
+        elif failure is not None and verdict != "missed":
+            verdict = "undecided"
+        return ProbeRecord(
+            index=index,
+            kind=request.kind,
+            rate=request.rate,
+            seed=request.seed,
+            queries=sum(pipelines[name].queries for name in searched),
+            over_slo=sum(pipelines[name].over_slo for name in searched),
+            verdict=verdict,
+            p99_ms=_worst([pipelines[name].p99_ms for name in searched]),
+            abort_reason=abort_reason or failure,
+            run_dir=str(result.run_dir),
+            throughput_qps=_total([pipelines[name].throughput_qps for name in searched]),
+            duration_s=round(duration_s, 3),
+            batches=_merged_batches([latencies.get(name, []) for name in searched], searched, self),
+            pipelines=pipelines,
+        )
+
+    def _pipelines(
+        self, request: ProbeRequest, latencies: dict[str, list[float]]
+    ) -> dict[str, PipelineProbe]:
+        window_s = probe_window_s(request, self.settings)
+        figures = {}
+        for name, scale in pipelines_of(self.settings).items():
+            if scale is not None:
+                rate = None if request.kind == "ceiling" else request.rate * scale
+            else:
+                rate = self.settings.with_rates[name]
+            figures[name] = pipeline_probe(
+                latencies.get(name, []), self._slo_ms(name), rate, window_s, self
+            )
+        return figures
+
+
+def pipeline_probe(
+    latencies: Sequence[float],
+    slo_ms: float,
+    rate_qps: float | None,
+    window_s: float,
+    executor: ProbeExecutor,
+) -> PipelineProbe:
+    """One pipeline's figures in one probe (slo_ms inf: it has no SLO, so no verdict)."""
+    over = sum(1 for latency in latencies if latency > slo_ms)
+    verdict: Verdict | None = None
+    if math.isfinite(slo_ms):
+        verdict = executor.rule.verdict(len(latencies), over, executor.settings.percentile)
+    completed = sum(1 for latency in latencies if math.isfinite(latency))
+    return PipelineProbe(
+        rate_qps=rate_qps,
+        queries=len(latencies),
+        over_slo=over,
+        verdict=verdict,
+        p99_ms=nearest_rank(latencies, 0.99),
+        throughput_qps=completed / window_s if window_s > 0 else None,
+    )
+
+
+def nearest_rank(values: Sequence[float], percentile: float) -> float | None:
+    """The nearest-rank percentile (failures, +inf, included); None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(percentile * len(ordered)) - 1)]
+
+
+def batches_of(
+    latencies: Sequence[float], slo_ms: float, count: int = BATCHES
+) -> list[tuple[int, int]]:
+    """(queries, over_slo) of `count` successive blocks of the measured queries, in order."""
+    if not latencies:
+        return []
+    bounds = [round(i * len(latencies) / count) for i in range(count + 1)]
+    return [
+        (end - start, sum(1 for latency in latencies[start:end] if latency > slo_ms))
+        for start, end in zip(bounds, bounds[1:], strict=False)
+    ]
+
+
+def _merged_batches(
+    series: list[list[float]], names: list[str], executor: ProbeExecutor
+) -> list[tuple[int, int]]:
+    """Block counts of the searched pipelines, added block by block (a ray has several)."""
+    merged = [0, 0] * BATCHES
+    found = False
+    for latencies, name in zip(series, names, strict=True):
+        for block, (queries, over) in enumerate(batches_of(latencies, executor._slo_ms(name))):
+            merged[2 * block] += queries
+            merged[2 * block + 1] += over
+            found = True
+    return [(merged[2 * i], merged[2 * i + 1]) for i in range(BATCHES)] if found else []
+
+
+def combined_verdict(verdicts: Sequence[Verdict | None]) -> Verdict | None:
+    """All met: met; any missed: missed; else undecided (None: no verdict at all)."""
+    known = [verdict for verdict in verdicts if verdict is not None]
+    if not known:
+        return None
+    if "missed" in known:
+        return "missed"
+    return "met" if all(verdict == "met" for verdict in known) else "undecided"
+
+
+def probe_run_id(index: int, request: ProbeRequest) -> str:
+    """The probe's run directory name: order, kind, rate, seed and a random tail (a probe cut
+    short by Ctrl-C is run again under a new name)."""
+    rate = "closed" if request.kind == "ceiling" else f"{request.rate:.4g}qps"
+    return f"p{index:02d}-{request.kind}-{rate}-seed{request.seed}-{secrets.token_hex(2)}"
+
+
+def _failure(result: RunResult) -> str | None:
+    """Why the run failed (a worker crash, a timeout, an exhausted error budget), or None."""
+    failed = [f"{o.pipeline}: {o.status}: {o.error}" for o in result.results if o.status != "ok"]
+    if result.status == "interrupted":
+        return None  # stopped by the abort monitor: its reason says why
+    return f"run failed: {'; '.join(failed)}" if failed else None
+
+
+def _worst(values: Sequence[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return max(known) if known else None
+
+
+def _total(values: Sequence[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
