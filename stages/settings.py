@@ -17,6 +17,12 @@ def runs_dir() -> Path:
     return home() / "runs"
 
 
+def capacity_dir() -> Path:
+    """Capacity searches (`collobench capacity`): `<search_id>/` with search.json,
+    probes.jsonl, capacity.json and each probe's run directory under `probes/`."""
+    return home() / "capacity"
+
+
 def cache_dir() -> Path:
     """Generated datasets and models (seeded, so they can be rebuilt at will)."""
     return home() / "cache"

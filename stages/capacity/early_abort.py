@@ -4,6 +4,7 @@ its backlog grows with certainty. A stopped probe is recorded `missed` with the 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -133,7 +134,7 @@ def slope_interval(samples: list[tuple[float, int]]) -> tuple[float, float]:
     squares = sum(r * r for r in residuals)
     if squares == 0:
         return slope, slope if slope > 0 else -math.inf
-    lag1 = sum(a * b for a, b in zip(residuals, residuals[1:], strict=False)) / squares
+    lag1 = sum(a * b for a, b in itertools.pairwise(residuals)) / squares
     lag1 = min(max(lag1, 0.0), 0.9)
     variance = squares / (count - 2) / sxx * (1 + lag1) / (1 - lag1)
     return slope, slope - t_quantile_975(count - 2) * math.sqrt(variance)

@@ -5,6 +5,7 @@ recorded with the reason; only an interruption (Ctrl-C) or a run that cannot sta
 
 from __future__ import annotations
 
+import itertools
 import math
 import secrets
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from stages.capacity.contract import PipelineProbe, ProbeRecord, SearchSettings, SloRule, Verdict
 from stages.capacity.controller import ProbeRequest
-from stages.capacity.early_abort import AbortMonitor, watch
+from stages.capacity.early_abort import AbortMonitor, WatchedPipeline, watch
 from stages.capacity.probe_spec import pipelines_of, probe_spec, probe_window_s
 from stages.collocation.launcher import (
     LauncherInterruptedWithResult,
@@ -64,7 +65,7 @@ class ProbeExecutor:
         self.next_index += 1
         return self.record(index, request, result, monitor.abort_reason, duration_s)
 
-    def _watched(self, request: ProbeRequest) -> dict[str, object]:
+    def _watched(self, request: ProbeRequest) -> dict[str, WatchedPipeline]:
         """The pipelines whose verdict decides a search probe (none for the ceiling)."""
         if request.kind == "ceiling":
             return {}
@@ -186,7 +187,7 @@ def batches_of(
     bounds = [round(i * len(latencies) / count) for i in range(count + 1)]
     return [
         (end - start, sum(1 for latency in latencies[start:end] if latency > slo_ms))
-        for start, end in zip(bounds, bounds[1:], strict=False)
+        for start, end in itertools.pairwise(bounds)
     ]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import typer
 import typer.core
 
-from stages.cli.commands import report, run, spec, warehouse
+from stages.cli.commands import capacity, report, run, spec, warehouse
 from stages.cli.commands.artifacts import artifacts_app
 from stages.cli.console import EXIT_INVALID_INPUT, err
 from stages.spec.checks import one_line
@@ -69,6 +69,7 @@ for command in (
     spec.schema,
     spec.graph,
     run.run,
+    capacity.capacity,
     warehouse.load,
     report.report,
     warehouse.sql,

@@ -1,0 +1,273 @@
+"""`collobench capacity`: the highest offered load a pipeline sustains within its latency SLO,
+alone or next to co-runners at fixed rates, by a search over real probes (stages.capacity).
+Bad input is one line and exit 2; an infeasible SLO is an answer (exit 0); Ctrl-C keeps the
+probes so far and exits 130 naming `--resume`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from stages import settings
+from stages.cli.capacity_output import print_result, publish_search
+from stages.cli.commands.spec import load_or_refuse
+from stages.cli.console import EXIT_INTERRUPTED, err, fail_input, out
+from stages.cli.options import DbOption
+from stages.spec.loading import LoadedSpec
+
+SEARCH_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+WITH_PATTERN = re.compile(r"(?P<name>[^=\s]+)=(?P<rate>[^=\s]+)")
+
+WithOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--with",
+        help="A co-runner at a fixed offered rate, OTHER=RATE (queries/s), run next to the "
+        "target in every probe; repeat for more. Default: the target alone.",
+    ),
+]
+
+
+def capacity(
+    spec: Annotated[Path, typer.Argument(help="Spec YAML file.", show_default=False)],
+    pipeline: Annotated[
+        str | None, typer.Option("--pipeline", help="The pipeline whose capacity is searched.")
+    ] = None,
+    slo_ms: Annotated[
+        float | None,
+        typer.Option("--slo-ms", help="Latency objective (default: the pipeline's slo_ms)."),
+    ] = None,
+    percentile: Annotated[
+        float, typer.Option("--percentile", help="The percentile the SLO bounds.")
+    ] = 0.99,
+    precision: Annotated[
+        float, typer.Option("--precision", help="Stop when the bracket's hi / lo <= 1 + this.")
+    ] = 0.05,
+    max_probes: Annotated[
+        int, typer.Option("--max-probes", help="Probe budget, the ceiling probe included.")
+    ] = 14,
+    probe_s: Annotated[
+        float | None,
+        typer.Option("--probe-s", help="Each probe's window (default: the pipeline's duration_s)."),
+    ] = None,
+    with_: WithOption = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Parent folder of the search (default: capacity/).")
+    ] = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Continue this search from its recorded probes.")
+    ] = None,
+    search_id: Annotated[
+        str | None, typer.Option("--search-id", help="Name of a new search's folder.")
+    ] = None,
+    db: DbOption = None,
+    mlflow: Annotated[
+        bool, typer.Option("--mlflow/--no-mlflow", help="Record the search in MLflow.")
+    ] = True,
+) -> None:
+    """Find the highest offered rate PIPELINE sustains within its latency SLO (certified by
+    LoadGen's rule, and estimated with a 95% interval), alone or next to --with co-runners."""
+    loaded = load_or_refuse(spec)
+    parent = out_dir or settings.capacity_dir()
+    if resume is not None:
+        search = resumed_settings(loaded, parent, resume)
+    else:
+        asked = SearchQuestion(pipeline, slo_ms, percentile, precision, max_probes, probe_s)
+        search = new_settings(loaded, asked, with_ or [], search_id, parent)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    mlflow_uri = settings.mlflow_tracking_uri() if mlflow else None
+    result = _search(loaded, search, parent, mlflow_uri)
+    search_dir = parent / search.search_id
+    report = publish_search(search_dir, db or settings.duckdb_path())
+    print_result(result, search_dir, report)
+
+
+class SearchQuestion:
+    """The flags of a new search, as given."""
+
+    def __init__(
+        self,
+        pipeline: str | None,
+        slo_ms: float | None,
+        percentile: float,
+        precision: float,
+        max_probes: int,
+        probe_s: float | None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.slo_ms = slo_ms
+        self.percentile = percentile
+        self.precision = precision
+        self.max_probes = max_probes
+        self.probe_s = probe_s
+
+
+def new_settings(
+    loaded: LoadedSpec,
+    asked: SearchQuestion,
+    with_rates: list[str],
+    search_id: str | None,
+    parent: Path,
+) -> Any:
+    """The SearchSettings of a new search; exit 2 with one line on bad input."""
+    from stages.capacity.contract import SearchSettings
+    from stages.capacity.probe_spec import ProbeSpecError, check_searchable
+
+    target = _target(loaded, asked.pipeline)
+    slo_ms = asked.slo_ms if asked.slo_ms is not None else target.loadgen.slo_ms
+    if slo_ms is None:
+        raise fail_input([f"{asked.pipeline}: no slo_ms in the spec's pipeline: give --slo-ms"])
+    rates = parse_with(with_rates, loaded, target.name)
+    probe_s = asked.probe_s if asked.probe_s is not None else target.loadgen.duration_s
+    name = search_id or _default_search_id(loaded, target.name)
+    if not SEARCH_ID_PATTERN.fullmatch(name):
+        raise fail_input([f"--search-id: {name!r} is not a folder name"])
+    if (parent / name).exists():
+        raise fail_input([f"--search-id: {parent / name} exists: continue it with --resume {name}"])
+    fields = {
+        "search_id": name,
+        "spec_source": loaded.source,
+        "spec_hash": loaded.spec_hash,
+        "pipeline": target.name,
+        "slo_ms": slo_ms,
+        "percentile": asked.percentile,
+        "precision": asked.precision,
+        "max_probes": asked.max_probes,
+        "probe_s": probe_s,
+        "with": rates,
+        "base_seed": loaded.spec.seed,
+        "min_rate": min_rate_qps(probe_s, asked.percentile),
+    }
+    search = _validated(SearchSettings, fields)
+    try:
+        check_searchable(loaded, search)
+    except ProbeSpecError as error:
+        raise fail_input([str(error)]) from None
+    return search
+
+
+def _target(loaded: LoadedSpec, pipeline: str | None) -> Any:
+    """The searched pipeline's spec; exit 2 when unnamed, unknown or not open loop."""
+    known = [p.name for p in loaded.spec.pipelines]
+    if pipeline is None:
+        raise fail_input([f"--pipeline: name the pipeline to search (known: {', '.join(known)})"])
+    target = next((p for p in loaded.spec.pipelines if p.name == pipeline), None)
+    if target is None:
+        raise fail_input([f"--pipeline {pipeline}: unknown pipeline (known: {', '.join(known)})"])
+    if target.loadgen.type not in ("server", "constant"):
+        raise fail_input(
+            [
+                f"{pipeline} has a {target.loadgen.type} loadgen: capacity is an open-loop "
+                f"question: give {pipeline} a server or constant loadgen"
+            ]
+        )
+    return target
+
+
+def parse_with(values: list[str], loaded: LoadedSpec, target: str) -> dict[str, float]:
+    """--with OTHER=RATE values as {name: rate}; exit 2 on an unknown name or a bad rate."""
+    known = [p.name for p in loaded.spec.pipelines if p.name != target]
+    rates: dict[str, float] = {}
+    for value in values:
+        match = WITH_PATTERN.fullmatch(value.strip())
+        if match is None:
+            raise fail_input([f"--with {value!r}: expected OTHER=RATE (e.g. busy=20)"])
+        name, text = match["name"], match["rate"]
+        if name not in known:
+            raise fail_input(
+                [f"--with {value}: unknown co-runner {name!r} (known: {', '.join(known) or '-'})"]
+            )
+        try:
+            rate = float(text)
+        except ValueError:
+            rate = math.nan
+        if not (math.isfinite(rate) and rate > 0):
+            raise fail_input([f"--with {value}: RATE must be a positive number of queries/s"])
+        rates[name] = rate
+    return rates
+
+
+def resumed_settings(loaded: LoadedSpec, parent: Path, search_id: str) -> Any:
+    """The recorded settings of the search to continue; exit 2 when there is none or it was
+    started on another spec."""
+    from stages.capacity.store import SearchStore
+
+    store = SearchStore(parent / search_id)
+    if not SEARCH_ID_PATTERN.fullmatch(search_id) or not store.exists():
+        raise fail_input([f"--resume {search_id}: no such search in {parent}"])
+    try:
+        recorded = store.read_settings()
+    except ValueError as error:
+        raise fail_input(
+            [f"--resume {search_id}: unreadable {store.settings_path}: {error}"]
+        ) from None
+    if recorded.spec_hash != loaded.spec_hash:
+        raise fail_input(
+            [
+                f"--resume {search_id}: the spec differs from the one the search started with "
+                f"(hash {loaded.spec_hash[:12]} vs {str(recorded.spec_hash)[:12]})"
+            ]
+        )
+    return recorded
+
+
+def min_rate_qps(probe_s: float, percentile: float) -> float:
+    """The lowest rate a probe of `probe_s` can be met at: below it, a window holds too few
+    queries for LoadGen's rule even with none over the SLO (459 for p99)."""
+    from analysis.early_stopping import DEFAULT_CONFIDENCE, min_passing_queries
+
+    return min_passing_queries(0, percentile, DEFAULT_CONFIDENCE) / probe_s
+
+
+def _validated(model: Any, fields: dict[str, Any]) -> Any:
+    """The model from `fields`, or exit 2 naming the first bad flag."""
+    from pydantic import ValidationError
+
+    flags = {"probe_s": "--probe-s", "max_probes": "--max-probes", "with": "--with"}
+    try:
+        return model.model_validate(fields)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        name = str(problem["loc"][0]) if problem["loc"] else ""
+        flag = flags.get(name, f"--{name.replace('_', '-')}")
+        raise fail_input([f"{flag}: {problem['msg']} (got {problem.get('input')!r})"]) from None
+
+
+def _default_search_id(loaded: LoadedSpec, pipeline: str) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{loaded.spec.name}-{pipeline}"
+
+
+def _search(loaded: LoadedSpec, search: Any, parent: Path, mlflow_uri: str | None) -> Any:
+    """Run (or resume) the search, one progress line per probe; exit 130 on Ctrl-C."""
+    from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
+    from stages.cli.capacity_output import log_search, slo_rule, verdict_latencies
+    from stages.collocation.launcher import LauncherInterruptedWithResult, LaunchError
+
+    options = SearchRunOptions(
+        out_dir=parent,
+        cache_dir=settings.cache_dir(),
+        rule=slo_rule(),
+        verdict_latencies=verdict_latencies,
+        mlflow_uri=mlflow_uri,
+        log_search=log_search,
+        progress=lambda line: out.print(line, highlight=False, markup=False),
+    )
+    out.print(f"capacity search {search.search_id}: {parent / search.search_id}", highlight=False)
+    try:
+        return run_capacity_search(loaded, search, options)
+    except LaunchError as error:
+        raise fail_input([f"{loaded.source}: {error}"]) from None
+    except (KeyboardInterrupt, LauncherInterruptedWithResult):
+        err.print(
+            f"interrupted; the probes so far are kept: continue with "
+            f"collobench capacity {loaded.source} --out {parent} --resume {search.search_id}",
+            markup=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
