@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,9 +105,12 @@ def growing_backlog(samples: list[tuple[float, int]], limit: float) -> str | Non
     turns into a mean wait of the whole SLO, and (2) the least-squares slope of in-flight
     against time is positive with its 95% interval above zero. The slope's standard error is
     inflated by the AR(1) factor (1 + r1) / (1 - r1) of the residuals' lag-1 correlation r1,
-    since a queue's length is autocorrelated and a plain OLS interval would be too narrow. An
-    overloaded open-loop queue grows linearly (slope = rate - service rate), so it fires within
-    seconds; a stable queue fluctuates around its mean and rarely meets both conditions."""
+    since a queue's length is autocorrelated and a plain OLS interval would be too narrow; and
+    as the test is repeated at every report, the 95% holds for the whole probe (Bonferroni:
+    each look with n reports so far uses the one-sided 1 - 0.025 / n quantile). An overloaded
+    open-loop queue grows linearly (slope = rate - service rate, hundreds of queries over a
+    few seconds), so it still fires within seconds; a stable queue fluctuates around its mean
+    and rarely meets both conditions."""
     if len(samples) < BACKLOG_MIN_SAMPLES or samples[-1][0] - samples[0][0] < BACKLOG_MIN_S:
         return None
     if samples[-1][1] <= limit:
@@ -121,7 +125,8 @@ def growing_backlog(samples: list[tuple[float, int]], limit: float) -> str | Non
 
 
 def slope_interval(samples: list[tuple[float, int]]) -> tuple[float, float]:
-    """(OLS slope, lower end of its two-sided 95% interval), AR(1)-inflated as above."""
+    """(OLS slope, lower end of its interval), AR(1)-inflated and Bonferroni-corrected over
+    the len(samples) looks, as above."""
     count = len(samples)
     times = [t for t, _ in samples]
     values = [float(v) for _, v in samples]
@@ -137,12 +142,12 @@ def slope_interval(samples: list[tuple[float, int]]) -> tuple[float, float]:
     lag1 = sum(a * b for a, b in itertools.pairwise(residuals)) / squares
     lag1 = min(max(lag1, 0.0), 0.9)
     variance = squares / (count - 2) / sxx * (1 + lag1) / (1 - lag1)
-    return slope, slope - t_quantile_975(count - 2) * math.sqrt(variance)
+    return slope, slope - t_quantile(1 - 0.025 / count, count - 2) * math.sqrt(variance)
 
 
-def t_quantile_975(degrees: int) -> float:
-    """Student's t 97.5% quantile (Cornish-Fisher expansion about the normal; within 1% of
-    the exact value from 5 degrees of freedom up)."""
-    z = 1.959964
+def t_quantile(probability: float, degrees: int) -> float:
+    """Student's t quantile (Cornish-Fisher expansion about the normal's; within 1% of the
+    exact value from 5 degrees of freedom up at the 97.5% quantile)."""
+    z = statistics.NormalDist().inv_cdf(probability)
     n = max(degrees, 1)
     return z + (z**3 + z) / (4 * n) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * n * n)

@@ -1,0 +1,82 @@
+"""A probe stops once it can no longer pass (LoadGen's count rule for its planned size) or its
+backlog grows with certainty; a stable queue is left alone; the stop is raised once, as an
+interruption the launcher already handles."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from stages.capacity.early_abort import (
+    AbortMonitor,
+    ProbeAborted,
+    cannot_pass,
+    growing_backlog,
+    watch,
+)
+from stages.cli.capacity_output import LoadgenRule
+from stages.collocation.results import LauncherInterrupted, ProgressEvent
+
+RULE = LoadgenRule()
+
+
+def progress(pipeline: str, **counts: int) -> ProgressEvent:
+    return ProgressEvent("progress", 0, "solo", pipeline, data=counts)
+
+
+def test_the_count_rule_fires_just_past_what_a_met_probe_allows() -> None:
+    pipeline = watch(100, 50, 30, RULE, 0.99)  # 3000 planned
+    allowed = pipeline.max_over_slo
+    assert allowed == RULE.max_passing_over_slo(3000, 0.99) == 17  # research note, 1.4
+    assert cannot_pass(pipeline, allowed) is None
+    assert cannot_pass(pipeline, allowed + 1) == (
+        f"cannot pass: {allowed + 1} over SLO > {allowed} allowed for 3000 planned"
+    )
+
+
+def test_a_probe_too_short_to_ever_pass_is_not_stopped_by_the_count_rule() -> None:
+    pipeline = watch(10, 50, 10, RULE, 0.99)  # 100 planned: below the 459 any pass needs
+    assert pipeline.max_over_slo == -1
+    assert cannot_pass(pipeline, 50) is None
+
+
+def test_a_linearly_growing_backlog_is_stopped_after_five_seconds() -> None:
+    noise = random.Random(1)
+    samples = [(t / 2, int(30 * t / 2 + noise.randint(0, 20))) for t in range(8)]
+    assert growing_backlog(samples, limit=5) is None  # 3.5 s: too early
+    samples += [(t / 2, int(30 * t / 2 + noise.randint(0, 20))) for t in range(8, 12)]
+    reason = growing_backlog(samples, limit=5)
+    assert reason is not None and reason.startswith("backlog grows: ")
+    assert growing_backlog(samples, limit=10_000) is None  # not yet past rate x SLO
+
+
+def test_a_stable_queue_is_left_alone() -> None:
+    noise = random.Random(2)
+    fired = 0
+    for _ in range(200):
+        samples = [(t / 2, noise.randint(0, 40)) for t in range(40)]
+        fired += any(growing_backlog(samples[:n], limit=8) for n in range(10, 41))
+    assert fired <= 10  # at most 5% of stable 20 s probes, tested at every report
+
+
+def test_the_monitor_raises_once_as_an_interruption_and_passes_events_on() -> None:
+    seen: list[ProgressEvent] = []
+    monitor = AbortMonitor({"target": watch(100, 50, 30, RULE, 0.99)}, then=seen.append)
+    monitor(progress("co-runner", measured_over_slo=500, issued=10))  # not watched
+    monitor(progress("target", measured_over_slo=17, issued=10))
+    assert monitor.abort_reason is None
+    with pytest.raises(ProbeAborted) as raised:
+        monitor(progress("target", measured_over_slo=18, issued=10))
+    assert isinstance(raised.value, LauncherInterrupted)
+    assert str(raised.value) == monitor.abort_reason
+    monitor(progress("target", measured_over_slo=99, issued=10))  # the shutdown's reports
+    assert len(seen) == 4
+
+
+def test_a_ray_names_the_pipeline_that_cannot_pass() -> None:
+    monitor = AbortMonitor(
+        {"a": watch(100, 50, 30, RULE, 0.99), "b": watch(100, 50, 30, RULE, 0.99)}
+    )
+    with pytest.raises(ProbeAborted, match=r"^b: cannot pass: 18 over SLO"):
+        monitor(progress("b", measured_over_slo=18, issued=10))
