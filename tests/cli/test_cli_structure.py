@@ -30,6 +30,7 @@ def test_the_console_script_entry_and_every_command() -> None:
         "schema",
         "graph",
         "run",
+        "capacity",
         "load",
         "report",
         "sql",

@@ -222,6 +222,8 @@ def min_rate_qps(probe_s: float, percentile: float) -> float:
     queries for LoadGen's rule even with none over the SLO (459 for p99)."""
     from analysis.early_stopping import DEFAULT_CONFIDENCE, min_passing_queries
 
+    if not (probe_s > 0 and 0 < percentile < 1):
+        return 1.0  # the settings' own validation names the bad flag
     return min_passing_queries(0, percentile, DEFAULT_CONFIDENCE) / probe_s
 
 
