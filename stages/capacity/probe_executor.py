@@ -24,6 +24,7 @@ from stages.collocation.launcher import (
     RunResult,
     run_benchmark,
 )
+from stages.rundir.manifest import read_manifest_document
 from stages.spec.loading import LoadedSpec
 
 BATCHES = 10
@@ -43,6 +44,8 @@ class ProbeExecutor:
     verdict_latencies: Callable[[Path], dict[str, list[float]]]
     next_index: int = 0
     on_event: Callable[[ProgressEvent], None] | None = None
+    environment: dict[str, object] | None = None
+    """The environment the first probe captured, recorded as is by the later ones."""
 
     def __call__(self, request: ProbeRequest) -> ProbeRecord:
         index = self.next_index
@@ -53,6 +56,7 @@ class ProbeExecutor:
             cache_dir=self.cache_dir,
             run_id=probe_run_id(index, request),
             progress=monitor,
+            environment=self.environment,
         )
         started = time.monotonic()
         try:
@@ -63,6 +67,8 @@ class ProbeExecutor:
             result = stopped.result
         duration_s = time.monotonic() - started
         self.next_index += 1
+        if self.environment is None:
+            self.environment = _environment_of(result.run_dir)
         return self.record(index, request, result, monitor.abort_reason, duration_s)
 
     def _watched(self, request: ProbeRequest) -> dict[str, WatchedPipeline]:
@@ -220,6 +226,15 @@ def probe_run_id(index: int, request: ProbeRequest) -> str:
     short by Ctrl-C is run again under a new name)."""
     rate = "closed" if request.kind == "ceiling" else f"{request.rate:.4g}qps"
     return f"p{index:02d}-{request.kind}-{rate}-seed{request.seed}-{secrets.token_hex(2)}"
+
+
+def _environment_of(run_dir: Path) -> dict[str, object] | None:
+    """The environment a run's manifest recorded (None when it has none)."""
+    try:
+        environment = read_manifest_document(run_dir).get("environment")
+    except Exception:  # a probe without a readable manifest: the next one probes again
+        return None
+    return environment if isinstance(environment, dict) and environment else None
 
 
 def _failure(result: RunResult) -> str | None:

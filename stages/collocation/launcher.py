@@ -99,6 +99,10 @@ class RunOptions:
     """Where the per-device locks live (see `device_locks`)."""
     device_wait_s: float = field(default_factory=settings.device_wait_s)
     """How long to wait for a device another benchmark holds before refusing to start."""
+    environment: dict[str, object] | None = None
+    """The environment a run minutes earlier captured on this machine, recorded as is instead
+    of probing again (a capacity search's probes after the first: the probe costs seconds,
+    over ten on a loaded machine, in every probe)."""
 
 
 def new_run_id(spec_name: str) -> str:
@@ -122,7 +126,7 @@ class Launcher:
         # When the harness's own work ran, so a reader can check it never overlapped a window.
         self.timeline: list[dict[str, Any]] = []
         self._supervisor = Supervisor(self.context, self._emit, self.warnings)
-        self._probe = EnvironmentProbe(options.project_dir, self.timeline)
+        self._probe = EnvironmentProbe(options.project_dir, self.timeline, options.environment)
         self._live: list[WorkerHandle] = []
         self._samplers: SamplerGroup | None = None
         self._gpu_count: int | None = None

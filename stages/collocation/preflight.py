@@ -58,14 +58,21 @@ class EnvironmentProbe:
     """Captures the environment (~1.3 s: a torch import in a subprocess) in a thread, so it
     overlaps the workers' spawning and preparation; its span joins `timeline`."""
 
-    def __init__(self, project_dir: Path, timeline: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        project_dir: Path,
+        timeline: list[dict[str, Any]],
+        known: dict[str, object] | None = None,
+    ) -> None:
+        """`known`: an environment captured earlier on this machine, taken as is (no probe)."""
         self._project_dir = project_dir
         self._timeline = timeline
-        self.environment: dict[str, object] | None = None  # filled in by the thread
+        self.environment: dict[str, object] | None = known  # else filled in by the thread
         self._thread = threading.Thread(target=self._capture, name="environment-probe", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        if self.environment is None:
+            self._thread.start()
 
     def _capture(self) -> None:
         from stages.collocation.environment import capture_environment
@@ -91,4 +98,5 @@ class EnvironmentProbe:
             )
 
     def join(self, timeout_s: float) -> None:
-        self._thread.join(timeout=timeout_s)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=timeout_s)
