@@ -71,7 +71,9 @@ def test_an_early_stop_reads_missed_with_its_reason() -> None:
 def test_a_crashed_run_is_recorded_not_lost() -> None:
     good = [10.0] * 2000
     crashed = run("failed", ("a", "failed"))
-    record = executor({"a": good}).record(0, ProbeRequest("search", 200, 0, False), crashed, None, 1)
+    record = executor({"a": good}).record(
+        0, ProbeRequest("search", 200, 0, False), crashed, None, 1
+    )
     assert record.verdict == "undecided"  # its data would pass: try again, do not trust it
     assert record.abort_reason is not None and record.abort_reason.startswith("run failed: a")
     bad = [10.0] * 500 + [math.inf] * 500

@@ -21,7 +21,7 @@ def probe(index: int, verdict: str | None = "met") -> ProbeRecord:
         seed=0,
         queries=1000,
         over_slo=index,
-        verdict=verdict,  # type: ignore[arg-type]
+        verdict=verdict,
         p99_ms=12.5,
         run_dir=f"probes/p{index:02d}",
         batches=[(100, 0)] * 10,
@@ -106,7 +106,7 @@ def test_the_result_is_replaced_atomically(tmp_path: Path, monkeypatch: pytest.M
         raise OSError("killed before the rename")
 
     monkeypatch.setattr(store_module.os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="killed before the rename"):
         store.write_result(first.model_copy(update={"certified_qps": 99.0}))
     assert store.read_result() == first  # the old file, whole
     assert '"certified_qps"' in store.result_path.read_text()

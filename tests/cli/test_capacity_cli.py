@@ -15,6 +15,8 @@ from stages.capacity.contract import CapacityResult, ProbeRecord
 from stages.cli.app import app
 
 runner = CliRunner()
+START = ["capacity"]
+FLAGS = ["--pipeline", "sleeper", "--no-mlflow"]
 
 
 def write_spec(folder: Path, target: dict[str, Any] | None = None) -> Path:
@@ -147,20 +149,21 @@ def fake_result(stop_reason: str) -> CapacityResult:
         estimate_ci95=None,
         bracket=(0.0, 30.6),
         probes=[probe],
-        stop_reason=stop_reason,  # type: ignore[arg-type]
+        stop_reason=stop_reason,
         **{"with": {}},
     )
+
+
+def invoke(tmp_path: Path, *extra: str) -> Any:
+    spec = str(write_spec(tmp_path))
+    return runner.invoke(app, [*START, spec, *FLAGS, "--out", str(tmp_path / "out"), *extra])
 
 
 def test_an_infeasible_slo_is_an_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         search_runner, "run_capacity_search", lambda *args: fake_result("infeasible")
     )
-    result = runner.invoke(
-        app,
-        ["capacity", str(write_spec(tmp_path)), "--pipeline", "sleeper", "--no-mlflow"]
-        + ["--out", str(tmp_path / "out"), "--db", str(tmp_path / "w.duckdb")],
-    )
+    result = invoke(tmp_path, "--db", str(tmp_path / "w.duckdb"))
     assert result.exit_code == 0, result.output
     assert "stop reason: infeasible" in result.output
     assert "certified capacity: -" in result.output
@@ -171,10 +174,6 @@ def test_ctrl_c_exits_130_naming_resume(tmp_path: Path, monkeypatch: pytest.Monk
         raise KeyboardInterrupt
 
     monkeypatch.setattr(search_runner, "run_capacity_search", interrupted)
-    result = runner.invoke(
-        app,
-        ["capacity", str(write_spec(tmp_path)), "--pipeline", "sleeper", "--no-mlflow"]
-        + ["--out", str(tmp_path / "out"), "--search-id", "mine"],
-    )
+    result = invoke(tmp_path, "--search-id", "mine")
     assert result.exit_code == 130
     assert "--resume mine" in result.output
