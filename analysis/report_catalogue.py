@@ -205,6 +205,24 @@ CATALOGUE: tuple[ReportView, ...] = (
         ),
     ),
     ReportView(
+        "slo_verdicts",
+        order_by=_RUN_KEYS,
+        terminal=names("trial phase pipeline slo_ms percentile queries over_slo slo_verdict"),
+        report_md=Section(
+            "SLO verdicts (met: LoadGen's early-stopping rule; missed: too many queries over "
+            "the SLO to meet the percentile; undecided: too few queries to tell; 99% "
+            "confidence, failures over the SLO)",
+            (
+                *_KEYS,
+                ("SLO ms", "slo_ms"),
+                ("percentile", "percentile"),
+                ("queries", "queries"),
+                ("over SLO", "over_slo"),
+                ("verdict", "slo_verdict"),
+            ),
+        ),
+    ),
+    ReportView(
         "stage_breakdown",
         order_by=(*_RUN_KEYS, "stage"),
         terminal=names(
