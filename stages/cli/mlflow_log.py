@@ -167,7 +167,7 @@ def verdict_tags(results: list[PipelineResult]) -> dict[str, str]:
     by_trial = {r.trial: r.slo_verdict for r in results if r.slo_verdict is not None}
     if not by_trial:
         return {}
-    tags = {f"slo_verdict.{trial}": verdict for trial, verdict in sorted(by_trial.items())}
+    tags: dict[str, str] = {f"slo_verdict.{trial}": v for trial, v in sorted(by_trial.items())}
     tags["slo_verdict"] = max(by_trial.values(), key=_VERDICT_SEVERITY.index)
     return tags
 
