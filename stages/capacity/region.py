@@ -171,9 +171,7 @@ def finished_result(out_dir: Path, settings: SearchSettings) -> CapacityResult |
             raise RegionInputError(
                 f"{folder} holds a search with other settings: give another --search-id"
             )
-    if (folder / CAPACITY_FILE).is_file():
-        return CapacityResult.model_validate_json((folder / CAPACITY_FILE).read_text())
-    return None
+    return _read_capacity(folder)
 
 
 def _search(
@@ -285,6 +283,59 @@ def run_region(
         )
         write_region(region_dir, region)
     return region
+
+
+def region_from_searches(
+    loaded: LoadedSpec,
+    pipelines: tuple[str, str],
+    rays: int,
+    out_dir: Path,
+    region_id: str,
+    percentile: float,
+    solo_search_ids: dict[str, str] | None = None,
+) -> RegionResult:
+    """The region as far as its searches under `out_dir` have finished (for Dagster, whose
+    solo searches and rays ran as separate runs): solo searches by `solo_search_ids` (default
+    `<region_id>-<pipeline>`), rays `<region_id>-ray<k>`. Unfinished rays are left out."""
+    pipelines = region_pipelines(loaded, pipelines)
+    slos = region_slos(loaded, pipelines)
+    ids = solo_search_ids or {name: solo_search_id(region_id, name) for name in pipelines}
+    solo: dict[str, SoloCapacity] = {}
+    for name in pipelines:
+        result = _read_capacity(out_dir / ids[name])
+        if result is None:
+            raise RegionInputError(
+                f"{out_dir / ids[name]}: the solo search of {name!r} has not finished"
+            )
+        solo[name] = solo_capacity(result, slos[name])
+    note = _no_scaling_note(solo)
+    finished: list[RayResult] = []
+    if note is None:
+        capacities = {name: _scaling(solo[name]) for name in pipelines}
+        for index in range(1, rays + 1):
+            result = _read_capacity(out_dir / ray_search_id(region_id, index))
+            if result is not None:
+                finished.append(ray_result(index, rays, pipelines, capacities, result))
+    return RegionResult(
+        region_id=region_id,
+        spec_source=loaded.source,
+        spec_hash=loaded.spec_hash,
+        pipelines=pipelines,
+        ray_count=rays,
+        percentile=percentile,
+        slo_ms=slos,
+        solo=solo,
+        rays=finished,
+        complete=len(finished) == rays,
+        note=note,
+    )
+
+
+def _read_capacity(folder: Path) -> CapacityResult | None:
+    path = folder / CAPACITY_FILE
+    if not path.is_file():
+        return None
+    return CapacityResult.model_validate_json(path.read_text())
 
 
 def _scaling(solo: SoloCapacity) -> float:
