@@ -16,10 +16,10 @@ import pytest
 from analysis.early_stopping import max_passing_over_slo, slo_verdict_by_counts
 from analysis.run_summary import verdict_latencies
 from stages import settings
+from stages.capacity import search_runner  # helper executor's
 from stages.capacity.contract import SearchSettings, Verdict
 from stages.capacity.region import run_region
 from stages.capacity.region_model import RegionResult
-from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.spec.loading import validate_document
 
 SERVICE_MS = 2.0
@@ -63,7 +63,7 @@ def _region(tmp_path: Path, stage_type: str, cpus: tuple[int, int]) -> RegionRes
         ],
     }
     loaded = validate_document(document, str(tmp_path / "region.yaml"))
-    options = SearchRunOptions(
+    options = search_runner.SearchRunOptions(
         out_dir=tmp_path / "capacity",
         cache_dir=settings.cache_dir(),
         rule=EarlyStoppingRule(),
@@ -80,7 +80,13 @@ def _region(tmp_path: Path, stage_type: str, cpus: tuple[int, int]) -> RegionRes
         min_rate=5.0,
     )
     return run_region(
-        loaded, ("a", "b"), 3, options, template, region_id="real", run_search=run_capacity_search
+        loaded,
+        ("a", "b"),
+        3,
+        options,
+        template,
+        region_id="real",
+        run_search=search_runner.run_capacity_search,
     )
 
 
