@@ -5,14 +5,11 @@ resumes from its own folder, so a killed region loses at most the probe in fligh
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from stages.capacity.contract import (
-    CAPACITY_FILE,
-    REGION_FILE,
     SEARCH_FILE,
     CapacityResult,
     SearchSettings,
@@ -28,6 +25,7 @@ from stages.capacity.region_model import (
     solo_capacity,
     solo_search_id,
 )
+from stages.capacity.region_store import read_capacity, read_region, write_region
 from stages.spec.loading import LoadedSpec
 
 OPEN_LOOP_TYPES = ("server", "constant")
@@ -171,7 +169,7 @@ def finished_result(out_dir: Path, settings: SearchSettings) -> CapacityResult |
             raise RegionInputError(
                 f"{folder} holds a search with other settings: give another --search-id"
             )
-    return _read_capacity(folder)
+    return read_capacity(folder)
 
 
 def _search(
@@ -249,19 +247,7 @@ def run_region(
         )
         for name in pipelines
     }
-    region = RegionResult(
-        region_id=region_id,
-        spec_source=settings_template.spec_source or loaded.source,
-        spec_hash=loaded.spec_hash,
-        pipelines=pipelines,
-        ray_count=rays,
-        percentile=settings_template.percentile,
-        slo_ms=slos,
-        solo=solo,
-        rays=[],
-        complete=False,
-        note=_no_scaling_note(solo),
-    )
+    region = _region(loaded, region_id, pipelines, rays, settings_template.percentile, solo, [])
     write_region(region_dir, region)
     if region.note is not None:
         return region
@@ -302,20 +288,31 @@ def region_from_searches(
     ids = solo_search_ids or {name: solo_search_id(region_id, name) for name in pipelines}
     solo: dict[str, SoloCapacity] = {}
     for name in pipelines:
-        result = _read_capacity(out_dir / ids[name])
+        result = read_capacity(out_dir / ids[name])
         if result is None:
             raise RegionInputError(
                 f"{out_dir / ids[name]}: the solo search of {name!r} has not finished"
             )
         solo[name] = solo_capacity(result, slos[name])
-    note = _no_scaling_note(solo)
     finished: list[RayResult] = []
-    if note is None:
+    if _no_scaling_note(solo) is None:
         capacities = {name: _scaling(solo[name]) for name in pipelines}
         for index in range(1, rays + 1):
-            result = _read_capacity(out_dir / ray_search_id(region_id, index))
+            result = read_capacity(out_dir / ray_search_id(region_id, index))
             if result is not None:
                 finished.append(ray_result(index, rays, pipelines, capacities, result))
+    return _region(loaded, region_id, pipelines, rays, percentile, solo, finished)
+
+
+def _region(
+    loaded: LoadedSpec,
+    region_id: str,
+    pipelines: tuple[str, str],
+    rays: int,
+    percentile: float,
+    solo: dict[str, SoloCapacity],
+    finished: list[RayResult],
+) -> RegionResult:
     return RegionResult(
         region_id=region_id,
         spec_source=loaded.source,
@@ -323,19 +320,12 @@ def region_from_searches(
         pipelines=pipelines,
         ray_count=rays,
         percentile=percentile,
-        slo_ms=slos,
+        slo_ms=region_slos(loaded, pipelines),
         solo=solo,
         rays=finished,
         complete=len(finished) == rays,
-        note=note,
+        note=_no_scaling_note(solo),
     )
-
-
-def _read_capacity(folder: Path) -> CapacityResult | None:
-    path = folder / CAPACITY_FILE
-    if not path.is_file():
-        return None
-    return CapacityResult.model_validate_json(path.read_text())
 
 
 def _scaling(solo: SoloCapacity) -> float:
@@ -362,23 +352,3 @@ def _check_same_region(region_dir: Path, pipelines: tuple[str, str], rays: int) 
             f"{region_dir} holds the region {','.join(existing.pipelines)} with "
             f"{existing.ray_count} rays: resume it with those, or give another --search-id"
         )
-
-
-def read_region(region_dir: Path) -> RegionResult | None:
-    path = region_dir / REGION_FILE
-    if not path.is_file():
-        return None
-    return RegionResult.model_validate_json(path.read_text())
-
-
-def write_region(region_dir: Path, region: RegionResult) -> Path:
-    """region.json written to a temporary file, fsynced, then renamed over the old one."""
-    region_dir.mkdir(parents=True, exist_ok=True)
-    path = region_dir / REGION_FILE
-    temporary = path.with_suffix(".json.tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        handle.write(region.model_dump_json(indent=2))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    return path

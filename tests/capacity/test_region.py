@@ -16,6 +16,7 @@ from stages.capacity.region import (
     RegionInputError,
     ray_settings,
     read_region,
+    region_from_searches,
     region_pipelines,
     region_slos,
     run_ray,
@@ -215,3 +216,15 @@ def test_one_ray_runs_alone_given_the_solo_capacities(tmp_path: Path) -> None:
             region_id="reg",
             run_search=search,
         )
+
+
+def test_the_region_reassembles_from_its_searches_as_dagster_needs(tmp_path: Path) -> None:
+    written, _ = run_simulated(tmp_path, shared=False, rays=3)
+    assembled = region_from_searches(loaded_spec(), ("a", "b"), 3, tmp_path, "reg", 0.99)
+    assert assembled == written
+    (tmp_path / "reg-ray2" / CAPACITY_FILE).unlink()
+    partial = region_from_searches(loaded_spec(), ("a", "b"), 3, tmp_path, "reg", 0.99)
+    assert [ray.index for ray in partial.rays] == [1, 3] and not partial.complete
+    (tmp_path / "reg-b" / CAPACITY_FILE).unlink()
+    with pytest.raises(RegionInputError, match="solo search of 'b' has not finished"):
+        region_from_searches(loaded_spec(), ("a", "b"), 3, tmp_path, "reg", 0.99)
