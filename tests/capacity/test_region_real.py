@@ -1,7 +1,7 @@
 """Capacity regions of known shape on the real harness (CPU, slow: several minutes each): two
 `sleep` pipelines pinned to separate cores (`cpu_pinned`) do not interfere, so every ray
-reaches the box [0, C_A] x [0, C_B] within 10%; two `busy` pipelines sharing one core take
-turns on it, so every ray stays inside the triangle x + y <= 1 (10% allowed for noise).
+reaches the box [0, C_A] x [0, C_B] within 10%; two `busy` pipelines sharing core 0
+(`time_slice` with cpus [0] each: cpu_pinned refuses a shared core) take turns on it, so every ray stays inside the triangle x + y <= 1 (10% allowed for noise).
 
 Needs helper "executor"'s stages.capacity.search_runner (run_capacity_search with
 `settings.ray`) and analysis.run_summary.verdict_latencies."""
@@ -51,11 +51,11 @@ def _pipeline(name: str, cpus: list[int], stage_type: str) -> dict[str, Any]:
     return {"name": name, "placement": {"cpus": cpus}, "loadgen": loadgen, "stages": [stage]}
 
 
-def _region(tmp_path: Path, stage_type: str, cpus: tuple[int, int]) -> RegionResult:
+def _region(tmp_path: Path, stage_type: str, cpus: tuple[int, int], mode: str) -> RegionResult:
     document = {
         "name": f"region-{stage_type}",
         "seed": 1,
-        "collocation": {"mode": "cpu_pinned", "solo_baselines": False},
+        "collocation": {"mode": mode, "solo_baselines": False},
         "telemetry": {"host": {"enabled": False}, "gpu": {"enabled": False}},
         "pipelines": [
             _pipeline("a", [cpus[0]], stage_type),
@@ -92,7 +92,7 @@ def _region(tmp_path: Path, stage_type: str, cpus: tuple[int, int]) -> RegionRes
 
 @pytest.mark.slow
 def test_sleep_pipelines_on_separate_cores_reach_the_box(tmp_path: Path) -> None:
-    region = _region(tmp_path, "sleep", (0, 1))
+    region = _region(tmp_path, "sleep", (0, 1), "cpu_pinned")
     assert region.complete and len(region.rays) == 3
     for ray in region.rays:
         assert ray.certified_s is not None, ray
@@ -104,7 +104,7 @@ def test_sleep_pipelines_on_separate_cores_reach_the_box(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_busy_pipelines_sharing_one_core_stay_inside_the_triangle(tmp_path: Path) -> None:
-    region = _region(tmp_path, "busy", (0, 0))
+    region = _region(tmp_path, "busy", (0, 0), "time_slice")  # cpu_pinned refuses a shared core
     assert region.complete and len(region.rays) == 3
     for ray in region.rays:
         assert ray.normalised is not None, ray
