@@ -1,7 +1,8 @@
 """Capacity regions of known shape on the real harness (CPU, slow: several minutes each): two
 `sleep` pipelines pinned to separate cores (`cpu_pinned`) do not interfere, so every ray
 reaches the box [0, C_A] x [0, C_B] within 10%; two `busy` pipelines sharing core 0
-(`time_slice` with cpus [0] each: cpu_pinned refuses a shared core) take turns on it, so every ray stays inside the triangle x + y <= 1 (10% allowed for noise).
+(`time_slice` with cpus [0] each: cpu_pinned refuses a shared core) take turns on it, so
+every ray stays inside the triangle x + y <= 1 (10% allowed for noise).
 
 Needs helper "executor"'s stages.capacity.search_runner (run_capacity_search with
 `settings.ray`) and analysis.run_summary.verdict_latencies."""
