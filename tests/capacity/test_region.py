@@ -228,3 +228,20 @@ def test_the_region_reassembles_from_its_searches_as_dagster_needs(tmp_path: Pat
     (tmp_path / "reg-b" / CAPACITY_FILE).unlink()
     with pytest.raises(RegionInputError, match="solo search of 'b' has not finished"):
         region_from_searches(loaded_spec(), ("a", "b"), 3, tmp_path, "reg", 0.99)
+
+
+def test_a_search_folder_holding_other_settings_is_refused(tmp_path: Path) -> None:
+    run_simulated(tmp_path, shared=False, rays=1)
+    (tmp_path / "reg" / REGION_FILE).unlink()
+    search = SimulatedSearch(TwoQueueModel({"a": SERVICE_MS, "b": SERVICE_MS}, shared=False))
+    with pytest.raises(RegionInputError, match="reg-a holds a search with other settings"):
+        run_region(
+            loaded_spec(),
+            ("a", "b"),
+            1,
+            SimOptions(tmp_path),
+            template(precision=0.2),
+            region_id="reg",
+            run_search=search,
+        )
+    assert search.calls == []
