@@ -13,7 +13,11 @@ import typer
 from stages.capacity.contract import REGION_FILE, CapacityResult, SearchSettings
 from stages.capacity.region import read_region
 from stages.capacity.region_model import RayResult, RegionResult
-from stages.cli.commands.capacity_region import parse_solo, run_region_command
+from stages.cli.commands.capacity_region import (
+    parse_solo,
+    refuse_region_conflicts,
+    run_region_command,
+)
 from tests.capacity.region_sim import SimOptions, SimulatedSearch, TwoQueueModel
 from tests.capacity.test_region import loaded_spec, pipeline, template
 
@@ -128,3 +132,21 @@ def test_ctrl_c_exits_130_saying_how_to_resume(
         command(tmp_path, region_id="pair", run_search=interrupted)
     assert raised.value.exit_code == 130
     assert "--region a,b --rays 2 --resume pair" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "slo_ms", "with_rates", "flags"),
+    [("a", None, None, "--pipeline"), (None, 30.0, ["b=3"], "--slo-ms, --with")],
+)
+def test_region_refuses_single_search_flags(
+    capsys: pytest.CaptureFixture[str],
+    pipeline: str | None,
+    slo_ms: float | None,
+    with_rates: list[str] | None,
+    flags: str,
+) -> None:
+    refuse_region_conflicts(None, None, None)  # none given: nothing to refuse
+    with pytest.raises(typer.Exit) as raised:
+        refuse_region_conflicts(pipeline, slo_ms, with_rates)
+    assert raised.value.exit_code == 2
+    assert f"--region takes no {flags}" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -25,6 +26,43 @@ from stages.capacity.region_model import RayResult, RegionResult, SoloCapacity
 from stages.cli.console import EXIT_INTERRUPTED, err, fail_input, out
 from stages.cli.render import fmt
 from stages.spec.loading import LoadedSpec
+
+RegionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--region",
+        help="Two pipelines A,B: search their capacity region (each alone, then rays of "
+        "offered rates s cos t C_A, s sin t C_B), each by its own slo_ms.",
+    ),
+]
+RaysOption = Annotated[
+    int, typer.Option("--rays", help="--region: rays strictly inside the quadrant.")
+]
+RayOption = Annotated[
+    int | None,
+    typer.Option("--ray", help="--region: run only ray K (1..rays) of region --search-id."),
+]
+SoloOption = Annotated[
+    str | None,
+    typer.Option("--solo", help="--ray: the solo capacities to scale by, A=QPS,B=QPS."),
+]
+"""The region's options, for the `capacity` command to declare (default --rays: 5)."""
+
+
+def refuse_region_conflicts(
+    pipeline: str | None, slo_ms: float | None, with_rates: list[str] | None
+) -> None:
+    """--region decides each pipeline by its own SLO, alone or beside the other only: it takes
+    neither --pipeline, --slo-ms nor --with (exit 2, one line)."""
+    given = [
+        flag
+        for flag, value in (("--pipeline", pipeline), ("--slo-ms", slo_ms), ("--with", with_rates))
+        if value
+    ]
+    if given:
+        raise fail_input(
+            [f"--region takes no {', '.join(given)}: each pipeline runs by its spec's slo_ms"]
+        )
 
 
 def default_region_id(loaded: LoadedSpec, pipelines: tuple[str, str]) -> str:
