@@ -3,7 +3,8 @@ own seeded Poisson schedule (unit schedule / rate, so probes share their random 
 either by two independent FIFO servers (the box) or by one shared FIFO server taking the merged
 stream (the line x + y = 1), by the Lindley recursion in closed form. `SimulatedSearch` stands in
 for search_runner.run_capacity_search: a bracket-and-bisect search on these verdicts that writes
-search.json and capacity.json as the real one does, so resuming is exercised too."""
+search.json and capacity.json as the real one does, so resuming is exercised too. Verdicts are
+the real three-valued ones by counts; undecided counts as not met, as a second undecided does."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.early_stopping import slo_verdict_by_counts
 from stages.capacity.contract import (
     CAPACITY_FILE,
     SEARCH_FILE,
@@ -81,6 +83,13 @@ def p99_ms(latencies_ms: np.ndarray) -> float:
     return float(np.quantile(latencies_ms, 0.99))
 
 
+def combined_verdict(verdicts: list[Verdict]) -> Verdict:
+    """A ray's probe: met when every pipeline met, missed when any missed, else undecided."""
+    if all(verdict == "met" for verdict in verdicts):
+        return "met"
+    return "missed" if "missed" in verdicts else "undecided"
+
+
 @dataclass
 class SimulatedSearch:
     """run_capacity_search's stand-in: (loaded, settings, options) -> CapacityResult."""
@@ -125,8 +134,12 @@ class SimulatedSearch:
     def _probe(self, settings: SearchSettings, rate: float, probes: list[ProbeRecord]) -> Verdict:
         rates, slos = _rates_and_slos(settings, rate)
         latencies = self.model.latencies_ms(rates, self.seed)
-        p99 = {name: p99_ms(values) for name, values in latencies.items()}
-        verdict: Verdict = "met" if all(p99[name] <= slos[name] for name in rates) else "missed"
+        over = {name: int((latencies[name] > slos[name]).sum()) for name in rates}
+        verdicts = [
+            slo_verdict_by_counts(latencies[name].size, over[name], settings.percentile)
+            for name in rates
+        ]
+        verdict = combined_verdict(verdicts)
         first = next(iter(rates))
         probes.append(
             ProbeRecord(
@@ -134,9 +147,9 @@ class SimulatedSearch:
                 rate=rate,
                 seed=self.seed,
                 queries=latencies[first].size,
-                over_slo=int((latencies[first] > slos[first]).sum()),
+                over_slo=over[first],
                 verdict=verdict,
-                p99_ms=p99[first],
+                p99_ms=p99_ms(latencies[first]),
                 run_dir=None,
             )
         )
