@@ -115,6 +115,11 @@ class SearchSettings(_Record):
         description="Region rays only: pipeline -> its solo capacity times the ray's direction "
         "component (its offered rate is rate * this).",
     )
+    ray_slo_ms: dict[str, float] | None = Field(
+        None,
+        description="Region rays only: each pipeline's own SLO (its spec's slo_ms), which its "
+        "verdict in every probe is decided against; slo_ms is then the smallest of them.",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
