@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from analysis import capacity_plots
+from analysis import capacity_plots, migrations
 from analysis.db import (
     Notify,
     connect_read_only,
@@ -31,7 +31,12 @@ from analysis.db import (
 )
 from analysis.loader import _read_manifest as read_run_manifest
 from analysis.loader import ensure_schema, load_run
-from analysis.report_catalogue import BY_CAPACITY_VIEW, MARKDOWN_NUMBERS, check_columns
+from analysis.report_catalogue import (
+    BY_CAPACITY_VIEW,
+    MARKDOWN_NUMBERS,
+    CatalogueError,
+    check_columns,
+)
 
 # The file names of stages/capacity/contract.py (mirrored: analysis cannot import it).
 SEARCH_FILE = "search.json"
@@ -39,6 +44,22 @@ PROBES_FILE = "probes.jsonl"
 CAPACITY_FILE = "capacity.json"
 REGION_FILE = "region.json"
 PROBES_DIR = "probes"
+# The fields read from each file (stages/capacity/contract.py's names, mirrored; a test checks
+# that each is still a field of its model).
+SETTINGS_FIELDS = (
+    "search_id", "spec_source", "spec_hash", "pipeline", "slo_ms", "percentile", "precision",
+    "max_probes", "probe_s", "with_rates", "base_seed", "min_rate", "ray",
+)  # fmt: skip
+RESULT_FIELDS = (
+    "search_id", "pipeline", "slo_ms", "percentile", "with_rates", "certified_qps",
+    "estimate_qps", "estimate_ci95", "bracket", "probes", "stop_reason", "ceiling_qps",
+    "monotonicity_violations", "flagged_probes", "estimate_method",
+)  # fmt: skip
+PROBE_FIELDS = (
+    "index", "kind", "rate", "seed", "queries", "over_slo", "verdict", "p99_ms",
+    "abort_reason", "run_dir", "flagged", "throughput_qps", "duration_s", "pipelines",
+)  # fmt: skip
+WITH_ALIAS = "with"  # `with_rates` is written as `with` by alias (model_dump by_alias=True)
 REPORT_NAME = "report.md"
 SEARCH_PLOT = "capacity_plot.png"
 REGION_PLOT = "region_plot.png"
@@ -104,7 +125,7 @@ class SearchFiles:
     @property
     def with_rates(self) -> dict[str, float]:
         """Co-runners' fixed rates: `with` as written by alias, `with_rates` by field name."""
-        rates = self.field("with", None)
+        rates = self.field(WITH_ALIAS, None)
         return dict(rates if rates is not None else self.field("with_rates", {}) or {})
 
 
@@ -201,10 +222,21 @@ def probe_row(search_id: str, probe: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _ensure_schema(connection: duckdb.DuckDBPyConnection) -> None:
+def _schema_ready(connection: duckdb.DuckDBPyConnection) -> bool:
+    """The warehouse is at the current version and has the capacity views."""
+    if migrations.stored_version(connection) != migrations.CURRENT_VERSION:
+        return False
+    found = connection.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE view_name IN ('capacity', 'capacity_region')"
+    ).fetchall()
+    return bool(found) and found[0][0] == 2
+
+
+def _ensure_schema(connection: duckdb.DuckDBPyConnection) -> list[int]:
     """The warehouse's schema and views, at the current version (the loader's ensure_schema:
-    creates a new warehouse, migrates an older one, refuses a newer one)."""
-    ensure_schema(connection)
+    creates a new warehouse, migrates an older one, refuses a newer one); returns the
+    versions migrated to."""
+    return ensure_schema(connection)
 
 
 def _replace(
@@ -230,12 +262,14 @@ def _replace(
 
 
 def load_search(connection: duckdb.DuckDBPyConnection, search_dir: Path | str) -> str:
-    """Load one search directory into capacity_searches and capacity_probes (schema ensured
-    first); returns its search_id. Idempotent: the search's earlier rows are replaced in one
-    transaction. The probes' run directories are not loaded here (load_capacity_dirs does)."""
+    """Load one search directory into capacity_searches and capacity_probes (the schema and
+    views created or migrated first when they are not current); returns its search_id.
+    Idempotent: the search's earlier rows are replaced in one transaction. The probes' run
+    directories are not loaded here (load_capacity_dirs does)."""
     files = read_search(search_dir)
     rows = [probe_row(files.search_id, probe) for probe in files.probes]
-    _ensure_schema(connection)
+    if not _schema_ready(connection):
+        _ensure_schema(connection)
     _replace(
         connection,
         [("capacity_probes", "search_id"), ("capacity_searches", "search_id")],
@@ -350,12 +384,13 @@ def ray_row(files: RegionFiles, index: int, ray: Mapping[str, Any]) -> dict[str,
 
 
 def load_region(connection: duckdb.DuckDBPyConnection, region_dir: Path | str) -> str:
-    """Load one region directory's rays into capacity_region_rays (schema ensured first);
+    """Load one region directory's rays into capacity_region_rays (schema as load_search);
     returns its region_id. Idempotent: the region's earlier rows are replaced in one
     transaction. The rays' own searches are loaded by load_capacity_dirs."""
     files = read_region(region_dir)
     rows = [ray_row(files, index, ray) for index, ray in enumerate(files.rays)]
-    _ensure_schema(connection)
+    if not _schema_ready(connection):
+        _ensure_schema(connection)
     _replace(
         connection,
         [("capacity_region_rays", "region_id")],
@@ -420,7 +455,12 @@ def load_capacity_dirs(
     with writer_lock(db, wait_s, notify):
         connection = connect_writer(db, wait_s, notify)
         try:
-            _ensure_schema(connection)
+            applied = _ensure_schema(connection)
+            if applied:
+                notify(
+                    f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
+                    f"to {applied[-1]}"
+                )
             loaded: list[str] = []
             for folder in directories:
                 loaded += _load_one(connection, Path(folder), probe_runs)
@@ -434,8 +474,6 @@ def capacity_table(db_path: Path | str, view: str, key: str | None = None) -> pd
     CAPACITY_CATALOGUE) for one search or region (`key`: its search_id or region_id), or for
     all when None, in the catalogue's order, read-only. CatalogueError (a LookupError) for a
     view not in that catalogue or a column it names that the view lacks."""
-    from analysis.report_catalogue import CatalogueError
-
     found = BY_CAPACITY_VIEW.get(view)
     if found is None:
         raise CatalogueError(f"{view!r} is not a capacity view")
