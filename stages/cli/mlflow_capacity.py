@@ -8,7 +8,6 @@ never failing the caller: any MLflow error is one warning and None).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import time
