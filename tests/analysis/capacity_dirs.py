@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stages.capacity.contract import (
     CAPACITY_FILE,
@@ -14,6 +15,7 @@ from stages.capacity.contract import (
     REGION_FILE,
     SEARCH_FILE,
     CapacityResult,
+    ProbeKind,
     ProbeRecord,
     SearchSettings,
     StopReason,
@@ -30,7 +32,7 @@ class Probe:
     queries: int
     over_slo: int
     p99_ms: float | None
-    kind: str = "search"
+    kind: ProbeKind = "search"
     flagged: bool = False
     abort_reason: str | None = None
     duration_s: float | None = 20.0
@@ -72,7 +74,7 @@ class Search:
         return [
             ProbeRecord(
                 index=index,
-                kind=probe.kind,  # type: ignore[arg-type]
+                kind=probe.kind,
                 rate=probe.rate,
                 seed=index,
                 queries=probe.queries,
@@ -145,7 +147,7 @@ def classify_search(search_id: str = "classify-50ms") -> Search:
     )
 
 
-def write_region(out: Path, region_id: str, rays: list[dict[str, object]]) -> Path:
+def write_region(out: Path, region_id: str, rays: list[dict[str, Any]]) -> Path:
     """`<out>/<region_id>/region.json` with the given rays (as the region helper writes them)."""
     folder = out / region_id
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,7 +155,9 @@ def write_region(out: Path, region_id: str, rays: list[dict[str, object]]) -> Pa
     return folder
 
 
-def ray(angle_deg: float, certified_s: float, estimate_s: float, ci: tuple[float, float]) -> dict:
+def ray(
+    angle_deg: float, certified_s: float, estimate_s: float, ci: tuple[float, float]
+) -> dict[str, Any]:
     """A ray of the pair (vision, embed) with solo capacities 100 and 40 q/s."""
     angle = math.radians(angle_deg)
     return {

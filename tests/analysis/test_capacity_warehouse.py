@@ -131,7 +131,8 @@ def test_the_region_view_normalises_each_ray(tmp_path: Path) -> None:
             math.cos(math.radians(row["angle_deg"])),
             math.sin(math.radians(row["angle_deg"])),
         )
-        s, low, high = source["certified_s"], *source["estimate_ci95_s"]
+        s: float = source["certified_s"]
+        low, high = source["estimate_ci95_s"]
         assert row["certified_x"] == pytest.approx(s * cos)
         assert row["certified_y"] == pytest.approx(s * sin, abs=1e-12)
         assert row["certified_sum"] == pytest.approx(s * (cos + sin))
