@@ -127,6 +127,9 @@ def plot_search(files: SearchFiles, path: Path) -> Path:
     axis.axhline(slo_ms, color="black", linestyle="--", linewidth=1, label=f"SLO {slo_ms:g} ms")
     axis.set_xscale("log")
     axis.set_yscale("log")
+    rates = [rate for probe in files.probes if (rate := _finite(probe.get("rate"))) and rate > 0]
+    if rates:
+        axis.set_xlim(min(rates) / 1.15, max(rates) * 1.15)
     bottom = min([slo_ms / 4, *(value / 1.5 for value in finite if value > 0)])
     axis.set_ylim(bottom, top_ms * 1.2)
     is_ray = files.settings.get("ray") is not None
@@ -217,6 +220,15 @@ def plot_region(
     labelled: set[str] = set()
     for point in points:
         _draw_ray(axis, point, labelled)
+    boundary = sorted(
+        (float(point["angle_deg"]), certified * float(point["direction_a"]),
+         certified * float(point["direction_b"]))
+        for point in points
+        if (certified := _finite(point.get("certified_s"))) is not None
+    )  # fmt: skip
+    if len(boundary) > 1:
+        axis.plot([x for _, x, _ in boundary], [y for _, _, y in boundary], color="#2ca02c",
+                  linewidth=1, alpha=0.7, label="certified boundary", zorder=2)  # fmt: skip
     extent = max(
         [1.3]
         + [
