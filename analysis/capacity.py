@@ -291,7 +291,15 @@ def _first(document: Mapping[str, Any], names: Iterable[str]) -> Any:
     return None
 
 
-_SOLO_NAMES = ("solo", "solo_capacities", "solo_capacity_qps", "solo_qps", "capacities")
+# region.json's names (stages/capacity/region_model.py: RayResult.solo_capacity_qps, and
+# RegionResult.solo), then spellings an older writer may have used.
+_SOLO_NAMES = ("solo_capacity_qps", "solo", "solo_capacities", "solo_qps")
+REGION_FIELDS = ("region_id", "pipelines", "solo", "rays")
+RAY_FIELDS = (
+    "index", "angle_deg", "direction", "solo_capacity_qps", "search_id", "certified_s",
+    "estimate_s", "estimate_ci95_s", "bracket_s", "stop_reason", "probes",
+    "monotonicity_violations", "flagged_probes",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -323,15 +331,27 @@ class RegionFiles:
         raise CapacityFileError(f"{self.region_dir / REGION_FILE}: names no pair of pipelines")
 
     def solo_capacity(self, ray: Mapping[str, Any], pipeline: str) -> float | None:
-        """C_pipeline: the ray's solo capacities, else the region's."""
+        """C_pipeline: the ray's `solo_capacity_qps`, else the region's `solo` entry (the
+        capacity the rays scaled by: `scaling_qps`, else its certified capacity)."""
         for document in (ray, self.region):
             solo = _first(document, _SOLO_NAMES)
             if isinstance(solo, dict) and pipeline in solo:
                 value = solo[pipeline]
-                if isinstance(value, dict):  # a solo search's result
-                    value = _first(value, ("certified_qps", "capacity_qps"))
+                if isinstance(value, dict):  # a solo search's summary (SoloCapacity)
+                    value = _first(value, ("scaling_qps", "certified_qps", "estimate_qps"))
                 return _number(value)
         return None
+
+    def solo_search_ids(self) -> list[str]:
+        """The solo searches' ids (region.json's `solo` entries)."""
+        solo = self.region.get("solo")
+        if not isinstance(solo, dict):
+            return []
+        return [
+            str(entry["search_id"])
+            for entry in solo.values()
+            if isinstance(entry, dict) and entry.get("search_id")
+        ]
 
 
 def read_region(region_dir: Path | str) -> RegionFiles:
@@ -353,7 +373,8 @@ def _direction(ray: Mapping[str, Any], pipelines: tuple[str, str]) -> tuple[floa
 
 
 def ray_row(files: RegionFiles, index: int, ray: Mapping[str, Any]) -> dict[str, Any]:
-    """The capacity_region_rays row of one ray (insert_region_ray.sql's parameters)."""
+    """The capacity_region_rays row of one ray (insert_region_ray.sql's parameters);
+    ray_index is the ray's `index` (1..rays), else its position in region.json."""
     first, second = files.pipelines()
     direction_a, direction_b = _direction(ray, (first, second))
     angle = ray.get("angle_deg")
@@ -361,7 +382,7 @@ def ray_row(files: RegionFiles, index: int, ray: Mapping[str, Any]) -> dict[str,
     bracket_lo, bracket_hi = _pair(_first(ray, ("bracket_s", "bracket")))
     return {
         "region_id": files.region_id,
-        "ray_index": index,
+        "ray_index": int(ray.get("index", index)),
         "angle_deg": float(angle)
         if angle is not None
         else math.degrees(math.atan2(direction_b, direction_a)),
@@ -378,6 +399,9 @@ def ray_row(files: RegionFiles, index: int, ray: Mapping[str, Any]) -> dict[str,
         "bracket_lo_s": bracket_lo,
         "bracket_hi_s": bracket_hi,
         "stop_reason": ray.get("stop_reason"),
+        "probes": ray.get("probes"),
+        "flagged_probes": ray.get("flagged_probes"),
+        "monotonicity_violations": ray.get("monotonicity_violations"),
         "search_id": ray.get("search_id"),
         "region_dir": str(files.region_dir.resolve()),
     }
@@ -403,10 +427,8 @@ def load_region(connection: duckdb.DuckDBPyConnection, region_dir: Path | str) -
 def ray_search_dirs(files: RegionFiles) -> list[Path]:
     """The search directories of the region's rays (and solo searches) that exist: named by a
     ray's search_id inside the region directory or beside it."""
-    ids = [str(ray["search_id"]) for ray in files.rays if ray.get("search_id")]
-    solo = files.region.get("solo_search_ids")
-    if isinstance(solo, dict):
-        ids += [str(value) for value in solo.values()]
+    ids = files.solo_search_ids()
+    ids += [str(ray["search_id"]) for ray in files.rays if ray.get("search_id")]
     found = []
     for search_id in dict.fromkeys(ids):
         for folder in (files.region_dir / search_id, files.region_dir.parent / search_id):
@@ -417,12 +439,17 @@ def ray_search_dirs(files: RegionFiles) -> list[Path]:
 
 
 def probe_run_dirs(files: SearchFiles) -> list[Path]:
-    """The probes' run directories that exist (each holds a manifest.json)."""
+    """The probes' run directories that exist (each holds a manifest.json): the recorded
+    run_dir, else the folder of that name under the search's probes/ (the search moved)."""
     found = []
     for probe in files.probes:
         run_dir = probe.get("run_dir")
-        if run_dir and (Path(run_dir) / "manifest.json").exists():
-            found.append(Path(run_dir))
+        if not run_dir:
+            continue
+        for candidate in (Path(run_dir), files.search_dir / PROBES_DIR / Path(run_dir).name):
+            if (candidate / "manifest.json").exists():
+                found.append(candidate)
+                break
     return found
 
 

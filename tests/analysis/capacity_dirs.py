@@ -147,27 +147,66 @@ def classify_search(search_id: str = "classify-50ms") -> Search:
     )
 
 
+PAIR = ("vision", "embed")
+SOLO_QPS = {"vision": 100.0, "embed": 40.0}
+
+
 def write_region(out: Path, region_id: str, rays: list[dict[str, Any]]) -> Path:
-    """`<out>/<region_id>/region.json` with the given rays (as the region helper writes them)."""
+    """`<out>/<region_id>/region.json` with the given rays, in the fields of the region
+    helper's RegionResult (stages/capacity/region_model.py): the pair (vision, embed) with
+    solo capacities SOLO_QPS."""
     folder = out / region_id
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / REGION_FILE).write_text(json.dumps({"region_id": region_id, "rays": rays}))
+    solo = {
+        name: {
+            "pipeline": name,
+            "search_id": f"{region_id}-{name}",
+            "slo_ms": 50.0,
+            "certified_qps": qps,
+            "estimate_qps": qps * 1.02,
+            "estimate_ci95": [qps * 0.98, qps * 1.06],
+            "stop_reason": "converged",
+            "scaling_qps": qps,
+            "scaling_source": "certified",
+        }
+        for name, qps in SOLO_QPS.items()
+    }
+    region = {
+        "region_id": region_id,
+        "pipelines": list(PAIR),
+        "ray_count": len(rays),
+        "percentile": 0.99,
+        "slo_ms": {name: 50.0 for name in PAIR},
+        "solo": solo,
+        "rays": [{**ray, "index": index} for index, ray in enumerate(rays, start=1)],
+        "complete": True,
+    }
+    (folder / REGION_FILE).write_text(json.dumps(region))
     return folder
 
 
 def ray(
     angle_deg: float, certified_s: float, estimate_s: float, ci: tuple[float, float]
 ) -> dict[str, Any]:
-    """A ray of the pair (vision, embed) with solo capacities 100 and 40 q/s."""
+    """A ray of the pair (vision, embed) as RayResult writes it (its `index` is set by
+    write_region)."""
     angle = math.radians(angle_deg)
+    direction = {"vision": math.cos(angle), "embed": math.sin(angle)}
+    point = [certified_s * direction[name] for name in PAIR]
     return {
         "angle_deg": angle_deg,
-        "direction": {"vision": math.cos(angle), "embed": math.sin(angle)},
-        "solo_capacities": {"vision": 100.0, "embed": 40.0},
+        "direction": direction,
+        "solo_capacity_qps": dict(SOLO_QPS),
+        "search_id": f"ray-{angle_deg:g}",
         "certified_s": certified_s,
         "estimate_s": estimate_s,
         "estimate_ci95_s": list(ci),
         "bracket_s": [certified_s, certified_s * 1.04],
         "stop_reason": "converged",
-        "search_id": f"ray-{angle_deg:g}",
+        "probes": 7,
+        "monotonicity_violations": 0,
+        "flagged_probes": 1,
+        "certified_point": {name: x * SOLO_QPS[name] for name, x in zip(PAIR, point, strict=True)},
+        "normalised": point,
+        "normalised_estimate": [estimate_s * direction[name] for name in PAIR],
     }

@@ -17,7 +17,14 @@ from analysis.capacity import CapacityFileError, load_capacity_dirs, load_region
 from analysis.db import run_query
 from analysis.loader import load_runs
 from analysis.report_catalogue import CAPACITY_CATALOGUE, CatalogueError
-from tests.analysis.capacity_dirs import Probe, Search, classify_search, ray, write_region
+from tests.analysis.capacity_dirs import (
+    SOLO_QPS,
+    Probe,
+    Search,
+    classify_search,
+    ray,
+    write_region,
+)
 from tests.analysis.runs import single_pipeline_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -116,7 +123,7 @@ def test_bad_search_directories_are_one_line_errors(tmp_path: Path) -> None:
 
 
 def test_the_region_view_normalises_each_ray(tmp_path: Path) -> None:
-    angles = (0.0, 30.0, 45.0, 60.0, 90.0)
+    angles = (15.0, 30.0, 45.0, 60.0, 75.0)
     written = [ray(angle, 0.6 + i / 10, 0.65 + i / 10, (0.6, 0.8 + i / 10)) for i, angle in
                enumerate(angles)]  # fmt: skip
     folder = write_region(tmp_path, "vision+embed", written)
@@ -125,6 +132,9 @@ def test_the_region_view_normalises_each_ray(tmp_path: Path) -> None:
     assert load_region(connection, folder) == "vision+embed"  # idempotent
     frame = connection.execute("SELECT * FROM capacity_region ORDER BY ray_index").df()
     assert list(frame["angle_deg"]) == list(angles)
+    assert list(frame["ray_index"]) == list(range(1, len(angles) + 1))
+    assert set(frame["solo_capacity_a_qps"]) == {SOLO_QPS["vision"]}
+    assert set(frame["solo_capacity_b_qps"]) == {SOLO_QPS["embed"]}
     assert set(frame["pipeline_a"]) == {"vision"} and set(frame["pipeline_b"]) == {"embed"}
     for (_, row), source in zip(frame.iterrows(), written, strict=True):
         cos, sin = (
@@ -136,15 +146,16 @@ def test_the_region_view_normalises_each_ray(tmp_path: Path) -> None:
         assert row["certified_x"] == pytest.approx(s * cos)
         assert row["certified_y"] == pytest.approx(s * sin, abs=1e-12)
         assert row["certified_sum"] == pytest.approx(s * (cos + sin))
-        assert row["certified_rate_a_qps"] == pytest.approx(s * cos * 100.0)
-        assert row["certified_rate_b_qps"] == pytest.approx(s * sin * 40.0, abs=1e-9)
+        assert row["certified_rate_a_qps"] == pytest.approx(s * cos * SOLO_QPS["vision"])
+        assert row["certified_rate_b_qps"] == pytest.approx(s * sin * SOLO_QPS["embed"])
+        assert (row["certified_x"], row["certified_y"]) == pytest.approx(source["normalised"])
         assert row["estimate_x_ci_low"] == pytest.approx(low * cos)
         assert row["estimate_y_ci_high"] == pytest.approx(high * sin, abs=1e-12)
         assert row["estimate_sum_ci_high"] == pytest.approx(high * (cos + sin))
         # the ray meets x + y = 1 at s = 1 / (cos + sin) and leaves the unit box at 1 / max
         assert row["time_sharing_s"] * (cos + sin) == pytest.approx(1.0)
         assert row["box_s"] * max(cos, sin) == pytest.approx(1.0)
-    assert frame.loc[0, "direction_b"] == 0.0 and frame.loc[4, "direction_a"] == 0.0
+    assert list(frame["probes"]) == [source["probes"] for source in written]
 
 
 def test_load_capacity_dirs_loads_probe_runs_and_ray_searches(
@@ -159,16 +170,21 @@ def test_load_capacity_dirs_loads_probe_runs_and_ray_searches(
     probe_run = result.replace('"run_dir":null', f'"run_dir":"{run_dir}"', 1)
     (folder / capacity.CAPACITY_FILE).write_text(probe_run)
     region = write_region(tmp_path / "out", "region", [ray(45.0, 0.6, 0.62, (0.58, 0.66))])
+    classify_search("region-vision").write(tmp_path / "out")  # the solo search of `vision`
 
     loaded = load_capacity_dirs([region], db_path, wait_s=5)
 
-    assert loaded == ["region", "ray-45"]
+    assert loaded == ["region", "region-vision", "ray-45"]
     assert run_query(db_path, "SELECT run_id FROM runs")[1] == [(run_dir.name,)]
-    _, searched = run_query(db_path, "SELECT search_id, ray->>'$.vision' FROM capacity_searches")
-    assert searched == [("ray-45", "70.7")]
+    _, searched = run_query(
+        db_path, "SELECT search_id, ray->>'$.vision' FROM capacity_searches ORDER BY search_id"
+    )
+    assert searched == [("ray-45", "70.7"), ("region-vision", None)]
     frame = capacity.capacity_table(db_path, "capacity_region", "region")
     assert list(frame["search_id"]) == ["ray-45"]
-    assert list(capacity.capacity_table(db_path, "capacity")["search_id"]) == ["ray-45"]
+    assert list(capacity.capacity_table(db_path, "capacity", "ray-45")["pipeline"]) == [
+        "vision+embed"
+    ]
     with pytest.raises(CatalogueError, match="not a capacity view"):
         capacity.capacity_table(db_path, "latency")
     for view in CAPACITY_CATALOGUE:  # every catalogued column is in its view
@@ -232,7 +248,7 @@ def test_an_unfinished_or_infeasible_search_still_plots(tmp_path: Path) -> None:
 
 def test_region_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
     folder = write_region(
-        tmp_path, "pair", [ray(a, 0.7, 0.72, (0.69, 0.75)) for a in (0.0, 45.0, 90.0)]
+        tmp_path, "pair", [ray(a, 0.7, 0.72, (0.69, 0.75)) for a in (22.5, 45.0, 67.5)]
     )
     report = capacity.write_region_report(folder)
     text = report.read_text()
@@ -240,4 +256,5 @@ def test_region_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
     assert plot.read_bytes().startswith(PNG_MAGIC) and plot.stat().st_size > 10_000
     assert f"]({plot.name})" in text and "x + y = 1" in text
     assert "| 45 | 0.7 | (0.495, 0.495) | 0.9899 |" in text  # 0.7 * cos 45 = 0.495
+    assert text.count("| converged | ray-") == 3
     assert "**vision** alone: 100 q/s" in text and "**embed** alone: 40 q/s" in text

@@ -21,7 +21,7 @@ from stages.capacity.contract import (
     ProbeRecord,
     SearchSettings,
 )
-from tests.analysis.capacity_dirs import classify_search
+from tests.analysis.capacity_dirs import classify_search, ray, write_region
 
 
 def test_the_mirrored_names_are_the_models_fields() -> None:
@@ -111,3 +111,50 @@ def test_model_records_load_with_their_values(tmp_path: Path, by_alias: bool) ->
         )
         for p in result.probes
     ]
+
+
+def test_region_records_load_with_their_values(tmp_path: Path) -> None:
+    # stages/capacity/region_model.py comes with helper "region"'s branch; at the merge this
+    # import always succeeds (drop the importorskip then).
+    region_model = pytest.importorskip("stages.capacity.region_model")
+    assert set(capacity.REGION_FIELDS) <= set(region_model.RegionResult.model_fields)
+    assert set(capacity.RAY_FIELDS) <= set(region_model.RayResult.model_fields)
+    folder = write_region(
+        tmp_path, "pair", [ray(angle, 0.6, 0.63, (0.59, 0.7)) for angle in (30.0, 60.0)]
+    )
+    path = folder / REGION_FILE
+    region = region_model.RegionResult.model_validate_json(path.read_text())
+    path.write_text(region.model_dump_json(indent=2))
+
+    connection = duckdb.connect(str(tmp_path / "w.duckdb"))
+    assert capacity.load_region(connection, folder) == region.region_id
+    loaded = connection.execute(
+        "SELECT ray_index, angle_deg, pipeline_a, pipeline_b, solo_capacity_a_qps, "
+        "solo_capacity_b_qps, certified_s, estimate_s, estimate_s_ci_low, estimate_s_ci_high, "
+        "bracket_lo_s, bracket_hi_s, stop_reason, probes, flagged_probes, search_id, "
+        "certified_x, certified_y FROM capacity_region ORDER BY ray_index"
+    ).fetchall()
+    first, second = region.pipelines
+    expected = [
+        (
+            r.index,
+            r.angle_deg,
+            first,
+            second,
+            r.solo_capacity_qps[first],
+            r.solo_capacity_qps[second],
+            r.certified_s,
+            r.estimate_s,
+            *(r.estimate_ci95_s or (None, None)),
+            *r.bracket_s,
+            r.stop_reason,
+            r.probes,
+            r.flagged_probes,
+            r.search_id,
+            *(r.normalised or (None, None)),
+        )
+        for r in region.rays
+    ]
+    assert [row[:-2] for row in loaded] == [row[:-2] for row in expected]
+    for row, want in zip(loaded, expected, strict=True):
+        assert row[-2:] == pytest.approx(want[-2:])

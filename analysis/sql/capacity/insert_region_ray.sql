@@ -3,12 +3,13 @@
 INSERT INTO capacity_region_rays (
     region_id, ray_index, angle_deg, pipeline_a, pipeline_b, direction_a, direction_b,
     solo_capacity_a_qps, solo_capacity_b_qps, certified_s, estimate_s, estimate_ci95_low_s,
-    estimate_ci95_high_s, bracket_lo_s, bracket_hi_s, stop_reason, search_id, region_dir,
+    estimate_ci95_high_s, bracket_lo_s, bracket_hi_s, stop_reason, probes, flagged_probes,
+    monotonicity_violations, search_id, region_dir,
     loaded_at
 )
 VALUES (
     $region_id, $ray_index, $angle_deg, $pipeline_a, $pipeline_b, $direction_a, $direction_b,
     $solo_capacity_a_qps, $solo_capacity_b_qps, $certified_s, $estimate_s,
     $estimate_ci95_low_s, $estimate_ci95_high_s, $bracket_lo_s, $bracket_hi_s, $stop_reason,
-    $search_id, $region_dir, now()
+    $probes, $flagged_probes, $monotonicity_violations, $search_id, $region_dir, now()
 );

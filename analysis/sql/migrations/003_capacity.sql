@@ -70,8 +70,8 @@ CREATE TABLE IF NOT EXISTS capacity_probes (
 -- region_id.
 CREATE TABLE IF NOT EXISTS capacity_region_rays (
     region_id VARCHAR NOT NULL,
-    ray_index INTEGER NOT NULL,     -- 0, 1, ... in region.json's order
-    angle_deg DOUBLE NOT NULL,      -- 0: A alone, 90: B alone
+    ray_index INTEGER NOT NULL,     -- the ray's index k = 1..rays, from the A axis towards B
+    angle_deg DOUBLE NOT NULL,      -- t = 90 k / (rays + 1); 0 would be A alone, 90 B alone
     pipeline_a VARCHAR NOT NULL,
     pipeline_b VARCHAR NOT NULL,
     direction_a DOUBLE NOT NULL,    -- cos(angle)
@@ -85,6 +85,9 @@ CREATE TABLE IF NOT EXISTS capacity_region_rays (
     bracket_lo_s DOUBLE,
     bracket_hi_s DOUBLE,
     stop_reason VARCHAR,
+    probes INTEGER,                 -- probes the ray's search ran
+    flagged_probes INTEGER,
+    monotonicity_violations INTEGER,
     search_id VARCHAR,              -- the ray's search (capacity_searches.search_id)
     region_dir VARCHAR NOT NULL,
     loaded_at TIMESTAMPTZ NOT NULL

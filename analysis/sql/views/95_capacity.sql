@@ -111,6 +111,9 @@ SELECT
     bracket_lo_s,
     bracket_hi_s,
     stop_reason,
+    probes,
+    flagged_probes,
+    monotonicity_violations,
     search_id,
     region_dir,
     loaded_at
