@@ -27,7 +27,7 @@ from matplotlib.ticker import FuncFormatter
 from analysis.plots import DPI
 
 if TYPE_CHECKING:
-    from analysis.capacity import SearchFiles
+    from analysis.capacity_files import SearchFiles
 
 VERDICT_COLOUR = {"met": "#2ca02c", "missed": "#d62728", "undecided": "#ff7f0e"}
 NO_VERDICT_COLOUR = "#7f7f7f"

@@ -167,14 +167,22 @@ def test_load_capacity_dirs_loads_probe_runs_and_ray_searches(
     search.pipeline = "vision+embed"
     folder = search.write(tmp_path / "out")
     result = (folder / capacity.CAPACITY_FILE).read_text()
-    probe_run = result.replace('"run_dir":null', f'"run_dir":"{run_dir}"', 1)
-    (folder / capacity.CAPACITY_FILE).write_text(probe_run)
+    broken = folder / "probes" / "20260101-000001-broken"  # a probe killed before its manifest
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{}")
+    probe_runs = result.replace('"run_dir":null', f'"run_dir":"{run_dir}"', 1)
+    probe_runs = probe_runs.replace('"run_dir":null', f'"run_dir":"{broken.name}"', 1)
+    (folder / capacity.CAPACITY_FILE).write_text(probe_runs)
     region = write_region(tmp_path / "out", "region", [ray(45.0, 0.6, 0.62, (0.58, 0.66))])
     classify_search("region-vision").write(tmp_path / "out")  # the solo search of `vision`
 
-    loaded = load_capacity_dirs([region], db_path, wait_s=5)
+    said: list[str] = []
+    loaded = load_capacity_dirs([region], db_path, wait_s=5, notify=said.append)
 
     assert loaded == ["region", "region-vision", "ray-45"]
+    assert said == [
+        f"skipping probe run {broken}: {broken / 'manifest.json'}: manifest has no run_id"
+    ]
     assert run_query(db_path, "SELECT run_id FROM runs")[1] == [(run_dir.name,)]
     _, searched = run_query(
         db_path, "SELECT search_id, ray->>'$.vision' FROM capacity_searches ORDER BY search_id"

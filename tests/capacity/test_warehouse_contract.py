@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import capacity
+from analysis import capacity, capacity_files
 from stages.capacity.contract import (
     CAPACITY_FILE,
     PROBES_FILE,
@@ -31,11 +31,11 @@ def test_the_mirrored_names_are_the_models_fields() -> None:
         CAPACITY_FILE,
     )
     assert capacity.REGION_FILE == REGION_FILE
-    assert set(capacity.SETTINGS_FIELDS) <= set(SearchSettings.model_fields)
-    assert set(capacity.RESULT_FIELDS) <= set(CapacityResult.model_fields)
-    assert set(capacity.PROBE_FIELDS) <= set(ProbeRecord.model_fields)
-    assert SearchSettings.model_fields["with_rates"].alias == capacity.WITH_ALIAS
-    assert CapacityResult.model_fields["with_rates"].alias == capacity.WITH_ALIAS
+    assert set(capacity_files.SETTINGS_FIELDS) <= set(SearchSettings.model_fields)
+    assert set(capacity_files.RESULT_FIELDS) <= set(CapacityResult.model_fields)
+    assert set(capacity_files.PROBE_FIELDS) <= set(ProbeRecord.model_fields)
+    assert SearchSettings.model_fields["with_rates"].alias == capacity_files.WITH_ALIAS
+    assert CapacityResult.model_fields["with_rates"].alias == capacity_files.WITH_ALIAS
 
 
 @pytest.mark.parametrize("by_alias", [True, False], ids=["with", "with_rates"])
@@ -117,8 +117,8 @@ def test_region_records_load_with_their_values(tmp_path: Path) -> None:
     # stages/capacity/region_model.py comes with helper "region"'s branch; at the merge this
     # import always succeeds (drop the importorskip then).
     region_model = pytest.importorskip("stages.capacity.region_model")
-    assert set(capacity.REGION_FIELDS) <= set(region_model.RegionResult.model_fields)
-    assert set(capacity.RAY_FIELDS) <= set(region_model.RayResult.model_fields)
+    assert set(capacity_files.REGION_FIELDS) <= set(region_model.RegionResult.model_fields)
+    assert set(capacity_files.RAY_FIELDS) <= set(region_model.RayResult.model_fields)
     folder = write_region(
         tmp_path, "pair", [ray(angle, 0.6, 0.63, (0.59, 0.7)) for angle in (30.0, 60.0)]
     )
