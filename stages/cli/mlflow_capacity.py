@@ -203,12 +203,16 @@ def _existing_parent(
 
 
 def _ensure_report(search_dir: Path) -> None:
-    """report.md and the plot, written by the analysis layer when the plot is missing."""
+    """report.md and the plot, written by the analysis layer when the plot is missing; a
+    failure is a warning (the search is still logged, without them)."""
     if (search_dir / "capacity_plot.png").exists():
         return
     from analysis.capacity import write_search_report  # the composition root meets analysis
 
-    write_search_report(search_dir)
+    try:
+        write_search_report(search_dir)
+    except Exception as error:
+        logger.warning("no report for capacity search %s: %s", search_dir, error)
 
 
 def _client(tracking_uri: str) -> MlflowClient:
