@@ -190,6 +190,8 @@ def probe_row(search_id: str, probe: Mapping[str, Any]) -> dict[str, Any]:
         "flagged": bool(probe.get("flagged", False)),
         "throughput_qps": _number(probe.get("throughput_qps")),
         "duration_s": _number(probe.get("duration_s")),
+        # helper "core"'s ProbeRecord.design_effect (None: the verdict used the raw counts)
+        "design_effect": _number(probe.get("design_effect")),
         "pipelines": json.dumps(probe.get("pipelines") or {}, sort_keys=True),
     }
 

@@ -5,6 +5,7 @@ migrates, and the reports write their plots and link them."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,19 @@ def test_region_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
     assert "| 45 | 0.7 | (0.495, 0.495) | 0.9899 |" in text  # 0.7 * cos 45 = 0.495
     assert text.count("| converged | ray-") == 3
     assert "**vision** alone: 100 q/s" in text and "**embed** alone: 40 q/s" in text
+
+
+def test_a_probe_s_design_effect_is_kept(tmp_path: Path) -> None:
+    """helper "core"'s ProbeRecord.design_effect (bursts inflate the variance of the count)."""
+    folder = classify_search().write(tmp_path, finished=False)
+    lines = (folder / capacity.PROBES_FILE).read_text().splitlines()
+    record = json.loads(lines[1])
+    record["design_effect"] = 2.5
+    lines[1] = json.dumps(record)
+    (folder / capacity.PROBES_FILE).write_text("\n".join(lines) + "\n")
+    connection = duckdb.connect(str(tmp_path / "w.duckdb"))
+    load_search(connection, folder)
+    found = connection.execute(
+        "SELECT probe_index, design_effect FROM capacity_probes WHERE design_effect IS NOT NULL"
+    ).fetchall()
+    assert found == [(1, 2.5)]

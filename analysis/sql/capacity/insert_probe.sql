@@ -2,10 +2,11 @@
 -- over_slo_share is computed here, NULL when the probe measured no query.
 INSERT INTO capacity_probes (
     search_id, probe_index, kind, rate, seed, queries, over_slo, over_slo_share, verdict,
-    p99_ms, abort_reason, run_dir, flagged, throughput_qps, duration_s, pipelines
+    p99_ms, abort_reason, run_dir, flagged, throughput_qps, duration_s, design_effect, pipelines
 )
 VALUES (
     $search_id, $probe_index, $kind, $rate, $seed, $queries, $over_slo,
     CAST($over_slo AS DOUBLE) / nullif($queries, 0), $verdict, $p99_ms, $abort_reason,
-    $run_dir, $flagged, $throughput_qps, $duration_s, CAST($pipelines AS JSON)
+    $run_dir, $flagged, $throughput_qps, $duration_s, $design_effect,
+    CAST($pipelines AS JSON)
 );

@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS capacity_probes (
     flagged BOOLEAN NOT NULL,       -- undecided on two seeds: counted as not met
     throughput_qps DOUBLE,          -- the target's completed ok queries per second
     duration_s DOUBLE,              -- wall time of the probe
+    design_effect DOUBLE,           -- variance inflation from bursts the verdict divided by
     pipelines JSON                  -- every pipeline's figures in the probe, by name
 );
 
