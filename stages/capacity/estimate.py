@@ -14,6 +14,7 @@ time with 120 s probes; shorter probes are too few bursts for it (see the test's
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,9 +72,10 @@ def isotonic_blocks(
 
 
 def crossing(blocks: Sequence[tuple[float, float, float]], target: float) -> float | None:
-    """The log rate where the fitted blocks first reach `target`, interpolated linearly
-    between the last block below it and the first at or above it; None: no block straddles."""
-    for below, above in zip(blocks, blocks[1:], strict=False):
+    """The log rate where the fitted blocks first reach `target`, interpolated between the
+    last block below it and the first at or above it (log share linear in log rate when both
+    are above 0, else share); None: no block straddles."""
+    for below, above in itertools.pairwise(blocks):
         if below[1] < target <= above[1]:
             if below[1] > 0:  # the share grows about exponentially: interpolate its log
                 fraction = math.log(target / below[1]) / math.log(above[1] / below[1])
