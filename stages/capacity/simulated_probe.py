@@ -206,3 +206,29 @@ class SimulatedProbe:
             design_effect=effect,
             pipelines={server.pipeline: figures},
         )
+
+
+def fifo_capacity_qps(
+    service_ms: float,
+    slo_ms: float,
+    percentile: float = 0.99,
+    seeds: int = 16,
+    customers: int = 300_000,
+    rng_seed: int = 20261124,
+) -> float:
+    """The true capacity of the simulated server: the Poisson rate at which, in the long run,
+    1 - percentile of queries exceed `slo_ms`, by bisection on the rate over `seeds` runs of
+    `customers` arrivals (the same draws at every rate, so the share is monotone in it)."""
+    gaps = np.random.default_rng(rng_seed).exponential(size=(seeds, customers - 1))
+    service_s, slo_s = service_ms / 1e3, slo_ms / 1e3
+
+    def over_share(rate: float) -> float:
+        walk = np.cumsum(service_s - gaps / rate, axis=1)
+        waits = walk - np.minimum(np.minimum.accumulate(walk, axis=1), 0.0)
+        return float(np.mean(waits + service_s > slo_s))
+
+    low, high = 0.0, 1e3 / service_ms
+    while high - low > 1e-4 * high:
+        middle = (low + high) / 2
+        low, high = (low, middle) if over_share(middle) > 1 - percentile else (middle, high)
+    return (low + high) / 2

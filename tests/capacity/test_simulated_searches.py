@@ -24,6 +24,7 @@ from stages.capacity.simulated_probe import (
     SimulatedServer,
     UnitSchedules,
     arrival_offsets_s,
+    fifo_capacity_qps,
     lindley_latencies_ms,
 )
 
@@ -32,22 +33,9 @@ SEARCHES, PROBE_S = 200, 120.0
 
 
 @cache
-def true_capacity_qps(seeds: int = 16, customers: int = 300_000) -> float:
-    """The rate at which 1% of queries exceed the SLO in the long run: bisection on the rate
-    over `seeds` runs of `customers` Poisson arrivals, the same draws at every rate."""
-    gaps = np.random.default_rng(20261124).exponential(size=(seeds, customers - 1))
-    service_s, slo_s = SERVICE_MS / 1e3, SLO_MS / 1e3
-
-    def over_share(rate: float) -> float:
-        walk = np.cumsum(service_s - gaps / rate, axis=1)
-        waits = walk - np.minimum(np.minimum.accumulate(walk, axis=1), 0.0)
-        return float(np.mean(waits + service_s > slo_s))
-
-    low, high = 100.0, 1e3 / SERVICE_MS
-    while high - low > 0.01:
-        middle = (low + high) / 2
-        low, high = (low, middle) if over_share(middle) > 1 - PERCENTILE else (middle, high)
-    return (low + high) / 2
+def true_capacity_qps() -> float:
+    """The long-run capacity: 16 runs of 300k customers, the same draws at every rate."""
+    return fifo_capacity_qps(SERVICE_MS, SLO_MS, PERCENTILE)
 
 
 @cache
