@@ -4,8 +4,9 @@ Prints ONE JSON line on stdout (progress on stderr).
 
 1. Simulator (seconds): N seeded searches (default 200) of a 5 ms FIFO server with p99 <= 50 ms
    (M/D/1) against stages.capacity.simulated_probe, for each probe window in --probe-s (default
-   30 and 120 s of simulated arrivals). Against the true capacity (long-run simulation of 16 x
-   300k customers) it reports the share of searches whose certified rate is at most the true one
+   30 and 90 s of simulated arrivals; the gate in tests/capacity uses 90 s). Against the true
+   capacity (long-run simulation of 16 x 300k customers) it reports the share of searches whose
+   certified rate is at most the true one
    (target >= 0.99), the coverage of estimate_ci95 (target 0.92-0.98), the probes per search
    (target: median <= 10 at 5% precision), the stop reasons, and the estimate's spread.
 2. Real (minutes, unless --sim-only): `collobench capacity specs/capacity_demo.yaml --pipeline
@@ -155,7 +156,7 @@ def summarize_real(result: CapacityResult, exit_code: int, minutes: float) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--searches", type=int, default=200, help="simulated searches per window")
-    parser.add_argument("--probe-s", type=float, nargs="+", default=[30.0, 120.0])
+    parser.add_argument("--probe-s", type=float, nargs="+", default=[30.0, 90.0])
     parser.add_argument("--sim-only", action="store_true", help="skip the real search")
     parser.add_argument("--quick", action="store_true", help="50 simulated searches")
     parser.add_argument("--real-args", default="", help="extra arguments for collobench capacity")
