@@ -89,6 +89,12 @@ class ProbeRecord(_Record):
     pipelines: dict[str, PipelineProbe] = Field(
         default_factory=dict, description="Every pipeline of the probe by name."
     )
+    design_effect: float | None = Field(
+        None,
+        description="Variance inflation of the target's over-SLO count from its bursts "
+        "(stages.capacity.clustering); the verdict counts queries / d and over_slo / d. "
+        "None: the verdict used the raw counts.",
+    )
 
 
 class SearchSettings(_Record):
