@@ -419,6 +419,16 @@ COMPARISON_TERMINAL = names(
     "trial phase pipeline metric a_value b_value ratio ratio_ci_low ratio_ci_high verdict "
     "a_failed_queries b_failed_queries ci_method"
 )
+# The Dagster regression check's Markdown table of the figures that got worse: run A is the
+# partition's previous run, run B this one (bench_defs.checks).
+COMPARISON_MARKDOWN: MarkdownColumns = (
+    *_KEYS,
+    ("metric", "metric"),
+    ("previous", "a_value"),
+    ("this run", "b_value"),
+    ("ratio", "ratio|ratio_ci_low|ratio_ci_high"),
+    ("verdict", "verdict"),
+)
 
 BY_VIEW: dict[str, ReportView] = {entry.view: entry for entry in CATALOGUE}
 BY_CAPACITY_VIEW: dict[str, ReportView] = {entry.view: entry for entry in CAPACITY_CATALOGUE}

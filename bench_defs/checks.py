@@ -240,21 +240,12 @@ def _comparison(connection: Any, previous: str, current: str) -> Any:
 
 
 def _rows_markdown(frame: Any) -> dg.MetadataValue:
+    from analysis.report_catalogue import COMPARISON_MARKDOWN
     from analysis.report_file import markdown_table
 
     if frame.empty:
         return dg.MetadataValue.md("none")
-    columns = [
-        ("trial", "trial"),
-        ("phase", "phase"),
-        ("pipeline", "pipeline"),
-        ("metric", "metric"),
-        ("previous", "a_value"),
-        ("this run", "b_value"),
-        ("ratio", "ratio|ratio_ci_low|ratio_ci_high"),
-        ("verdict", "verdict"),
-    ]
-    return dg.MetadataValue.md(markdown_table(frame, columns))
+    return dg.MetadataValue.md(markdown_table(frame, COMPARISON_MARKDOWN))
 
 
 def _not_comparable(

@@ -20,6 +20,7 @@ from analysis.report_catalogue import (
     AFTER_RUN,
     BY_VIEW,
     CATALOGUE,
+    COMPARISON_MARKDOWN,
     COMPARISON_TERMINAL,
     MARKDOWN_NUMBERS,
     NOT_REPORTED,
@@ -120,6 +121,11 @@ def test_the_catalogue_agrees_with_itself_and_with_its_readers() -> None:
         "perf_per_watt",
         "contention",
     }
+
+
+def test_the_regression_checks_comparison_table_reads_comparison_columns() -> None:
+    read = [name for _, cell in COMPARISON_MARKDOWN for name in cell_columns(cell)]
+    assert read and set(read) <= set(COMPARE_COLUMNS)
 
 
 def test_number_formats() -> None:
