@@ -169,3 +169,19 @@ def max_passing_over_slo(
         else:
             high = middle - 1
     return low
+
+
+@dataclass(frozen=True)
+class LoadgenSloRule:
+    """The capacity search's SloRule (stages.capacity.contract), injected by the composition
+    root: the verdict and the early-abort bound above, at `confidence`."""
+
+    confidence: float = DEFAULT_CONFIDENCE
+
+    def verdict(self, queries: int, over_slo: int, percentile: float) -> SloVerdict:
+        """met, missed or undecided for `over_slo` of `queries` over the SLO."""
+        return slo_verdict_by_counts(queries, over_slo, percentile, self.confidence)
+
+    def max_passing_over_slo(self, queries: int, percentile: float) -> int:
+        """The most over-SLO queries a run of `queries` may have and still be met (-1: none)."""
+        return max_passing_over_slo(queries, percentile, self.confidence)

@@ -86,9 +86,10 @@ class Asset:
 
 @dataclass(frozen=True)
 class ReportView:
-    """One view reported per run. `terminal` is what `collobench report` prints (its title is
-    the view's name; `x_ci_low`/`x_ci_high` fold into x's cell); `after_run_title` titles the
-    same columns after `collobench run` when set; `report_md` and `asset` when set."""
+    """One view reported per run (or, in CAPACITY_CATALOGUE, per `key`: a capacity search or
+    region). `terminal` is what `collobench report` prints (its title is the view's name;
+    `x_ci_low`/`x_ci_high` fold into x's cell); `after_run_title` titles the same columns
+    after `collobench run` when set; `report_md` and `asset` when set."""
 
     view: str
     order_by: tuple[str, ...]
@@ -96,6 +97,7 @@ class ReportView:
     after_run_title: str | None = None
     report_md: Section | None = None
     asset: Asset | None = None
+    key: str = "run_id"
 
     def columns(self) -> set[str]:
         """Every column of the view this entry names (order, terminal, Markdown)."""
@@ -202,6 +204,24 @@ CATALOGUE: tuple[ReportView, ...] = (
         terminal=names(
             "trial phase pipeline slo_ms queries good_queries goodput_share "
             "goodput_share_ci_low goodput_share_ci_high goodput_per_s queries_per_s ci_method"
+        ),
+    ),
+    ReportView(
+        "slo_verdicts",
+        order_by=_RUN_KEYS,
+        terminal=names("trial phase pipeline slo_ms percentile queries over_slo slo_verdict"),
+        report_md=Section(
+            "SLO verdicts (met: LoadGen's early-stopping rule; missed: too many queries over "
+            "the SLO to meet the percentile; undecided: too few queries to tell; 99% "
+            "confidence, failures over the SLO)",
+            (
+                *_KEYS,
+                ("SLO ms", "slo_ms"),
+                ("percentile", "percentile"),
+                ("queries", "queries"),
+                ("over SLO", "over_slo"),
+                ("verdict", "slo_verdict"),
+            ),
         ),
     ),
     ReportView(
@@ -339,6 +359,33 @@ CATALOGUE: tuple[ReportView, ...] = (
     ),
 )
 
+# The capacity views (issue 19), reported per capacity search (`search_id`) or region
+# (`region_id`), not per run: analysis.capacity.capacity_table reads them, the capacity
+# command prints them with these columns.
+CAPACITY_CATALOGUE: tuple[ReportView, ...] = (
+    ReportView(
+        "capacity",
+        key="search_id",
+        order_by=("search_id",),
+        terminal=names(
+            "search_id pipeline slo_ms percentile certified_qps estimate_qps "
+            "estimate_qps_ci_low estimate_qps_ci_high bracket_lo bracket_hi bracket_ratio "
+            "stop_reason probes undecided_probes flagged_probes aborted_probes "
+            "monotonicity_violations"
+        ),
+    ),
+    ReportView(
+        "capacity_region",
+        key="region_id",
+        order_by=("region_id", "ray_index"),
+        terminal=names(
+            "region_id angle_deg certified_s certified_x certified_y certified_sum estimate_s "
+            "estimate_s_ci_low estimate_s_ci_high estimate_sum estimate_sum_ci_low "
+            "estimate_sum_ci_high stop_reason"
+        ),
+    ),
+)
+
 # The views shown after `collobench run` (each with its after_run_title), in that order: what
 # the run summary does not already say.
 AFTER_RUN: tuple[str, ...] = names(
@@ -372,16 +419,28 @@ COMPARISON_TERMINAL = names(
     "trial phase pipeline metric a_value b_value ratio ratio_ci_low ratio_ci_high verdict "
     "a_failed_queries b_failed_queries ci_method"
 )
+# The Dagster regression check's Markdown table of the figures that got worse: run A is the
+# partition's previous run, run B this one (bench_defs.checks).
+COMPARISON_MARKDOWN: MarkdownColumns = (
+    *_KEYS,
+    ("metric", "metric"),
+    ("previous", "a_value"),
+    ("this run", "b_value"),
+    ("ratio", "ratio|ratio_ci_low|ratio_ci_high"),
+    ("verdict", "verdict"),
+)
 
 BY_VIEW: dict[str, ReportView] = {entry.view: entry for entry in CATALOGUE}
+BY_CAPACITY_VIEW: dict[str, ReportView] = {entry.view: entry for entry in CAPACITY_CATALOGUE}
 
 
 def entry(view: str) -> ReportView:
-    """The catalogue entry of `view`; CatalogueError when it has none."""
-    try:
-        return BY_VIEW[view]
-    except KeyError:
-        raise CatalogueError(f"view {view!r} has no entry in {CATALOGUE_FILE}") from None
+    """The catalogue entry of `view` (per run, or a capacity view); CatalogueError when it
+    has none."""
+    found = BY_VIEW.get(view) or BY_CAPACITY_VIEW.get(view)
+    if found is None:
+        raise CatalogueError(f"view {view!r} has no entry in {CATALOGUE_FILE}")
+    return found
 
 
 def check_columns(view: str, present: Iterable[str]) -> None:
@@ -404,11 +463,12 @@ def check_views(warehouse_views: Iterable[str]) -> None:
         raise CatalogueError(
             f"{CATALOGUE_FILE} names view(s) the warehouse lacks: {', '.join(absent)}"
         )
-    known = set(BY_VIEW) | set(NOT_REPORTED)
+    known = set(BY_VIEW) | set(BY_CAPACITY_VIEW) | set(NOT_REPORTED)
     unnamed = sorted(view for view in present - known if not view.endswith(ROW_SOURCE_SUFFIX))
     if unnamed:
         raise CatalogueError(
-            f"warehouse view(s) with no entry in {CATALOGUE_FILE} (CATALOGUE or NOT_REPORTED): "
+            f"warehouse view(s) with no entry in {CATALOGUE_FILE} (CATALOGUE, "
+            f"CAPACITY_CATALOGUE or NOT_REPORTED): "
             f"{', '.join(unnamed)}"
         )
 
@@ -416,7 +476,13 @@ def check_views(warehouse_views: Iterable[str]) -> None:
 def _check_catalogue() -> None:
     """The catalogue agrees with itself: one entry per view, AFTER_RUN names exactly the
     entries with an after_run_title, every asset's plots are in PLOTS."""
-    if len(BY_VIEW) != len(CATALOGUE) or set(BY_VIEW) & set(NOT_REPORTED):
+    capacity = set(BY_CAPACITY_VIEW)
+    if (
+        len(BY_VIEW) != len(CATALOGUE)
+        or len(capacity) != len(CAPACITY_CATALOGUE)
+        or set(BY_VIEW) & set(NOT_REPORTED)
+        or capacity & (set(BY_VIEW) | set(NOT_REPORTED))
+    ):
         raise CatalogueError(f"{CATALOGUE_FILE}: a view is named twice")
     titled = {view.view for view in CATALOGUE if view.after_run_title}
     if set(AFTER_RUN) != titled or len(AFTER_RUN) != len(titled):

@@ -4,8 +4,9 @@ The run directory is loaded into an in-memory DuckDB with the warehouse's schema
 and the figures are read from `throughput` and `latency`: the console summary, the manifest,
 MLflow and `collobench report` therefore share one implementation of every figure. Each
 scenario reports the percentile MLPerf names for it (p90 for single_stream, p99 otherwise) over
-every measured query (failures as +inf), LoadGen's early-stopping estimate of it, and whether
-`slo_ms` is met by LoadGen's early-stopping rule.
+every measured query (failures as +inf), LoadGen's early-stopping estimate of it, and the
+three-valued verdict on `slo_ms` (analysis.early_stopping.slo_verdict_by_counts): met by
+LoadGen's early-stopping rule, missed by its mirror binomial test, else undecided.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from typing import Any
 import duckdb
 
 from analysis.db import sql_text
-from analysis.early_stopping import early_stopping_percentile, slo_met
+from analysis.early_stopping import (
+    SloVerdict,
+    early_stopping_percentile,
+    over_slo_count,
+    slo_verdict_by_counts,
+)
 from analysis.loader import ensure_schema, load_run
 from stages.rundir.manifest import LoadgenPart, read_manifest, read_manifest_document
 
@@ -66,7 +72,8 @@ class PhaseSummary:
     latency_bound_ms: float | None  # LoadGen's early-stopping estimate; None: too few queries
     queries_for_bound: int  # LoadGen's minimum query count for an estimate (662 for p99)
     slo_ms: float | None
-    slo_met: bool | None  # LoadGen's early-stopping verdict on slo_ms; None without an SLO
+    over_slo: int | None  # measured queries over slo_ms (failures among them); None: no SLO
+    slo_verdict: SloVerdict | None  # met | missed | undecided on slo_ms; None without an SLO
     issue_delay_p50_us: float | None
     issue_delay_p99_us: float | None
     from_issue_p50_ms: float | None
@@ -123,6 +130,7 @@ def _summary(
     latencies = verdicts.get((row["trial"], row["phase"], row["pipeline"]), [])
     estimate = early_stopping_percentile(latencies, percentile)
     slo = loadgen.slo_ms
+    over_slo = None if slo is None else over_slo_count(latencies, float(slo))
     return PhaseSummary(
         trial=int(row["trial"]),
         phase=str(row["phase"]),
@@ -155,7 +163,12 @@ def _summary(
         latency_bound_ms=estimate.latency,
         queries_for_bound=estimate.queries_needed,
         slo_ms=slo,
-        slo_met=None if slo is None else slo_met(latencies, float(slo), percentile),
+        over_slo=over_slo,
+        slo_verdict=(
+            None
+            if over_slo is None
+            else slo_verdict_by_counts(len(latencies), over_slo, percentile)
+        ),
         issue_delay_p50_us=row["issue_delay_p50_us"],
         issue_delay_p99_us=row["issue_delay_p99_us"],
         from_issue_p50_ms=row["from_issue_p50_ms"],
@@ -196,8 +209,11 @@ def summarize_phase(run_dir: Path, trial: int, phase: str) -> list[PhaseSummary]
 def headline_metrics(summary: PhaseSummary, *, finite_only: bool = True) -> dict[str, float]:
     """What the manifest records and MLflow logs per (trial, phase, pipeline): counts,
     queries/s and verdict and completed p50/p99 with their interval bounds, the scenario's
-    target percentile, the early-stopping bound. MLflow rejects inf, so by default only finite
-    values; `finite_only=False` keeps infinite percentiles (a failure count past the rank)."""
+    target percentile, the early-stopping bound and, with an SLO, slo_ms, the over-SLO count
+    and the verdict as two flags (slo_met, slo_missed; both 0: undecided), the verdict's name
+    travelling beside these numbers (PhaseSummary.slo_verdict). MLflow rejects inf, so by
+    default only finite values; `finite_only=False` keeps infinite percentiles (a failure
+    count past the rank)."""
     metrics: dict[str, float | int | None] = {
         "target_percentile": summary.target_percentile,
         "latency_target_ms": summary.latency_target_ms,
@@ -224,8 +240,11 @@ def headline_metrics(summary: PhaseSummary, *, finite_only: bool = True) -> dict
         "completed_p99_ms": summary.completed_p99_ms,
         "latency_bound_ms": summary.latency_bound_ms,
     }
-    if summary.slo_met is not None:
-        metrics["slo_met"] = float(summary.slo_met)
+    if summary.slo_verdict is not None:
+        metrics["slo_ms"] = summary.slo_ms
+        metrics["queries_over_slo"] = summary.over_slo
+        metrics["slo_met"] = float(summary.slo_verdict == "met")
+        metrics["slo_missed"] = float(summary.slo_verdict == "missed")
     return {
         name: float(value)
         for name, value in metrics.items()

@@ -10,6 +10,8 @@
   (offsets from each phase's first arrival, per query id) and its metrics agree within their
   intervals (no headline comparison is 'faster' or 'slower'; one without an interval, such as
   the p99 of too few queries, cannot disagree).
+- `slo`: each pipeline's verdict on its SLO (the `slo_verdicts` view): a warning when any is
+  `missed`; `undecided` ones (too few queries to tell) are listed as such, not failed.
 
 Each function takes a read-only DuckDB connection and returns an AssetCheckResult; a check with
 nothing to compare with (first run, another spec) passes and says so.
@@ -29,6 +31,7 @@ from stages.rundir.manifest import Manifest, TimelineEntry, parse_manifest
 VALIDITY = "validity"
 REGRESSION = "regression"
 REPRODUCIBILITY = "reproducibility"
+SLO = "slo"
 GAP_PERIODS = 3.0
 """A telemetry gap longer than this many sampling periods invalidates a window."""
 SCHEDULE_TOLERANCE_NS = 1_000
@@ -57,6 +60,12 @@ def check_specs(asset: Any) -> list[dg.AssetCheckSpec]:
             asset=asset,
             description="A rerun of the same spec hash and seeds: same arrival schedule, "
             "metrics within their intervals.",
+        ),
+        dg.AssetCheckSpec(
+            SLO,
+            asset=asset,
+            description="Each pipeline's SLO verdict (met, missed or undecided at 99% "
+            "confidence, failures over the SLO); warns when any is missed.",
         ),
     ]
 
@@ -186,6 +195,41 @@ def validity_result(connection: Any, run_id: str) -> dg.AssetCheckResult:
     )
 
 
+# ----------------------------------------------------------------------------- slo
+
+
+def slo_result(connection: Any, run_id: str) -> dg.AssetCheckResult:
+    """Every (trial, phase, pipeline)'s SLO verdict from the `slo_verdicts` view; fails (WARN)
+    when any is missed. A run without an SLO passes and says so."""
+    rows = connection.execute(_sql("slo_verdicts.sql"), {"run": run_id}).fetchall()
+    lines: dict[str, list[str]] = {verdict: [] for verdict in ("missed", "undecided", "met")}
+    for trial, phase, pipeline, slo_ms, percentile, queries, over_slo, verdict in rows:
+        lines.setdefault(verdict, []).append(
+            f"trial {trial} {phase} {pipeline}: {verdict} ({over_slo} of {queries} queries "
+            f"over {slo_ms:g} ms, p{percentile * 100:g})"
+        )
+    missed, undecided = lines["missed"], lines["undecided"]
+    if not rows:
+        description = "no pipeline of this run has an SLO"
+    elif missed:
+        description = f"{len(missed)} SLO(s) missed: {missed[0]}"
+    elif undecided:
+        description = f"none missed; {len(undecided)} undecided (too few queries to tell)"
+    else:
+        description = "every SLO met"
+    return dg.AssetCheckResult(
+        check_name=SLO,
+        passed=not missed,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=description,
+        metadata={
+            "run_id": run_id,
+            **{verdict: len(found) for verdict, found in lines.items()},
+            "verdicts": _markdown([line for found in lines.values() for line in found]),
+        },
+    )
+
+
 # ----------------------------------------------------------------------------- comparisons
 
 
@@ -196,21 +240,12 @@ def _comparison(connection: Any, previous: str, current: str) -> Any:
 
 
 def _rows_markdown(frame: Any) -> dg.MetadataValue:
+    from analysis.report_catalogue import COMPARISON_MARKDOWN
     from analysis.report_file import markdown_table
 
     if frame.empty:
         return dg.MetadataValue.md("none")
-    columns = [
-        ("trial", "trial"),
-        ("phase", "phase"),
-        ("pipeline", "pipeline"),
-        ("metric", "metric"),
-        ("previous", "a_value"),
-        ("this run", "b_value"),
-        ("ratio", "ratio|ratio_ci_low|ratio_ci_high"),
-        ("verdict", "verdict"),
-    ]
-    return dg.MetadataValue.md(markdown_table(frame, columns))
+    return dg.MetadataValue.md(markdown_table(frame, COMPARISON_MARKDOWN))
 
 
 def _not_comparable(

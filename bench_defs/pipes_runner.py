@@ -64,10 +64,11 @@ def _with_interval(figures: Mapping[str, float], name: str, low: str, high: str)
 
 def summary_markdown(results: Sequence[PipelineResult | Mapping[str, Any]]) -> str:
     """Per trial, phase and pipeline: status, ok queries, q/s, p50 and p99 (ms) with their 95%
-    intervals, as the launcher's phase summaries (the analysis views) computed them."""
+    intervals and the SLO verdict (met, missed, undecided; - without an SLO), as the launcher's
+    phase summaries (the analysis views) computed them."""
     lines = [
-        "| trial | phase | pipeline | status | ok | q/s | p50 ms | p99 ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| trial | phase | pipeline | status | ok | q/s | p50 ms | p99 ms | SLO |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for outcome in (PipelineResult.model_validate(result) for result in results):
         figures = outcome.summary or {}
@@ -76,7 +77,8 @@ def summary_markdown(results: Sequence[PipelineResult | Mapping[str, Any]]) -> s
             f"| {outcome.status} | {_number(figures.get('queries_ok', outcome.ok))} "
             f"| {_with_interval(figures, 'queries_per_s', 'queries_per_s_ci_low', 'queries_per_s_ci_high')} "  # noqa: E501
             f"| {_with_interval(figures, 'latency_p50_ms', 'latency_p50_ci_low_ms', 'latency_p50_ci_high_ms')} "  # noqa: E501
-            f"| {_with_interval(figures, 'latency_p99_ms', 'latency_p99_ci_low_ms', 'latency_p99_ci_high_ms')} |"  # noqa: E501
+            f"| {_with_interval(figures, 'latency_p99_ms', 'latency_p99_ci_low_ms', 'latency_p99_ci_high_ms')} "  # noqa: E501
+            f"| {outcome.slo_verdict or '-'} |"
         )
     return "\n".join(lines)
 

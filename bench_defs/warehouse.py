@@ -76,7 +76,8 @@ def latest_run(context: dg.AssetExecutionContext) -> RunRecord:
     check_specs=checks.check_specs("warehouse"),
     description="The partition's latest benchmark run loaded into the DuckDB warehouse "
     "(idempotent), with report.md, its plots and trace.json written beside the run; checks: "
-    "validity, regression and reproducibility against the previous materialisation.",
+    "validity, SLO verdicts, regression and reproducibility against the previous "
+    "materialisation.",
 )
 def warehouse(
     context: dg.AssetExecutionContext, duckdb_warehouse: WarehouseResource
@@ -100,6 +101,7 @@ def warehouse(
     with duckdb_warehouse.reader() as connection:
         results = [
             checks.validity_result(connection, current.run_id),
+            checks.slo_result(connection, current.run_id),
             *checks.comparison_results(connection, previous_id, current.run_id),
         ]
     return dg.MaterializeResult(

@@ -66,6 +66,7 @@ def _offenders(
         ("stages/artifacts", ("stages.library", "stages.cli", "analysis", "dagster")),
         ("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
         ("stages/collocation", ("stages.cli", "analysis", "dagster")),
+        ("stages/capacity", ("stages.cli", "analysis", "dagster")),
         ("stages", ("bench_defs",)),
     ],
 )

@@ -92,7 +92,8 @@ def read_prompts(folder: Path) -> dict[str, list[Any]]:
     """The columns of a built `prompts` artefact, as Python lists."""
     import pyarrow.parquet as pq
 
-    return pq.read_table(folder / PROMPTS_FILE).to_pydict()
+    columns: dict[str, list[Any]] = pq.read_table(folder / PROMPTS_FILE).to_pydict()
+    return columns
 
 
 # --------------------------------------------------------------------------- tiny_lm

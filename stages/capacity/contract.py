@@ -89,6 +89,12 @@ class ProbeRecord(_Record):
     pipelines: dict[str, PipelineProbe] = Field(
         default_factory=dict, description="Every pipeline of the probe by name."
     )
+    design_effect: float | None = Field(
+        None,
+        description="Variance inflation of the target's over-SLO count from its bursts "
+        "(stages.capacity.clustering); the verdict counts queries / d and over_slo / d. "
+        "None: the verdict used the raw counts.",
+    )
 
 
 class SearchSettings(_Record):
@@ -114,6 +120,11 @@ class SearchSettings(_Record):
         None,
         description="Region rays only: pipeline -> its solo capacity times the ray's direction "
         "component (its offered rate is rate * this).",
+    )
+    ray_slo_ms: dict[str, float] | None = Field(
+        None,
+        description="Region rays only: each pipeline's own SLO (its spec's slo_ms), which its "
+        "verdict in every probe is decided against; slo_ms is then the smallest of them.",
     )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.contract import PipelineProbe, ProbeRecord, SearchSettings, SloRule, Verdict
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.early_abort import AbortMonitor, WatchedPipeline, watch
@@ -89,10 +90,13 @@ class ProbeExecutor:
         }
 
     def _slo_ms(self, name: str) -> float:
-        """The searched pipelines' SLO is the search's (--slo-ms or the spec's); a co-runner
-        keeps its own (None: no verdict)."""
-        if name in pipelines_of(self.settings) and pipelines_of(self.settings)[name] is not None:
-            return self.settings.slo_ms
+        """A ray's pipelines are judged by their own SLOs (`ray_slo_ms`), a single target by
+        the search's (--slo-ms or the spec's); a co-runner keeps its own (inf: no verdict)."""
+        settings = self.settings
+        if settings.ray_slo_ms and name in settings.ray_slo_ms:
+            return settings.ray_slo_ms[name]
+        if pipelines_of(settings).get(name) is not None:
+            return settings.slo_ms
         spec = next(p for p in self.loaded.spec.pipelines if p.name == name)
         return spec.loadgen.slo_ms or math.inf
 
@@ -135,7 +139,19 @@ class ProbeExecutor:
             duration_s=round(duration_s, 3),
             batches=_merged_batches([latencies.get(name, []) for name in searched], searched, self),
             pipelines=pipelines,
+            design_effect=self._design_effect(latencies, searched),
         )
+
+    def _design_effect(
+        self, latencies: dict[str, list[float]], searched: list[str]
+    ) -> float | None:
+        """The searched pipelines' burst design effect (the largest, for a ray)."""
+        effects = [
+            design_effect([latency > self._slo_ms(name) for latency in latencies[name]])
+            for name in searched
+            if latencies.get(name)
+        ]
+        return max(effects) if effects else None
 
     def _pipelines(
         self, request: ProbeRequest, latencies: dict[str, list[float]]
@@ -160,11 +176,15 @@ def pipeline_probe(
     window_s: float,
     executor: ProbeExecutor,
 ) -> PipelineProbe:
-    """One pipeline's figures in one probe (slo_ms inf: it has no SLO, so no verdict)."""
-    over = sum(1 for latency in latencies if latency > slo_ms)
+    """One pipeline's figures in one probe (slo_ms inf: it has no SLO, so no verdict). The
+    verdict counts its queries as independent ones after the design effect of its bursts
+    (stages.capacity.clustering), as the simulated probe does."""
+    flags = [latency > slo_ms for latency in latencies]
+    over = sum(flags)
     verdict: Verdict | None = None
     if math.isfinite(slo_ms):
-        verdict = executor.rule.verdict(len(latencies), over, executor.settings.percentile)
+        counted = effective_counts(len(latencies), over, design_effect(flags))
+        verdict = executor.rule.verdict(*counted, executor.settings.percentile)
     completed = sum(1 for latency in latencies if math.isfinite(latency))
     return PipelineProbe(
         rate_qps=rate_qps,

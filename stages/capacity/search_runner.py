@@ -14,6 +14,7 @@ from stages.capacity.controller import run_search
 from stages.capacity.probe_executor import ProbeExecutor
 from stages.capacity.probe_spec import check_searchable
 from stages.capacity.store import SearchStore
+from stages.collocation.launcher import LauncherInterruptedWithResult
 from stages.spec.loading import LoadedSpec
 
 
@@ -40,8 +41,8 @@ def run_capacity_search(
     loaded: LoadedSpec, settings: SearchSettings, options: SearchRunOptions
 ) -> CapacityResult:
     """Create or resume `<out_dir>/<search_id>/` and search until the controller stops; the
-    result is also written to capacity.json (and logged to MLflow when asked). Ctrl-C during
-    a probe propagates (LauncherInterruptedWithResult) with every earlier probe kept."""
+    result is also written to capacity.json (and logged to MLflow when asked). Ctrl-C (or
+    SIGTERM) during a probe raises KeyboardInterrupt, every earlier probe kept."""
     check_searchable(loaded, settings)
     store = SearchStore(search_dir_of(options, settings.search_id))
     probes = _resume(store, settings)
@@ -60,7 +61,10 @@ def run_capacity_search(
         if options.progress is not None:
             options.progress(probe_line(probe))
 
-    result = run_search(settings, executor, probes, on_probe)
+    try:
+        result = run_search(settings, executor, probes, on_probe)
+    except LauncherInterruptedWithResult as interrupted:  # Ctrl-C or SIGTERM during a probe
+        raise KeyboardInterrupt(f"{interrupted}; recorded probes kept") from interrupted
     store.write_result(result)
     if options.log_search is not None and options.mlflow_uri:
         options.log_search(store.search_dir, options.mlflow_uri)

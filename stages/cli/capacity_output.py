@@ -14,23 +14,11 @@ from rich.table import Table
 from stages.cli.console import err, out
 
 
-class LoadgenRule:
-    """The capacity package's `SloRule`: LoadGen's early-stopping verdict by counts and its
-    largest passing over-SLO count (analysis.early_stopping)."""
+def slo_rule() -> Any:
+    """The search's SloRule: LoadGen's verdict by counts and its early-abort bound."""
+    from analysis.early_stopping import LoadgenSloRule
 
-    def verdict(self, queries: int, over_slo: int, percentile: float) -> Any:
-        from analysis.early_stopping import slo_verdict_by_counts
-
-        return slo_verdict_by_counts(queries, over_slo, percentile)
-
-    def max_passing_over_slo(self, queries: int, percentile: float) -> int:
-        from analysis.early_stopping import max_passing_over_slo
-
-        return max_passing_over_slo(queries, percentile)
-
-
-def slo_rule() -> LoadgenRule:
-    return LoadgenRule()
+    return LoadgenSloRule()
 
 
 def verdict_latencies(run_dir: Path) -> dict[str, list[float]]:

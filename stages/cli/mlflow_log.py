@@ -2,7 +2,8 @@
 
 One parent MLflow run per benchmark run (spec as params, run files as artifacts) and one nested
 child per (pipeline, phase) with the figures of the manifest's results (computed once, by the
-analysis views), one value per trial (`step=trial`). The run directory stays the source of
+analysis views), one value per trial (`step=trial`), and its SLO verdicts as tags
+(`slo_verdict.<trial>`, and `slo_verdict`, the worst of them). The run directory stays the source of
 truth: any MLflow failure is logged as a warning and the function returns None, so tracking can
 never lose or fail a run. MLflow is imported lazily (about a second).
 """
@@ -46,6 +47,7 @@ TAG_PARENT = "mlflow.parentRunId"  # what mlflow.start_run(nested=True) sets
 # Benchmark status -> MLflow run status.
 _RUN_STATUS = {"ok": "FINISHED", "failed": "FAILED", "timeout": "FAILED", "interrupted": "KILLED"}
 _STATUS_SEVERITY = ("ok", "timeout", "interrupted", "failed")
+_VERDICT_SEVERITY = ("met", "undecided", "missed")
 # The worker's own counts (warm-up included), logged only when a result has no summary.
 _COUNT_FIELDS = (*QUERY_COUNTS, "not_issued")
 _NOISY_LOGGERS = ("mlflow", "alembic", "sqlalchemy")
@@ -158,6 +160,18 @@ def trial_metrics(result: PipelineResult) -> dict[str, float]:
     return {key: float(value) for key, value in values if math.isfinite(value)}
 
 
+def verdict_tags(results: list[PipelineResult]) -> dict[str, str]:
+    """A (pipeline, phase)'s SLO verdicts as tags (the numbers, slo_met and slo_missed, are
+    metrics): `slo_verdict.<trial>` per trial and `slo_verdict`, the worst of them (missed,
+    then undecided, then met); none without an SLO."""
+    by_trial = {r.trial: r.slo_verdict for r in results if r.slo_verdict is not None}
+    if not by_trial:
+        return {}
+    tags: dict[str, str] = {f"slo_verdict.{trial}": v for trial, v in sorted(by_trial.items())}
+    tags["slo_verdict"] = max(by_trial.values(), key=_VERDICT_SEVERITY.index)
+    return tags
+
+
 # ---------------------------------------------------------------- manifest helpers
 
 
@@ -251,6 +265,7 @@ def _log_child(
             "error": errors[0][:5000] if errors else None,
             "energy.gpu_source": manifest.energy.gpu_source,
             "energy.host_source": manifest.energy.host_source,
+            **verdict_tags(results),
         }
     )
     child = client.create_run(experiment_id, tags=tags, run_name=f"{pipeline}/{phase}")

@@ -16,7 +16,8 @@ from stages.runtime.counters import QUERY_COUNTS
 
 def _rate(outcome: dict[str, Any]) -> float | None:
     """Ok queries per second between the first issue and the last completion, when known."""
-    first, last = outcome.get("first_issue_ns"), outcome.get("last_completed_ns")
+    first: int | None = outcome.get("first_issue_ns")
+    last: int | None = outcome.get("last_completed_ns")
     if not first or not last or last <= first:
         return None
     return float(outcome.get("ok", 0)) / ((last - first) / 1e9)

@@ -33,13 +33,10 @@ def _two_decimals(value: Any) -> str:
 
 
 def _slo(row: Any) -> str:
-    """met, missed, or unproven: LoadGen calls a run too short for its verdict INVALID, not a
-    miss; "-" without an SLO."""
-    if row.slo_met is None:
-        return "-"
-    if row.slo_met:
-        return "met"
-    return "unproven" if row.latency_bound_ms is None else "missed"
+    """met (LoadGen's early-stopping rule), missed (its mirror binomial test: too many queries
+    over the SLO to meet the percentile) or undecided (too few queries to tell either way), as
+    analysis.early_stopping decides; "-" without an SLO."""
+    return str(row.slo_verdict) if row.slo_verdict is not None else "-"
 
 
 def _cells(row: Any, status: str) -> tuple[str, ...]:
@@ -76,7 +73,7 @@ def summary_table(result: Any) -> Table:
     """Headline figures per pipeline and phase, from the warehouse's views over the run
     directory (warm-up excluded): ok and failed queries, q/s and the scenario's verdict
     percentile (failures count as infinite) with their 95% intervals, the completed-only p99,
-    LoadGen's early-stopping bound and the SLO verdict by LoadGen's rule."""
+    LoadGen's early-stopping bound and the SLO verdict (met, missed or undecided)."""
     from analysis.run_summary import summarize_run  # the CLI is the one place stages meets analysis
 
     statuses = {(o.trial, o.phase, o.pipeline): o.status for o in result.results}

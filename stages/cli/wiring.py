@@ -4,7 +4,8 @@ logger. The CLI is the one place where `stages` calls into `analysis` (lazily, p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from stages.collocation.results import PhaseFigures
 
 
 def log_to_mlflow(run_dir: Path, tracking_uri: str) -> str | None:
@@ -16,18 +17,21 @@ def log_to_mlflow(run_dir: Path, tracking_uri: str) -> str | None:
 
 def summarize_phase(
     run_dir: Path, trial: int, phase: str
-) -> tuple[dict[str, dict[str, Any]], list[str]]:
+) -> tuple[dict[str, PhaseFigures], list[str]]:
     """The launcher's phase summariser: each pipeline's figures from the analysis views
-    (infinite percentiles as the string "inf", so the manifest stays JSON), and the phase's
-    foreign-load warnings."""
+    (infinite percentiles as the string "inf", so the manifest stays JSON) with its SLO
+    verdict, and the phase's foreign-load warnings."""
     from analysis.run_summary import headline_metrics, phase_warnings
     from analysis.run_summary import summarize_phase as summaries_of
 
     figures = {
-        summary.pipeline: {
-            name: "inf" if value == float("inf") else value
-            for name, value in headline_metrics(summary, finite_only=False).items()
-        }
+        summary.pipeline: PhaseFigures(
+            metrics={
+                name: "inf" if value == float("inf") else value
+                for name, value in headline_metrics(summary, finite_only=False).items()
+            },
+            slo_verdict=summary.slo_verdict,
+        )
         for summary in summaries_of(run_dir, trial, phase)
     }
     return figures, phase_warnings(run_dir, trial, phase)

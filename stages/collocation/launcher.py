@@ -44,6 +44,7 @@ from stages.collocation.results import (
     LauncherInterrupted,
     LauncherInterruptedWithResult,
     LaunchError,
+    PhaseFigures,
     PhaseSummarizer,
     PipelineOutcome,
     ProgressCallback,
@@ -65,6 +66,7 @@ __all__ = [
     "Launcher",
     "LauncherInterrupted",
     "LauncherInterruptedWithResult",
+    "PhaseFigures",
     "PhaseSummarizer",
     "PipelineOutcome",
     "ProgressCallback",
@@ -285,7 +287,9 @@ class Launcher:
             self.warnings.append(f"trial {trial} {phase}: no summary: {error}")
             return
         for outcome in outcomes:
-            outcome.summary = figures.get(outcome.pipeline)
+            mine = figures.get(outcome.pipeline)
+            outcome.summary = None if mine is None else mine.metrics
+            outcome.slo_verdict = None if mine is None else mine.slo_verdict
         self.warnings += warnings
 
     # ----------------------------------------------------------------- interruption

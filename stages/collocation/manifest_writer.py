@@ -1,5 +1,6 @@
 """The run's manifest (`manifest.json`): the dict the launcher writes at the start, after every
-phase and at the end, and its atomic write (a killed launcher leaves the last whole one)."""
+phase and at the end, checked against the readers' model (stages.rundir.manifest) before its
+atomic write (a killed launcher leaves the last whole one)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from typing import Any
 
 from stages.collocation.phase_plan import phases_of
 from stages.collocation.results import PipelineOutcome
+from stages.rundir.manifest import FORMAT_VERSION, parse_manifest
 from stages.rundir.tables import MANIFEST
 from stages.runtime.driver import arrival_seed
 from stages.spec.loading import LoadedSpec
 from stages.spec.models import BenchmarkSpec
-
-FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,11 @@ def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunRecord) -> d
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    """Replace the run's manifest atomically (a temporary file, then a rename)."""
+    """Replace the run's manifest atomically (a temporary file, then a rename). The text is
+    validated as the readers will read it first: a key the model does not know, or a value of
+    the wrong type, raises ManifestError here instead of reaching the run directory."""
+    text = json.dumps(manifest, indent=2, default=str)
+    parse_manifest(json.loads(text), run_dir / MANIFEST)
     temporary = run_dir / (MANIFEST + ".tmp")
-    temporary.write_text(json.dumps(manifest, indent=2, default=str))
+    temporary.write_text(text)
     os.replace(temporary, run_dir / MANIFEST)

@@ -136,7 +136,8 @@ def decode(payload: object) -> Message:
     if cls is None:
         raise ProtocolError(f"unknown message kind {kind!r} (known: {', '.join(KINDS)})")
     body = {name: value for name, value in payload.items() if name != "kind"}
-    return _build(cls, body, str(kind))
+    message: Message = _build(cls, body, str(kind))
+    return message
 
 
 def _build(cls: type[Any], body: Mapping[str, Any], where: str) -> Any:

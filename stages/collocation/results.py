@@ -41,6 +41,7 @@ class PipelineOutcome:
     inflight: int = 0  # issued, not yet finished (live)
     live_p99_ms: float | None = None  # progress display only: the last 2,000 completions
     summary: dict[str, Any] | None = None  # the phase's figures, from the analysis views
+    slo_verdict: str | None = None  # met | missed | undecided (the views'); None: no SLO
 
     def record_counters(self, counters: CounterSnapshot) -> None:
         """The worker's live counters, as reported (`Progress` and `Done`)."""
@@ -98,8 +99,20 @@ class ProgressEvent:
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
+
+
+@dataclass(frozen=True)
+class PhaseFigures:
+    """One pipeline's figures for one phase, as the analysis views computed them: the numbers
+    (infinite ones as the string "inf", so the manifest stays JSON) and the SLO verdict by name
+    (met | missed | undecided; None without an SLO), which is no number."""
+
+    metrics: dict[str, Any]
+    slo_verdict: str | None = None
+
+
 # (run_dir, trial, phase) -> ({pipeline: figures}, warnings)
-PhaseSummarizer = Callable[[Path, int, str], tuple[dict[str, dict[str, Any]], list[str]]]
+PhaseSummarizer = Callable[[Path, int, str], tuple[dict[str, PhaseFigures], list[str]]]
 
 
 class LaunchError(RuntimeError):

@@ -22,7 +22,7 @@ from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
 
 
-class NoopStage(Stage):
+class NoopStage(Stage[StageConfig]):
     """Does nothing: measures the runtime's own per-stage cost."""
 
     def run(self, query: Query) -> Route:

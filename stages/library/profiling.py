@@ -138,7 +138,7 @@ class OperatorProfiler:
 
     def _event_rows(self, profiler: Any, query_id: int, visit: int) -> list[dict[str, Any]]:
         """The profiler's events as `operator_spans` rows on the monotonic clock."""
-        from torch.autograd import DeviceType
+        from torch.profiler import DeviceType
 
         results = profiler.profiler.kineto_results
         if hasattr(results, "trace_start_ns"):

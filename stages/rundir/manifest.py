@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -24,6 +24,11 @@ from stages.rundir.layout import MANIFEST
 
 FORMAT_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name("manifest.schema.json")
+
+
+# A pipeline's SLO verdict (analysis.early_stopping.SloVerdict, mirrored: stages never imports
+# analysis).
+SloVerdictName = Literal["met", "missed", "undecided"]
 
 
 class ManifestError(ValueError):
@@ -183,6 +188,14 @@ class PipelineResult(_Ours):
         None,
         description="The phase's figures from the analysis views "
         "(analysis.run_summary.headline_metrics); None without the analysis layer.",
+    )
+    slo_verdict: SloVerdictName | None = Field(
+        None,
+        description="The verdict on the pipeline's slo_ms over every measured query (failures "
+        "over the SLO): met (LoadGen's early-stopping rule), missed (its mirror binomial test: "
+        "P[Bin(N, 1 - p) >= over-SLO count] < 0.01) or undecided (too few queries to tell); "
+        "None without an SLO or without the analysis layer. Its counts are in `summary` "
+        "(queries_measured, queries_over_slo, slo_ms, target_percentile).",
     )
     p99_ms: float | None = Field(
         None, exclude=True, description="Older manifests only (before the views' summary)."

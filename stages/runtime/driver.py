@@ -32,7 +32,7 @@ class PhaseResult:
     leaked_threads: list[str] = field(default_factory=list)
 
 
-def prepare_load(runtime: PipelineRuntime, seed: int) -> Scenario:
+def prepare_load(runtime: PipelineRuntime, seed: int) -> Scenario[Any]:
     """The pipeline's scenario, with its pre-start work done (call before the barrier)."""
     spec = runtime.spec.loadgen
     scenario = make_scenario(spec, seed)
@@ -40,7 +40,7 @@ def prepare_load(runtime: PipelineRuntime, seed: int) -> Scenario:
     return scenario
 
 
-def run_load(runtime: PipelineRuntime, scenario: Scenario, start_ns: int) -> PhaseResult:
+def run_load(runtime: PipelineRuntime, scenario: Scenario[Any], start_ns: int) -> PhaseResult:
     """Drive the load from the calling thread (it becomes the issuing thread), then drain and
     stop the pipeline. Stage threads must already be started."""
     spec = runtime.spec.loadgen

@@ -11,13 +11,13 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from stages.runtime.stage import Stage
 
 ENTRY_POINT_GROUP = "collobench.stages"
 
-StageT = TypeVar("StageT", bound=type[Stage])
+StageT = TypeVar("StageT", bound=type[Stage[Any]])
 
 
 class UnknownStageTypeError(KeyError):
@@ -28,9 +28,9 @@ class StageRegistry:
     """Maps stage type names to `Stage` subclasses."""
 
     def __init__(self) -> None:
-        self._types: dict[str, type[Stage]] = {}
+        self._types: dict[str, type[Stage[Any]]] = {}
 
-    def register(self, name: str, stage_class: type[Stage]) -> None:
+    def register(self, name: str, stage_class: type[Stage[Any]]) -> None:
         existing = self._types.get(name)
         if existing is not None and existing is not stage_class:
             raise ValueError(
@@ -38,7 +38,7 @@ class StageRegistry:
             )
         self._types[name] = stage_class
 
-    def get(self, name: str) -> type[Stage]:
+    def get(self, name: str) -> type[Stage[Any]]:
         try:
             return self._types[name]
         except KeyError:

@@ -85,7 +85,7 @@ class _ConfigModel:
 
 class Stage(ABC, Generic[ConfigT]):
     """Base class of every stage type: `class X(Stage[XConfig])`, implementing `run`. A stage
-    without options subclasses plain `Stage` (its config is a `StageConfig`)."""
+    without options subclasses `Stage[StageConfig]` (plain `Stage` means the same at run time)."""
 
     config_model = _ConfigModel()
     _config_model: ClassVar[type[StageConfig]] = StageConfig

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from stages.runtime.channels import (
     AnyInbox,
@@ -26,7 +27,7 @@ Output = tuple[str, Channel, bool]
 class RuntimeNode:
     """A stage's runtime state: its instance, inbox and resolved output channels."""
 
-    def __init__(self, node: StageNode, stage: Stage, inbox: Inbox) -> None:
+    def __init__(self, node: StageNode, stage: Stage[Any], inbox: Inbox) -> None:
         self.graph_node = node
         self.index = node.index
         self.name = node.id

@@ -90,13 +90,14 @@ class LimitedSafeLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                mark = self.peek_event().start_mark
+                # types-PyYAML leaves Parser.peek_event unannotated (pyproject's mypy notes).
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise ComposerError(None, None, f"more than {MAX_ALIASES} aliases (*name)", mark)
             return super().compose_node(parent, index)
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
             return super().compose_node(parent, index)
         finally:

@@ -29,6 +29,7 @@ class RunBuilder:
     started_at: str = "2026-01-01T00:00:00+00:00"
     status: str = "ok"
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    slo_ms: dict[str, float] = field(default_factory=dict)  # pipeline -> loadgen.slo_ms
 
     @property
     def run_dir(self) -> Path:
@@ -105,6 +106,10 @@ class RunBuilder:
                     energy_source=source,
                 )
 
+    def _loadgen(self, name: str, kind: str) -> dict[str, Any]:
+        slo = {"slo_ms": self.slo_ms[name]} if name in self.slo_ms else {}
+        return {"type": kind, **slo}
+
     def manifest(self) -> dict[str, Any]:
         return {
             "format_version": 1,
@@ -113,7 +118,7 @@ class RunBuilder:
             "spec": {
                 "name": self.run_id,
                 "pipelines": [
-                    {"name": name, "loadgen": {"type": kind}, "stages": []}
+                    {"name": name, "loadgen": self._loadgen(name, kind), "stages": []}
                     for name, kind in self.loadgens.items()
                 ],
             },

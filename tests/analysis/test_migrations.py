@@ -108,8 +108,8 @@ def test_v1_warehouse_migrates_keeps_its_rows_and_takes_new_runs(
     said: list[str] = []
     load_runs([collocated_run(tmp_path / "runs").write()], db_path, notify=said.append)
 
-    assert said == [f"{db_path}: upgraded the warehouse schema from version 1 to 2"]
-    assert [version for version, _ in versions(db_path)] == [CURRENT_VERSION]
+    assert said == [f"{db_path}: upgraded the warehouse schema from version 1 to {CURRENT_VERSION}"]
+    assert [version for version, _ in versions(db_path)] == list(range(2, CURRENT_VERSION + 1))
     # The migrated warehouse has exactly the tables and column types of a new one.
     fresh = tmp_path / "fresh.duckdb"
     load_runs([old_run], fresh)

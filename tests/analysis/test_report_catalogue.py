@@ -20,6 +20,7 @@ from analysis.report_catalogue import (
     AFTER_RUN,
     BY_VIEW,
     CATALOGUE,
+    COMPARISON_MARKDOWN,
     COMPARISON_TERMINAL,
     MARKDOWN_NUMBERS,
     NOT_REPORTED,
@@ -51,7 +52,7 @@ def test_every_catalogue_column_is_in_its_view_on_a_loaded_run(loaded_db: Path) 
         connection.close()
     frames = report(loaded_db)
     assert list(frames) == [view.view for view in CATALOGUE]
-    assert len(CATALOGUE) == 15 and all(view.terminal for view in CATALOGUE)
+    assert len(CATALOGUE) == 16 and all(view.terminal for view in CATALOGUE)
 
 
 def test_a_column_the_view_does_not_produce_is_an_error_naming_both(
@@ -120,6 +121,11 @@ def test_the_catalogue_agrees_with_itself_and_with_its_readers() -> None:
         "perf_per_watt",
         "contention",
     }
+
+
+def test_the_regression_checks_comparison_table_reads_comparison_columns() -> None:
+    read = [name for _, cell in COMPARISON_MARKDOWN for name in cell_columns(cell)]
+    assert read and set(read) <= set(COMPARE_COLUMNS)
 
 
 def test_number_formats() -> None:

@@ -87,7 +87,7 @@ def test_dropped_queries_make_the_slo_verdict_miss(run_dir: Path) -> None:
     # Counting every measured query: the verdict p99 is infinite, no finite bound, SLO missed.
     assert loaded.latency_p99_ms == float("inf")
     assert loaded.latency_bound_ms == float("inf")
-    assert loaded.slo_met is False
+    assert loaded.slo_verdict == "missed"  # ~half the queries over the SLO: certainly missed
     solo = summary["solo"]
     assert solo.failed == 0
     assert solo.latency_p99_ms is not None and solo.latency_p99_ms < SLO_MS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -193,7 +194,7 @@ def test_hub_unreachable_endpoint_fails_at_the_probe(monkeypatch: pytest.MonkeyP
         seen.append(address)
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(hub.socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
     with pytest.raises(ArtifactError, match=r"no connection to http://hub\.invalid within 3 s"):
         hub.load_hub_model("org/model")
     assert seen == [("hub.invalid", 80)] and calls == [True]

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from analysis.early_stopping import LoadgenSloRule
 from stages.capacity.early_abort import (
     AbortMonitor,
     ProbeAborted,
@@ -15,10 +16,9 @@ from stages.capacity.early_abort import (
     growing_backlog,
     watch,
 )
-from stages.cli.capacity_output import LoadgenRule
 from stages.collocation.results import LauncherInterrupted, ProgressEvent
 
-RULE = LoadgenRule()
+RULE = LoadgenSloRule()
 
 
 def progress(pipeline: str, **counts: int) -> ProgressEvent:

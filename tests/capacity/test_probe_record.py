@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from analysis.early_stopping import LoadgenSloRule
 from stages.capacity.contract import SearchSettings
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.probe_executor import ProbeExecutor, batches_of, combined_verdict
-from stages.cli.capacity_output import LoadgenRule
 from stages.collocation.results import PipelineOutcome, RunResult
 from stages.spec.loading import validate_document
 
@@ -29,6 +29,11 @@ SPEC = validate_document(
 )
 
 
+# 4% of 2000 queries over the SLO, spread out (a gap of 24 within the SLO between any two,
+# so no two are one burst: design effect 1): certainly missed.
+SPREAD_FAILURES = [math.inf if i % 25 == 0 else 10.0 for i in range(2000)]
+
+
 def executor(latencies: dict[str, list[float]], **settings: object) -> ProbeExecutor:
     fields = {"search_id": "s", "pipeline": "a", "slo_ms": 50, "probe_s": 10, "min_rate": 1}
     fields.update(settings)
@@ -37,7 +42,7 @@ def executor(latencies: dict[str, list[float]], **settings: object) -> ProbeExec
         settings=SearchSettings.model_validate(fields),
         probe_runs_dir=Path("/nonexistent"),
         cache_dir=Path("/nonexistent"),
-        rule=LoadgenRule(),
+        rule=LoadgenSloRule(),
         verdict_latencies=lambda run_dir: latencies,
     )
 
@@ -76,8 +81,9 @@ def test_a_crashed_run_is_recorded_not_lost() -> None:
     )
     assert record.verdict == "undecided"  # its data would pass: try again, do not trust it
     assert record.abort_reason is not None and record.abort_reason.startswith("run failed: a")
-    bad = [10.0] * 500 + [math.inf] * 500
-    record = executor({"a": bad}).record(0, ProbeRequest("search", 200, 0, False), crashed, None, 1)
+    record = executor({"a": SPREAD_FAILURES}).record(
+        0, ProbeRequest("search", 200, 0, False), crashed, None, 1
+    )
     assert record.verdict == "missed"
 
 
@@ -93,7 +99,7 @@ def test_a_run_without_data_is_still_a_record() -> None:
 
 
 def test_a_co_runner_is_reported_but_does_not_decide() -> None:
-    latencies = {"a": [10.0] * 1000, "b": [math.inf] * 50}
+    latencies = {"a": [10.0] * 1000, "b": SPREAD_FAILURES}
     probe = executor(latencies, **{"with": {"b": 5.0}})
     record = probe.record(0, ProbeRequest("search", 100, 0, False), run("ok"), None, 1)
     assert record.verdict == "met"
@@ -102,15 +108,27 @@ def test_a_co_runner_is_reported_but_does_not_decide() -> None:
 
 
 def test_a_ray_probe_combines_both_verdicts() -> None:
-    latencies = {"a": [10.0] * 1000, "b": [10.0] * 900 + [math.inf] * 100}
+    latencies = {"a": [10.0] * 1000, "b": SPREAD_FAILURES}
     ray = executor(latencies, pipeline="a+b", ray={"a": 200.0, "b": 100.0})
     record = ray.record(0, ProbeRequest("search", 0.5, 0, False), run("ok"), None, 1)
     assert record.verdict == "missed"
-    assert record.queries == 2000 and record.over_slo == 100
+    assert record.queries == 3000 and record.over_slo == 80
+    assert record.design_effect == 1.0
     assert {name: p.rate_qps for name, p in record.pipelines.items()} == {"a": 100, "b": 50}
     assert combined_verdict(["met", "undecided"]) == "undecided"
     assert combined_verdict(["met", "met"]) == "met"
     assert combined_verdict([None]) is None
+
+
+def test_a_burst_counts_as_fewer_independent_queries() -> None:
+    # The same 80 failures in one run of queries: one burst, design effect 80, so the verdict
+    # sees 25 independent queries with 1 over: too few to say anything.
+    burst = [10.0] * 1000 + [math.inf] * 80 + [10.0] * 920
+    record = executor({"a": burst}).record(
+        0, ProbeRequest("search", 200, 0, False), run("ok"), None, 1
+    )
+    assert record.design_effect == 80.0
+    assert (record.queries, record.over_slo, record.verdict) == (2000, 80, "undecided")
 
 
 def test_blocks_split_in_order_and_add_up() -> None:

@@ -15,12 +15,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.early_stopping import min_passing_queries
+from analysis.early_stopping import LoadgenSloRule, min_passing_queries
 from analysis.run_summary import verdict_latencies
 from stages.capacity.contract import CapacityResult, SearchSettings
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.capacity.store import SearchStore
-from stages.cli.capacity_output import LoadgenRule
 from stages.runtime.driver import arrival_seed
 from stages.runtime.loadgen.arrivals import PoissonArrivals
 from stages.spec.loadgen import ServerLoadgen
@@ -28,7 +27,7 @@ from stages.spec.loading import LoadedSpec, validate_document
 
 PROBE_S = 6.0
 SLO_MS = 50.0
-RULE = LoadgenRule()
+RULE = LoadgenSloRule()
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from stages.capacity import store as store_module
 from stages.capacity.contract import CapacityResult, ProbeRecord, SearchSettings
 from stages.capacity.store import SearchStore
 
@@ -77,7 +76,7 @@ def test_each_probe_is_fsynced_before_append_returns(
         synced.append(descriptor)
         real_fsync(descriptor)
 
-    monkeypatch.setattr(store_module.os, "fsync", spying_fsync)
+    monkeypatch.setattr(os, "fsync", spying_fsync)
     store = SearchStore(tmp_path)
     store.append_probe(probe(0))
     assert len(synced) >= 1  # the file (and its folder's entry)
@@ -105,7 +104,7 @@ def test_the_result_is_replaced_atomically(tmp_path: Path, monkeypatch: pytest.M
     def crash(source: object, target: object) -> None:
         raise OSError("killed before the rename")
 
-    monkeypatch.setattr(store_module.os, "replace", crash)
+    monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="killed before the rename"):
         store.write_result(first.model_copy(update={"certified_qps": 99.0}))
     assert store.read_result() == first  # the old file, whole

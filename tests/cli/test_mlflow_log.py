@@ -41,7 +41,7 @@ SPEC: dict[str, Any] = {
             "name": "classify",
             "device": "cpu",
             "placement": {"cpus": [0], "threads": 1},
-            "loadgen": {"type": "server", "rate": 50, "warmup_queries": 5},
+            "loadgen": {"type": "server", "rate": 50, "warmup_queries": 5, "slo_ms": 140},
             "stages": [
                 {"id": "data", "type": "dataset.digits", "outputs": ["model"]},
                 {"id": "model", "type": "torchvision.classify", "config": {"model": "x" * 7000}},
@@ -182,7 +182,8 @@ def write_run_dir(run_dir: Path, *, merge: bool = True) -> None:
     # As the launcher does at each phase end: the figures the analysis views compute.
     for result in manifest["results"]:
         figures, _ = summarize_phase(run_dir, result["trial"], result["phase"])
-        result["summary"] = figures[result["pipeline"]]
+        mine = figures[result["pipeline"]]
+        result.update(summary=mine.metrics, slo_verdict=mine.slo_verdict)
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -278,6 +279,30 @@ def test_one_nested_child_per_pipeline_and_phase(logged: Logged) -> None:
     assert embed.data.tags["error"] == "boom"
     assert embed.info.status == "FAILED"
     assert logged.children[("classify", "solo")].info.status == "FINISHED"
+
+
+def test_slo_verdicts_are_tags_per_trial_and_the_worst(logged: Logged) -> None:
+    """classify (slo_ms 140): solo, 4 failures in 104 queries: undecided; collocated trial 0,
+    3 dropped in 53: undecided; trial 1, 4 over 140 ms and 2 errors in 52: missed. The tags
+    are the manifest's verdicts; embed has no SLO, so no verdict tag."""
+    manifest = json.loads((logged.run_dir / "manifest.json").read_text())
+    verdicts: dict[tuple[str, str], dict[int, str]] = {}
+    for result in manifest["results"]:
+        if result["slo_verdict"] is not None:
+            key = (result["pipeline"], result["phase"])
+            verdicts.setdefault(key, {})[result["trial"]] = result["slo_verdict"]
+    assert verdicts == {
+        ("classify", "solo"): {0: "undecided"},
+        ("classify", "collocated"): {0: "undecided", 1: "missed"},
+    }
+    for key, by_trial in verdicts.items():
+        tags = logged.children[key].data.tags
+        for trial, verdict in by_trial.items():
+            assert tags[f"slo_verdict.{trial}"] == verdict
+    assert logged.children[("classify", "solo")].data.tags["slo_verdict"] == "undecided"
+    assert logged.children[("classify", "collocated")].data.tags["slo_verdict"] == "missed"
+    assert logged.children[("classify", "collocated")].data.metrics["slo_missed"] == 1.0
+    assert not any(k.startswith("slo_") for k in logged.children[("embed", "collocated")].data.tags)
 
 
 def _logged_at_trial(logged: Logged, child: Run, trial: int) -> dict[str, float]:

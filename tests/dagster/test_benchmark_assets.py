@@ -61,7 +61,7 @@ def test_benchmark_warehouse_and_reports(
     loaded = _metadata(first, "warehouse")
     assert loaded["run_id"] == run["run_id"] and loaded["previous_run_id"] == "none"
     checks = _checks(first)
-    assert set(checks) == {"validity", "regression", "reproducibility"}
+    assert set(checks) == {"validity", "slo", "regression", "reproducibility"}
     assert checks["validity"].passed, checks["validity"].description
     assert "no previous" in str(checks["regression"].description)
 

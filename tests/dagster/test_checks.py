@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import duckdb
 import pytest
 
@@ -248,3 +249,62 @@ def test_the_time_between_two_solo_baselines_is_not_a_telemetry_gap(tmp_path: Pa
         "trial 0 solo b: host telemetry gap of 1100 ms in the load window "
         "(period 100 ms, allowed 3 periods)"
     ], problems
+
+
+# every query six times over under new ids: enough measured queries for LoadGen's rule (459)
+_SIX_TIMES = """
+SELECT t.* REPLACE (t.query_id + r.copy * 1000000 AS query_id) FROM t, range(6) AS r(copy)
+"""
+
+
+def _slo_run(good_run: Path, run_id: str, slo_ms: float, select: dict[str, str] | None) -> Path:
+    """A clone of the good run whose spec sets `slo_ms`, its results' figures and verdicts
+    recomputed as the launcher does at each phase end (the CLI's summariser)."""
+    from stages.cli.wiring import summarize_phase
+
+    def set_slo(manifest: dict[str, Any]) -> None:
+        manifest["spec"]["pipelines"][0]["loadgen"]["slo_ms"] = slo_ms
+
+    run_dir = clone(good_run, run_id, set_slo, select)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    for result in manifest["results"]:
+        figures, _ = summarize_phase(run_dir, result["trial"], result["phase"])
+        mine = figures[result["pipeline"]]
+        result.update(summary=mine.metrics, slo_verdict=mine.slo_verdict)
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("slo_ms", "select", "verdict", "passed", "expected"),
+    [
+        (1e-6, None, "missed", False, "1 SLO(s) missed: trial 0 solo p: missed"),
+        (1e6, None, "undecided", True, "none missed; 1 undecided"),
+        (1e6, {"queries": _SIX_TIMES}, "met", True, "every SLO met"),
+    ],
+    ids=["missed", "undecided", "met"],
+)
+def test_slo_check_warns_on_a_missed_slo_and_lists_undecided_ones(
+    good_run: Path,
+    tmp_path: Path,
+    slo_ms: float,
+    select: dict[str, str] | None,
+    verdict: str,
+    passed: bool,
+    expected: str,
+) -> None:
+    """Every query over a 1 ns SLO: missed (a warning). None over a 1000 s SLO in ~100
+    queries: too few to prove it, undecided (listed, passes). Six times the queries: met."""
+    run_dir = _slo_run(good_run, f"slo-{tmp_path.name}", slo_ms, select)
+    with warehouse(tmp_path, run_dir) as connection:
+        result = checks.slo_result(connection, run_dir.name)
+    assert (result.passed, result.severity) == (passed, dg.AssetCheckSeverity.WARN)
+    assert str(result.description).startswith(expected), result.description
+    assert result.metadata[verdict].value == 1
+    assert f"trial 0 solo p: {verdict} (" in str(result.metadata["verdicts"].value)
+
+
+def test_slo_check_passes_a_run_without_an_slo(good_run: Path, tmp_path: Path) -> None:
+    with warehouse(tmp_path, good_run) as connection:
+        result = checks.slo_result(connection, "good")
+    assert result.passed and result.description == "no pipeline of this run has an SLO"

@@ -31,7 +31,7 @@ def test_the_names_users_and_docs_rely_on() -> None:
     )
     assert dg.AssetKey("digits") in graph.get(dg.AssetKey("digits_cnn")).parent_keys
     checks = {key.name for key in graph.asset_check_keys}
-    assert checks == {"validity", "regression", "reproducibility"}
+    assert checks == {"validity", "slo", "regression", "reproducibility"}
 
 
 def test_launchpad_overrides_become_set_options() -> None:

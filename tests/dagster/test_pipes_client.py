@@ -94,6 +94,7 @@ def test_manifest_becomes_typed_metadata() -> None:
             "pipeline": "a",
             "status": "ok",
             "ok": 10,
+            "slo_verdict": "missed",
             "summary": {
                 "queries_ok": 10,
                 "queries_per_s": 99.5,
@@ -121,6 +122,6 @@ def test_manifest_becomes_typed_metadata() -> None:
     assert metadata["overrides"] == {"raw_value": ["repeats=2"], "type": "json"}
     assert metadata["a/queries_per_s"] == {"raw_value": 99.5, "type": "float"}
     assert "a/p99_ms" not in metadata  # an infinite percentile is no float to plot
-    assert "| 0 | collocated | a | ok | 10 | 99.5 [90, 110] | 1.5 | inf |" in (
+    assert "| 0 | collocated | a | ok | 10 | 99.5 [90, 110] | 1.5 | inf | missed |" in (
         summary_markdown(results)
     )

@@ -53,7 +53,14 @@ def test_the_warehouse_has_a_table_for_each_run_directory_table(
         row[0] for row in warehouse.execute("SELECT table_name FROM duckdb_tables()").fetchall()
     }
     assert set(TABLES) <= tables
-    assert tables - set(TABLES) == {"runs", "schema_info"}  # the warehouse's own
+    # the warehouse's own: runs, versions, and the capacity searches (analysis.capacity)
+    assert tables - set(TABLES) == {
+        "runs",
+        "schema_info",
+        "capacity_searches",
+        "capacity_probes",
+        "capacity_region_rays",
+    }
 
 
 @pytest.mark.parametrize("table", TABLES)

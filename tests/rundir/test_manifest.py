@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from analysis.early_stopping import slo_verdict_by_counts
 from stages.rundir.layout import MANIFEST
 from stages.rundir.manifest import (
     SCHEMA_FILE,
@@ -35,14 +36,15 @@ def test_every_field_of_the_manifest_is_described() -> None:
 
 @pytest.fixture(scope="module")
 def real_manifest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The manifest of a real two-pipeline run of the shipped spec (short load windows), as
-    the CLI's launcher wrote it, with the analysis views' summaries."""
+    """The manifest of a real two-pipeline run of the shipped spec (short load windows, an SLO
+    on `front`), as the CLI's launcher wrote it, with the analysis views' summaries."""
     out = tmp_path_factory.mktemp("runs")
     command = [
         sys.executable, "-m", "stages.cli", "run", "specs/noop_collocated.yaml",
         "--out", str(out), "--run-id", "real", "--no-load", "--no-mlflow",
         "--set", "pipelines.0.loadgen.duration_s=0.5",
         "--set", "pipelines.1.loadgen.duration_s=0.5",
+        "--set", "pipelines.0.loadgen.slo_ms=1000",
     ]  # fmt: skip
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -57,6 +59,16 @@ def test_a_real_runs_manifest_validates(real_manifest: dict[str, Any]) -> None:
     assert {r.phase for r in manifest.results} == {"solo", "collocated"}
     assert all(r.summary and "queries_per_s" in r.summary for r in manifest.results)
     assert [entry.what for entry in manifest.timeline].count("phase") == 3
+    # The SLO verdict the launcher attached is the one the summary's counts give; none
+    # without an SLO.
+    for result in manifest.results:
+        figures = result.summary or {}
+        if result.pipeline == "back":
+            assert result.slo_verdict is None and "queries_over_slo" not in figures
+            continue
+        assert figures["slo_ms"] == 1000.0
+        counts = (int(figures["queries_measured"]), int(figures["queries_over_slo"]))
+        assert result.slo_verdict == slo_verdict_by_counts(*counts, figures["target_percentile"])
     # Every key of the file is a field of the model (nothing kept only as an extra).
     assert set(real_manifest) == set(Manifest.model_fields)
     for result in real_manifest["results"]:

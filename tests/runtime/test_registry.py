@@ -23,14 +23,12 @@ def test_entry_point_stages_are_registered(monkeypatch: pytest.MonkeyPatch) -> N
     def entry_points(group: str) -> Any:
         return [plugin] if group == "collobench.stages" else []
 
-    monkeypatch.setattr(registry_module.importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
     monkeypatch.setattr(registry_module, "_loaded", False)
     assert default_registry().get("thirdparty.tag") is TagStage
 
     monkeypatch.setattr(registry_module, "_loaded", False)
-    monkeypatch.setattr(
-        registry_module.importlib.metadata, "entry_points", lambda group: [not_a_stage]
-    )
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [not_a_stage])
     with pytest.raises(TypeError, match=r"thirdparty\.bad.*is not a Stage class"):
         default_registry()
 

@@ -1,0 +1,238 @@
+"""Capacity searches and regions in the warehouse: load a search directory into
+`capacity_searches` and `capacity_probes`, a region directory into `capacity_region_rays`
+(views `capacity` and `capacity_region`, analysis/sql/views/95_capacity.sql), read the views
+back by search or region; and the reports (analysis.capacity_report), re-exported here.
+
+Loading is idempotent: a search's (or region's) rows are deleted and inserted again in one
+transaction. `load_capacity_dirs` is the writer's entry point: under the warehouse's writer
+lock it loads searches and regions, each search's probe run directories and each region's
+solo and ray searches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from analysis import migrations
+from analysis.capacity_files import (
+    CAPACITY_FILE,
+    PROBES_DIR,
+    PROBES_FILE,
+    REGION_FILE,
+    SEARCH_FILE,
+    CapacityFileError,
+    RegionFiles,
+    SearchFiles,
+    probe_row,
+    ray_row,
+    read_region,
+    read_search,
+    search_row,
+)
+from analysis.capacity_report import (
+    REGION_PLOT,
+    REPORT_NAME,
+    SEARCH_PLOT,
+    write_region_report,
+    write_search_report,
+)
+from analysis.db import (
+    Notify,
+    connect_read_only,
+    connect_writer,
+    sql_text,
+    to_stderr,
+    writer_lock,
+)
+from analysis.loader import LoadError, ensure_schema, load_run
+from analysis.loader import _read_manifest as read_run_manifest
+from analysis.report_catalogue import BY_CAPACITY_VIEW, CatalogueError, check_columns
+
+__all__ = [
+    "CAPACITY_FILE",
+    "PROBES_FILE",
+    "REGION_FILE",
+    "REGION_PLOT",
+    "REPORT_NAME",
+    "SEARCH_FILE",
+    "SEARCH_PLOT",
+    "CapacityFileError",
+    "capacity_table",
+    "load_capacity_dirs",
+    "load_region",
+    "load_search",
+    "write_region_report",
+    "write_search_report",
+]
+
+
+def _schema_ready(connection: duckdb.DuckDBPyConnection) -> bool:
+    """The warehouse is at the current version and has the capacity views."""
+    if migrations.stored_version(connection) != migrations.CURRENT_VERSION:
+        return False
+    found = connection.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE view_name IN ('capacity', 'capacity_region')"
+    ).fetchall()
+    return bool(found) and found[0][0] == 2
+
+
+def _replace(
+    connection: duckdb.DuckDBPyConnection,
+    deletes: Sequence[tuple[str, str]],
+    key: str,
+    inserts: Sequence[tuple[str, Sequence[dict[str, Any]]]],
+) -> None:
+    """In one transaction: delete `key`'s rows from each (table, key column) of `deletes`,
+    then run each insert file once per row."""
+    connection.execute("BEGIN TRANSACTION")
+    try:
+        for table, column in deletes:
+            connection.execute(f"DELETE FROM {table} WHERE {column} = ?", [key])
+        for name, rows in inserts:
+            statement = sql_text(f"capacity/{name}")
+            for row in rows:
+                connection.execute(statement, row)
+        connection.execute("COMMIT")
+    except Exception:
+        connection.execute("ROLLBACK")
+        raise
+
+
+def load_search(connection: duckdb.DuckDBPyConnection, search_dir: Path | str) -> str:
+    """Load one search directory into capacity_searches and capacity_probes (the schema and
+    views created or migrated first when they are not current); returns its search_id.
+    Idempotent: the search's earlier rows are replaced in one transaction. The probes' run
+    directories are not loaded here (load_capacity_dirs does)."""
+    files = read_search(search_dir)
+    rows = [probe_row(files.search_id, probe) for probe in files.probes]
+    if not _schema_ready(connection):
+        ensure_schema(connection)  # creates or migrates; refuses a newer warehouse
+    _replace(
+        connection,
+        [("capacity_probes", "search_id"), ("capacity_searches", "search_id")],
+        files.search_id,
+        [("insert_search.sql", [search_row(files)]), ("insert_probe.sql", rows)],
+    )
+    return files.search_id
+
+
+def load_region(connection: duckdb.DuckDBPyConnection, region_dir: Path | str) -> str:
+    """Load one region directory's rays into capacity_region_rays (schema as load_search);
+    returns its region_id. Idempotent: the region's earlier rows are replaced in one
+    transaction. The rays' own searches are loaded by load_capacity_dirs."""
+    files = read_region(region_dir)
+    rows = [ray_row(files, index, ray) for index, ray in enumerate(files.rays)]
+    if not _schema_ready(connection):
+        ensure_schema(connection)  # creates or migrates; refuses a newer warehouse
+    _replace(
+        connection,
+        [("capacity_region_rays", "region_id")],
+        files.region_id,
+        [("insert_region_ray.sql", rows)],
+    )
+    return files.region_id
+
+
+def ray_search_dirs(files: RegionFiles) -> list[Path]:
+    """The search directories of the region's rays (and solo searches) that exist: named by a
+    ray's search_id inside the region directory or beside it."""
+    ids = files.solo_search_ids()
+    ids += [str(ray["search_id"]) for ray in files.rays if ray.get("search_id")]
+    found = []
+    for search_id in dict.fromkeys(ids):
+        for folder in (files.region_dir / search_id, files.region_dir.parent / search_id):
+            if (folder / SEARCH_FILE).exists() or (folder / CAPACITY_FILE).exists():
+                found.append(folder)
+                break
+    return found
+
+
+def probe_run_dirs(files: SearchFiles) -> list[Path]:
+    """The probes' run directories that exist (each holds a manifest.json): the recorded
+    run_dir, else the folder of that name under the search's probes/ (the search moved)."""
+    found = []
+    for probe in files.probes:
+        run_dir = probe.get("run_dir")
+        if not run_dir:
+            continue
+        for candidate in (Path(run_dir), files.search_dir / PROBES_DIR / Path(run_dir).name):
+            if (candidate / "manifest.json").exists():
+                found.append(candidate)
+                break
+    return found
+
+
+def _load_one(
+    connection: duckdb.DuckDBPyConnection, folder: Path, probe_runs: bool, notify: Notify
+) -> list[str]:
+    """Load a region (with its searches) or a search (with its probe runs); a probe run that
+    cannot be loaded is skipped with one line to `notify` (the search is what matters)."""
+    if (folder / REGION_FILE).exists():
+        loaded = [
+            _load_one(connection, search, probe_runs, notify)[0]
+            for search in ray_search_dirs(read_region(folder))
+        ]
+        return [load_region(connection, folder), *loaded]
+    files = read_search(folder)
+    if probe_runs:
+        for run_dir in probe_run_dirs(files):
+            try:
+                load_run(connection, run_dir, read_run_manifest(run_dir))
+            except LoadError as error:
+                notify(f"skipping probe run {run_dir}: {error}")
+    return [load_search(connection, folder)]
+
+
+def load_capacity_dirs(
+    directories: Sequence[Path | str],
+    db_path: Path | str,
+    wait_s: float | None = None,
+    notify: Notify = to_stderr,
+    probe_runs: bool = True,
+) -> list[str]:
+    """Load search and region directories into the warehouse at `db_path` under its writer
+    lock (analysis.db.writer_lock), with each search's probe run directories (`probe_runs`)
+    and each region's ray searches found beside it; returns the search and region ids loaded,
+    in order."""
+    db = Path(db_path)
+    with writer_lock(db, wait_s, notify):
+        connection = connect_writer(db, wait_s, notify)
+        try:
+            applied = ensure_schema(connection, db)
+            if applied:
+                notify(
+                    f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
+                    f"to {applied[-1]}"
+                )
+            loaded: list[str] = []
+            for folder in directories:
+                loaded += _load_one(connection, Path(folder), probe_runs, notify)
+            return loaded
+        finally:
+            connection.close()
+
+
+def capacity_table(db_path: Path | str, view: str, key: str | None = None) -> pd.DataFrame:
+    """The rows of a capacity view (`capacity`, `capacity_region`; analysis.report_catalogue's
+    CAPACITY_CATALOGUE) for one search or region (`key`: its search_id or region_id), or for
+    all when None, in the catalogue's order, read-only. CatalogueError (a LookupError) for a
+    view not in that catalogue or a column it names that the view lacks."""
+    found = BY_CAPACITY_VIEW.get(view)
+    if found is None:
+        raise CatalogueError(f"{view!r} is not a capacity view")
+    where = "" if key is None else f" WHERE {found.key} = ?"
+    connection = connect_read_only(db_path)
+    try:  # `view` and its columns come from the fixed catalogue
+        frame = connection.execute(
+            f"SELECT * FROM {view}{where} ORDER BY {', '.join(found.order_by)}",
+            [] if key is None else [key],
+        ).df()
+    finally:
+        connection.close()
+    check_columns(view, frame.columns)
+    return frame

@@ -1,0 +1,191 @@
+"""What a capacity search costs and how right it is: the simulator's coverage, and one real search.
+
+Prints ONE JSON line on stdout (progress on stderr).
+
+1. Simulator (seconds): N seeded searches (default 200) of a 5 ms FIFO server with p99 <= 50 ms
+   (M/D/1) against stages.capacity.simulated_probe, for each probe window in --probe-s (default
+   30 and 90 s of simulated arrivals; the gate in tests/capacity uses 90 s). Against the true
+   capacity (long-run simulation of 16 x 300k customers) it reports the share of searches whose
+   certified rate is at most the true one
+   (target >= 0.99), the coverage of estimate_ci95 (target 0.92-0.98), the probes per search
+   (target: median <= 10 at 5% precision), the stop reasons, and the estimate's spread.
+2. Real (minutes, unless --sim-only): `collobench capacity specs/capacity_demo.yaml --pipeline
+   sleeper --no-mlflow` in a subprocess; from its capacity.json the certified rate, the estimate
+   and interval, the bracket, the probes and the minutes the search took, next to the capacity
+   computed (as in 1) from the service time the ceiling probe measured (1 / its throughput).
+   Check: certified <= that capacity <= bracket high.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# perf/common.py: run as `python perf/capacity.py`, this folder is first on sys.path.
+import numpy as np
+from common import REPO_ROOT, BackgroundLoad, log, report_header
+
+from analysis.early_stopping import LoadgenSloRule
+from stages.capacity.contract import CAPACITY_FILE, CapacityResult, SearchSettings
+from stages.capacity.controller import run_search
+from stages.capacity.simulated_probe import SimulatedProbe, SimulatedServer, fifo_capacity_qps
+
+SCRIPT = "capacity"
+SERVICE_MS, SLO_MS, PERCENTILE, PRECISION = 5.0, 50.0, 0.99, 0.05
+COLLOBENCH = Path(sys.executable).with_name("collobench")
+DEMO_SPEC = REPO_ROOT / "specs" / "capacity_demo.yaml"
+
+
+def simulate(searches: int, probe_s: float, true_qps: float) -> dict[str, Any]:
+    """`searches` seeded searches with `probe_s` windows, and how they compare with true_qps."""
+    server = SimulatedServer(SERVICE_MS, SLO_MS, PERCENTILE, probe_s=probe_s)
+    probe = SimulatedProbe(server, LoadgenSloRule())
+    started = time.perf_counter()
+    results = [
+        run_search(
+            SearchSettings(
+                search_id=f"sim{index}",
+                pipeline=server.pipeline,
+                slo_ms=SLO_MS,
+                percentile=PERCENTILE,
+                precision=PRECISION,
+                probe_s=probe_s,
+                base_seed=2 * index,
+                min_rate=1.0,
+            ),
+            probe,
+        )
+        for index in range(searches)
+    ]
+    wall_s = time.perf_counter() - started
+    certified = [r.certified_qps for r in results]
+    estimates = np.array([r.estimate_qps for r in results if r.estimate_qps is not None])
+    intervals = [r.estimate_ci95 for r in results]
+    probes = [len(r.probes) for r in results]
+    return {
+        "probe_s": probe_s,
+        "searches": searches,
+        "certified_le_true": round(
+            float(np.mean([c is not None and c <= true_qps for c in certified])), 4
+        ),
+        "ci95_coverage": round(
+            float(np.mean([ci is not None and ci[0] <= true_qps <= ci[1] for ci in intervals])), 4
+        ),
+        "ci95_missing": sum(ci is None for ci in intervals),
+        "ci95_width_rel_median": round(
+            float(np.median([ci[1] / ci[0] - 1 for ci in intervals if ci is not None])), 4
+        ),
+        "certified_median_qps": round(float(np.median([c or 0.0 for c in certified])), 2),
+        "estimate_median_qps": round(float(np.median(estimates)), 2) if estimates.size else None,
+        "estimate_log_sd": round(float(np.std(np.log(estimates))), 4) if estimates.size else None,
+        "probes_median": statistics.median(probes),
+        "probes_max": max(probes),
+        "simulated_probe_s_median": statistics.median(
+            sum(p.duration_s or 0.0 for p in r.probes if p.kind == "search") for r in results
+        ),
+        "flagged_probes": sum(r.flagged_probes for r in results),
+        "stop_reasons": dict(Counter(r.stop_reason for r in results)),
+        "wall_s": round(wall_s, 1),
+        "met": {
+            "certified_le_true": float(
+                np.mean([c is not None and c <= true_qps for c in certified])
+            )
+            >= 0.99,
+            "ci95_coverage": 0.92
+            <= float(np.mean([ci is not None and ci[0] <= true_qps <= ci[1] for ci in intervals]))
+            <= 0.98,
+            "probes_median": statistics.median(probes) <= 10,
+        },
+    }
+
+
+def real_search(extra: list[str]) -> dict[str, Any]:
+    """One `collobench capacity` search of the demo's sleeper; its result and cost."""
+    with tempfile.TemporaryDirectory(prefix="collobench-capacity-") as directory:
+        out = Path(directory)
+        command = [str(COLLOBENCH), "capacity", str(DEMO_SPEC), "--pipeline", "sleeper"]
+        command += ["--out", str(out), "--no-mlflow", *extra]
+        log(SCRIPT, "running: " + " ".join(command))
+        started = time.monotonic()
+        completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
+        minutes = (time.monotonic() - started) / 60
+        found = sorted(out.glob(f"*/{CAPACITY_FILE}"))
+        if completed.returncode != 0 or not found:
+            log(SCRIPT, f"capacity exited {completed.returncode}: {completed.stderr[-2000:]}")
+            return {"exit_code": completed.returncode, "minutes": round(minutes, 2)}
+        result = CapacityResult.model_validate_json(found[0].read_text())
+    return summarize_real(result, completed.returncode, minutes)
+
+
+def summarize_real(result: CapacityResult, exit_code: int, minutes: float) -> dict[str, Any]:
+    """The real search's figures next to the M/D/1 capacity of its measured service time."""
+    service_ms = 1e3 / result.ceiling_qps if result.ceiling_qps else None
+    expected = (
+        fifo_capacity_qps(service_ms, result.slo_ms, result.percentile) if service_ms else None
+    )
+    low, high = result.bracket
+    consistent = None
+    if expected is not None and result.certified_qps is not None:
+        consistent = result.certified_qps <= expected <= (high if high is not None else np.inf)
+    return {
+        "exit_code": exit_code,
+        "minutes": round(minutes, 2),
+        "probes": len(result.probes),
+        "probe_s_total": round(sum(p.duration_s or 0.0 for p in result.probes), 1),
+        "stop_reason": result.stop_reason,
+        "certified_qps": result.certified_qps,
+        "estimate_qps": result.estimate_qps,
+        "estimate_ci95": result.estimate_ci95,
+        "bracket": [low, high],
+        "ceiling_qps": result.ceiling_qps,
+        "measured_service_ms": round(service_ms, 3) if service_ms else None,
+        "capacity_from_service_qps": round(expected, 2) if expected else None,
+        "certified_le_expected_le_high": consistent,
+        "verdicts": [p.verdict for p in result.probes],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--searches", type=int, default=200, help="simulated searches per window")
+    parser.add_argument("--probe-s", type=float, nargs="+", default=[30.0, 90.0])
+    parser.add_argument("--sim-only", action="store_true", help="skip the real search")
+    parser.add_argument("--quick", action="store_true", help="50 simulated searches")
+    parser.add_argument("--real-args", default="", help="extra arguments for collobench capacity")
+    args = parser.parse_args()
+    searches = 50 if args.quick else args.searches
+    background: dict[str, float] = {}
+    true_qps = fifo_capacity_qps(SERVICE_MS, SLO_MS, PERCENTILE)
+    log(SCRIPT, f"true capacity {true_qps:.2f}/s")
+    simulated = []
+    for probe_s in args.probe_s:
+        with BackgroundLoad() as load:
+            simulated.append(simulate(searches, probe_s, true_qps))
+        background[f"sim_{probe_s:g}s"] = load.pct
+        log(SCRIPT, json.dumps(simulated[-1]))
+    real: dict[str, Any] | None = None
+    if not args.sim_only:
+        with BackgroundLoad() as load:
+            real = real_search(args.real_args.split())
+        background["real"] = load.pct
+    report = {
+        **report_header(SCRIPT, "sim-only" if args.sim_only else "full", 0.0, background),
+        "queue": {"service_ms": SERVICE_MS, "slo_ms": SLO_MS, "percentile": PERCENTILE},
+        "true_capacity_qps": round(true_qps, 2),
+        "precision": PRECISION,
+        "simulated": simulated,
+        "real": real,
+    }
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()

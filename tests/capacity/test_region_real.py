@@ -1,0 +1,112 @@
+"""Capacity regions of known shape on the real harness (CPU, slow: several minutes each): two
+`sleep` pipelines pinned to separate cores (`cpu_pinned`) do not interfere, so every ray
+reaches the box [0, C_A] x [0, C_B] within 10%; two `busy` pipelines sharing core 0
+(`time_slice` with cpus [0] each: cpu_pinned refuses a shared core) take turns on it, so
+every ray stays inside the triangle x + y <= 1 (10% allowed for noise).
+
+Needs helper "executor"'s stages.capacity.search_runner (run_capacity_search with
+`settings.ray`) and analysis.run_summary.verdict_latencies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.early_stopping import max_passing_over_slo, slo_verdict_by_counts
+from analysis.run_summary import verdict_latencies
+from stages import settings
+from stages.capacity import search_runner  # helper executor's
+from stages.capacity.contract import SearchSettings, Verdict
+from stages.capacity.region import run_region
+from stages.capacity.region_model import RegionResult
+from stages.spec.loading import validate_document
+
+SERVICE_MS = 2.0
+SLO_MS = 20.0  # 10 service times: M/D/1 capacity near 0.78 / 2 ms = 390 q/s
+PROBE_S = 8.0  # >= 459 queries (LoadGen's minimum for p99 with none over) at 0.19 C
+
+
+class EarlyStoppingRule:
+    """The SloRule the composition root injects, from analysis.early_stopping."""
+
+    def verdict(self, queries: int, over_slo: int, percentile: float) -> Verdict:
+        return slo_verdict_by_counts(queries, over_slo, percentile)
+
+    def max_passing_over_slo(self, queries: int, percentile: float) -> int:
+        return max_passing_over_slo(queries, percentile)
+
+
+def _pipeline(name: str, cpus: list[int], stage_type: str) -> dict[str, Any]:
+    loadgen = {
+        "type": "server",
+        "rate": 100,
+        "duration_s": PROBE_S,
+        "slo_ms": SLO_MS,
+        "on_full": "backlog",
+        "queue_depth": 100_000,
+        "timeout_s": 120,
+    }
+    stage = {"id": "serve", "type": stage_type, "config": {"ms": SERVICE_MS}}
+    return {"name": name, "placement": {"cpus": cpus}, "loadgen": loadgen, "stages": [stage]}
+
+
+def _region(tmp_path: Path, stage_type: str, cpus: tuple[int, int], mode: str) -> RegionResult:
+    document = {
+        "name": f"region-{stage_type}",
+        "seed": 1,
+        "collocation": {"mode": mode, "solo_baselines": False},
+        "telemetry": {"host": {"enabled": False}, "gpu": {"enabled": False}},
+        "pipelines": [
+            _pipeline("a", [cpus[0]], stage_type),
+            _pipeline("b", [cpus[1]], stage_type),
+        ],
+    }
+    loaded = validate_document(document, str(tmp_path / "region.yaml"))
+    options = search_runner.SearchRunOptions(
+        out_dir=tmp_path / "capacity",
+        cache_dir=settings.cache_dir(),
+        rule=EarlyStoppingRule(),
+        verdict_latencies=verdict_latencies,
+    )
+    template = SearchSettings(
+        search_id="template",
+        pipeline="template",
+        slo_ms=SLO_MS,
+        precision=0.1,
+        max_probes=7,
+        probe_s=PROBE_S,
+        base_seed=1,
+        min_rate=5.0,
+    )
+    return run_region(
+        loaded,
+        ("a", "b"),
+        3,
+        options,
+        template,
+        region_id="real",
+        run_search=search_runner.run_capacity_search,
+    )
+
+
+@pytest.mark.slow
+def test_sleep_pipelines_on_separate_cores_reach_the_box(tmp_path: Path) -> None:
+    region = _region(tmp_path, "sleep", (0, 1), "cpu_pinned")
+    assert region.complete and len(region.rays) == 3
+    for ray in region.rays:
+        assert ray.certified_s is not None, ray
+        low, high = ray.bracket_s
+        edge = max(ray.direction.values())  # the box's edge is at s = 1 / edge
+        assert low * edge <= 1.1, ray  # certified no further out than the box, within 10%
+        assert high is None or high * edge >= 0.9, ray  # and not missed well inside it
+
+
+@pytest.mark.slow
+def test_busy_pipelines_sharing_one_core_stay_inside_the_triangle(tmp_path: Path) -> None:
+    region = _region(tmp_path, "busy", (0, 0), "time_slice")  # cpu_pinned refuses a shared core
+    assert region.complete and len(region.rays) == 3
+    for ray in region.rays:
+        assert ray.normalised is not None, ray
+        assert sum(ray.normalised) <= 1.1, ray
