@@ -9,6 +9,7 @@ import datetime as dt
 import logging
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +17,13 @@ import typer
 
 from stages import settings
 from stages.cli.capacity_output import print_result, publish_search
+from stages.cli.commands.capacity_region import (
+    RayOption,
+    RaysOption,
+    RegionOption,
+    SoloOption,
+    refuse_region_conflicts,
+)
 from stages.cli.commands.spec import load_or_refuse
 from stages.cli.console import EXIT_INTERRUPTED, err, fail_input, out
 from stages.cli.options import DbOption
@@ -34,54 +42,78 @@ WithOption = Annotated[
 ]
 
 
+PipelineOption = Annotated[
+    str | None, typer.Option("--pipeline", help="The pipeline whose capacity is searched.")
+]
+SloOption = Annotated[
+    float | None,
+    typer.Option("--slo-ms", help="Latency objective (default: the pipeline's slo_ms)."),
+]
+PercentileOption = Annotated[
+    float, typer.Option("--percentile", help="The percentile the SLO bounds.")
+]
+PrecisionOption = Annotated[
+    float, typer.Option("--precision", help="Stop when the bracket's hi / lo <= 1 + this.")
+]
+MaxProbesOption = Annotated[
+    int, typer.Option("--max-probes", help="Probe budget, the ceiling probe included.")
+]
+ProbeSecondsOption = Annotated[
+    float | None,
+    typer.Option("--probe-s", help="Each probe's window (default: the pipeline's duration_s)."),
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option("--out", help="Parent folder of the search (default: <home>/capacity)."),
+]
+ResumeOption = Annotated[
+    str | None,
+    typer.Option("--resume", help="Continue this search (or region) from what it recorded."),
+]
+SearchIdOption = Annotated[
+    str | None, typer.Option("--search-id", help="Name of a new search's (or region's) folder.")
+]
+MlflowOption = Annotated[
+    bool, typer.Option("--mlflow/--no-mlflow", help="Record the search in MLflow.")
+]
+
+
 def capacity(
     spec: Annotated[Path, typer.Argument(help="Spec YAML file.", show_default=False)],
-    pipeline: Annotated[
-        str | None, typer.Option("--pipeline", help="The pipeline whose capacity is searched.")
-    ] = None,
-    slo_ms: Annotated[
-        float | None,
-        typer.Option("--slo-ms", help="Latency objective (default: the pipeline's slo_ms)."),
-    ] = None,
-    percentile: Annotated[
-        float, typer.Option("--percentile", help="The percentile the SLO bounds.")
-    ] = 0.99,
-    precision: Annotated[
-        float, typer.Option("--precision", help="Stop when the bracket's hi / lo <= 1 + this.")
-    ] = 0.05,
-    max_probes: Annotated[
-        int, typer.Option("--max-probes", help="Probe budget, the ceiling probe included.")
-    ] = 14,
-    probe_s: Annotated[
-        float | None,
-        typer.Option("--probe-s", help="Each probe's window (default: the pipeline's duration_s)."),
-    ] = None,
+    pipeline: PipelineOption = None,
+    slo_ms: SloOption = None,
+    percentile: PercentileOption = 0.99,
+    precision: PrecisionOption = 0.05,
+    max_probes: MaxProbesOption = 14,
+    probe_s: ProbeSecondsOption = None,
     with_: WithOption = None,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Parent folder of the search (default: capacity/).")
-    ] = None,
-    resume: Annotated[
-        str | None, typer.Option("--resume", help="Continue this search from its recorded probes.")
-    ] = None,
-    search_id: Annotated[
-        str | None, typer.Option("--search-id", help="Name of a new search's folder.")
-    ] = None,
+    out_dir: OutOption = None,
+    resume: ResumeOption = None,
+    search_id: SearchIdOption = None,
     db: DbOption = None,
-    mlflow: Annotated[
-        bool, typer.Option("--mlflow/--no-mlflow", help="Record the search in MLflow.")
-    ] = True,
+    mlflow: MlflowOption = True,
+    region: RegionOption = None,
+    rays: RaysOption = 5,
+    ray: RayOption = None,
+    solo: SoloOption = None,
 ) -> None:
     """Find the highest offered rate PIPELINE sustains within its latency SLO (certified by
-    LoadGen's rule, and estimated with a 95% interval), alone or next to --with co-runners."""
+    LoadGen's rule, and estimated with a 95% interval), alone or next to --with co-runners;
+    with --region A,B, the capacity region of two pipelines."""
     loaded = load_or_refuse(spec)
     parent = out_dir or settings.capacity_dir()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    mlflow_uri = settings.mlflow_tracking_uri() if mlflow else None
+    asked = SearchQuestion(pipeline, slo_ms, percentile, precision, max_probes, probe_s)
+    if region is not None:
+        refuse_region_conflicts(pipeline, slo_ms, with_)
+        where = RegionWhere(spec, parent, resume or search_id, db or settings.duckdb_path())
+        capacity_region(loaded, region, (rays, ray, solo), asked, where, mlflow_uri)
+        return
     if resume is not None:
         search = resumed_settings(loaded, parent, resume)
     else:
-        asked = SearchQuestion(pipeline, slo_ms, percentile, precision, max_probes, probe_s)
         search = new_settings(loaded, asked, with_ or [], search_id, parent)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    mlflow_uri = settings.mlflow_tracking_uri() if mlflow else None
     result = _search(loaded, search, parent, mlflow_uri)
     search_dir = parent / search.search_id
     report = publish_search(search_dir, db or settings.duckdb_path())
@@ -239,6 +271,92 @@ def _validated(model: Any, fields: dict[str, Any]) -> Any:
         name = str(problem["loc"][0]) if problem["loc"] else ""
         flag = flags.get(name, f"--{name.replace('_', '-')}")
         raise fail_input([f"{flag}: {problem['msg']} (got {problem.get('input')!r})"]) from None
+
+
+@dataclass(frozen=True)
+class RegionWhere:
+    """Where a region's files go: the spec given, --out, the region's id (--resume or
+    --search-id; None: a new one), the warehouse."""
+
+    spec: Path
+    parent: Path
+    region_id: str | None
+    db_path: Path
+
+
+def capacity_region(
+    loaded: LoadedSpec,
+    region: str,
+    ray_flags: tuple[int, int | None, str | None],
+    asked: SearchQuestion,
+    where: RegionWhere,
+    mlflow_uri: str | None,
+) -> None:
+    """`--region A,B`: the region's searches (solo, then one per ray) with real probes, each
+    resuming its own folder; the region's plot; exit 2 / 130 as the region command says."""
+    from stages.capacity.contract import SearchSettings
+    from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
+    from stages.cli.capacity_output import log_search, slo_rule, verdict_latencies
+    from stages.cli.commands.capacity_region import run_region_command
+
+    rays, ray, solo = ray_flags
+    names = [name.strip() for name in region.split(",")]
+    durations = [p.loadgen.duration_s for p in loaded.spec.pipelines if p.name in names]
+    probe_s = asked.probe_s if asked.probe_s is not None else max(durations, default=10.0)
+    fields = {
+        "search_id": "template",
+        "pipeline": "template",
+        "slo_ms": 1.0,
+        "percentile": asked.percentile,
+        "precision": asked.precision,
+        "max_probes": asked.max_probes,
+        "probe_s": probe_s,
+        "base_seed": loaded.spec.seed,
+        "min_rate": min_rate_qps(probe_s, asked.percentile),
+    }
+    options = SearchRunOptions(
+        out_dir=where.parent,
+        cache_dir=settings.cache_dir(),
+        rule=slo_rule(),
+        verdict_latencies=verdict_latencies,
+        mlflow_uri=mlflow_uri,
+        log_search=log_search,
+        progress=lambda line: out.print(line, highlight=False, markup=False),
+    )
+    run_region_command(
+        where.spec,
+        loaded,
+        region,
+        rays,
+        options=options,
+        settings_template=_validated(SearchSettings, fields),
+        run_search=run_capacity_search,
+        region_id=where.region_id,
+        ray=ray,
+        solo=solo,
+        report=lambda region_dir: _region_report(region_dir, where.db_path),
+    )
+
+
+def _region_report(region_dir: Path, db_path: Path) -> Path:
+    """The region in the warehouse (a warning when it cannot be loaded) and its plot."""
+    from analysis.capacity import load_region, write_region_report
+    from analysis.db import connect_writer, writer_lock
+
+    try:
+        with writer_lock(db_path):
+            connection = connect_writer(db_path)
+            try:
+                load_region(connection, region_dir)
+            finally:
+                connection.close()
+    except Exception as error:
+        err.print(f"warning: could not load the region into {db_path}: {error}", markup=False)
+    try:
+        return Path(write_region_report(region_dir))
+    except Exception as error:  # region.json is written: the plot is only a convenience
+        err.print(f"warning: could not plot the region: {error}", markup=False)
+        return region_dir
 
 
 def _default_search_id(loaded: LoadedSpec, pipeline: str) -> str:
