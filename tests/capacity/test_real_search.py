@@ -17,6 +17,7 @@ import pytest
 
 from analysis.early_stopping import LoadgenSloRule, min_passing_queries
 from analysis.run_summary import verdict_latencies
+from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.contract import CapacityResult, SearchSettings
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.capacity.store import SearchStore
@@ -105,18 +106,19 @@ def mean_service_ms(result: CapacityResult) -> float:
 
 def lindley_verdict(rate_qps: float, service_ms: float, seed: int) -> str:
     """The probe at `rate_qps` as an M/D/1 queue: the same seeded arrivals over the same
-    window, W(n+1) = max(0, W(n) + D - A(n+1)), judged by LoadGen's rule."""
+    window, W(n+1) = max(0, W(n) + D - A(n+1)), judged as the executor judges a probe
+    (LoadGen's rule on the counts shrunk by the bursts' design effect)."""
     loadgen = ServerLoadgen(type="server", rate=rate_qps, duration_s=PROBE_S)
     schedule = PoissonArrivals(loadgen).schedule(random.Random(arrival_seed(seed, "sleeper", 0)))
-    free_at_ms, queries, over = 0.0, 0, 0
+    free_at_ms, flags = 0.0, []
     for offset_ns, _samples in schedule:
         arrival_ms = offset_ns / 1e6
         if arrival_ms >= PROBE_S * 1000:
             break
         free_at_ms = max(free_at_ms, arrival_ms) + service_ms
-        queries += 1
-        over += free_at_ms - arrival_ms > SLO_MS
-    return str(RULE.verdict(queries, over, 0.99))
+        flags.append(free_at_ms - arrival_ms > SLO_MS)
+    counted = effective_counts(len(flags), sum(flags), design_effect(flags))
+    return str(RULE.verdict(*counted, 0.99))
 
 
 def lindley_capacity(service_ms: float, seed: int, low: float, high: float) -> float:
