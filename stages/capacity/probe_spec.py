@@ -93,8 +93,10 @@ def probe_window_s(request: ProbeRequest, settings: SearchSettings) -> float:
 
 
 def _open_loop(loadgen: dict[str, Any], rate_qps: float, window_s: float) -> dict[str, Any]:
-    """The open-loop loadgen at `rate_qps` for `window_s`, its timeout grown to cover it."""
+    """The open-loop loadgen at `rate_qps` for `window_s`, its timeout grown to cover it; the
+    window alone ends the load (no query-count bounds, which would change the planned size)."""
     changed = {**loadgen, "rate": rate_qps, "duration_s": window_s}
+    changed.update(min_queries=0, max_queries=None)
     changed["timeout_s"] = max(float(loadgen["timeout_s"]), _needed_s(changed) + DRAIN_ALLOWANCE_S)
     return changed
 
@@ -113,8 +115,6 @@ def _closed_loop(pipeline: dict[str, Any], settings: SearchSettings) -> dict[str
         "queue_depth",
         "on_full",
         "slo_ms",
-        "max_queries",
-        "min_queries",
     )
     changed: dict[str, Any] = {key: loadgen[key] for key in kept if key in loadgen}
     changed.update(
@@ -139,5 +139,14 @@ def _needed_s(loadgen: dict[str, Any]) -> float:
 def _shown(pipeline: dict[str, Any]) -> dict[str, Any]:
     """The loadgen fields a probe sets, for the manifest's `overrides`."""
     loadgen = pipeline["loadgen"]
-    names = ("type", "rate", "concurrency", "think_time_ms", "duration_s", "timeout_s")
+    names = (
+        "type",
+        "rate",
+        "concurrency",
+        "think_time_ms",
+        "duration_s",
+        "timeout_s",
+        "min_queries",
+        "max_queries",
+    )
     return {name: loadgen[name] for name in names if name in loadgen}

@@ -17,6 +17,7 @@ from stages.spec.loading import LoadedSpec, validate_document
 
 def spec(**target_loadgen: Any) -> LoadedSpec:
     loadgen = {"type": "server", "rate": 50, "slo_ms": 50, "duration_s": 30, "warmup_s": 2}
+    loadgen |= {"min_queries": 5000, "max_queries": 9000}
     loadgen.update(target_loadgen)
     return validate_document(
         {
@@ -58,6 +59,8 @@ def test_a_search_probe_runs_the_target_alone_at_its_rate() -> None:
     assert target.loadgen.duration_s == 12
     assert target.loadgen.warmup_s == 2  # kept as the spec has it
     assert target.loadgen.timeout_s >= 12 + 2
+    # The window alone ends a probe: its planned size is rate x probe_s.
+    assert (target.loadgen.min_queries, target.loadgen.max_queries) == (0, None)
     assert (probe.spec.seed, probe.spec.repeats) == (9, 1)
     assert probe.spec.telemetry.idle_baseline_s == 0
     assert [(trial, phase) for trial, phase, _ in phases_of(probe.spec)] == [(0, "solo")]
