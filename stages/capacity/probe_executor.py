@@ -115,7 +115,9 @@ class ProbeExecutor:
         except Exception as error:  # a run that left no readable data is still a probe
             latencies = {}
             failure = failure or f"no data: {type(error).__name__}: {error}"
-        pipelines = self._pipelines(request, latencies)
+        # A stopped probe's window is cut short at an instant its rows do not give: no rates.
+        window_s = None if abort_reason else probe_window_s(request, self.settings)
+        pipelines = self._pipelines(request, latencies, window_s)
         searched = [name for name, scale in pipelines_of(self.settings).items() if scale]
         verdict = combined_verdict([pipelines[name].verdict for name in searched])
         if request.kind == "ceiling":
@@ -137,7 +139,7 @@ class ProbeExecutor:
             run_dir=str(result.run_dir),
             throughput_qps=_total([pipelines[name].throughput_qps for name in searched]),
             duration_s=round(duration_s, 3),
-            batches=_merged_batches([latencies.get(name, []) for name in searched], searched, self),
+            batches=self._batches(latencies, searched),
             pipelines=pipelines,
             design_effect=self._design_effect(latencies, searched),
         )
@@ -153,10 +155,22 @@ class ProbeExecutor:
         ]
         return max(effects) if effects else None
 
+    def _batches(
+        self, latencies: dict[str, list[float]], searched: list[str]
+    ) -> list[tuple[int, int]]:
+        """Block counts of the searched pipelines, added block by block (a ray has several)."""
+        merged = [[0, 0] for _ in range(BATCHES)]
+        for name in searched:
+            for block, (queries, over) in enumerate(
+                batches_of(latencies.get(name, []), self._slo_ms(name))
+            ):
+                merged[block][0] += queries
+                merged[block][1] += over
+        return [(queries, over) for queries, over in merged] if any(latencies.values()) else []
+
     def _pipelines(
-        self, request: ProbeRequest, latencies: dict[str, list[float]]
+        self, request: ProbeRequest, latencies: dict[str, list[float]], window_s: float | None
     ) -> dict[str, PipelineProbe]:
-        window_s = probe_window_s(request, self.settings)
         figures = {}
         for name, scale in pipelines_of(self.settings).items():
             if scale is not None:
@@ -173,7 +187,7 @@ def pipeline_probe(
     latencies: Sequence[float],
     slo_ms: float,
     rate_qps: float | None,
-    window_s: float,
+    window_s: float | None,
     executor: ProbeExecutor,
 ) -> PipelineProbe:
     """One pipeline's figures in one probe (slo_ms inf: it has no SLO, so no verdict). The
@@ -192,7 +206,7 @@ def pipeline_probe(
         over_slo=over,
         verdict=verdict,
         p99_ms=nearest_rank(latencies, 0.99),
-        throughput_qps=completed / window_s if window_s > 0 else None,
+        throughput_qps=completed / window_s if window_s else None,
     )
 
 
@@ -215,20 +229,6 @@ def batches_of(
         (end - start, sum(1 for latency in latencies[start:end] if latency > slo_ms))
         for start, end in itertools.pairwise(bounds)
     ]
-
-
-def _merged_batches(
-    series: list[list[float]], names: list[str], executor: ProbeExecutor
-) -> list[tuple[int, int]]:
-    """Block counts of the searched pipelines, added block by block (a ray has several)."""
-    merged = [0, 0] * BATCHES
-    found = False
-    for latencies, name in zip(series, names, strict=True):
-        for block, (queries, over) in enumerate(batches_of(latencies, executor._slo_ms(name))):
-            merged[2 * block] += queries
-            merged[2 * block + 1] += over
-            found = True
-    return [(merged[2 * i], merged[2 * i + 1]) for i in range(BATCHES)] if found else []
 
 
 def combined_verdict(verdicts: Sequence[Verdict | None]) -> Verdict | None:

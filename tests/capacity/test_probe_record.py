@@ -71,6 +71,8 @@ def test_an_early_stop_reads_missed_with_its_reason() -> None:
         0, ProbeRequest("search", 100, 0, False), run("interrupted"), "cannot pass: x", 3.0
     )
     assert record.verdict == "missed" and record.abort_reason == "cannot pass: x"
+    assert record.throughput_qps is None  # the window was cut short: no rate from it
+    assert sum(queries for queries, _ in record.batches) == 120
 
 
 def test_a_crashed_run_is_recorded_not_lost() -> None:
