@@ -60,6 +60,8 @@ class AbortMonitor:
     ) -> None:
         self.watched = watched
         self.abort_reason: str | None = None
+        self.aborted_pipeline: str | None = None
+        """The pipeline that could no longer pass (its verdict reads `missed`)."""
         self._then = then
         self._clock = clock
 
@@ -78,6 +80,7 @@ class AbortMonitor:
             if len(self.watched) > 1:
                 reason = f"{event.pipeline}: {reason}"
             self.abort_reason = reason
+            self.aborted_pipeline = event.pipeline
             raise ProbeAborted(reason)
 
     def _backlog_reason(self, pipeline: WatchedPipeline, data: dict[str, object]) -> str | None:

@@ -70,7 +70,8 @@ class ProbeExecutor:
         self.next_index += 1
         if self.environment is None:
             self.environment = _environment_of(result.run_dir)
-        return self.record(index, request, result, monitor.abort_reason, duration_s)
+        record = self.record(index, request, result, monitor.abort_reason, duration_s)
+        return _missed_by(record, monitor.aborted_pipeline)
 
     def _watched(self, request: ProbeRequest) -> dict[str, WatchedPipeline]:
         """The pipelines whose verdict decides a search probe (none for the ceiling)."""
@@ -246,6 +247,15 @@ def probe_run_id(index: int, request: ProbeRequest) -> str:
     short by Ctrl-C is run again under a new name)."""
     rate = "closed" if request.kind == "ceiling" else f"{request.rate:.4g}qps"
     return f"p{index:02d}-{request.kind}-{rate}-seed{request.seed}-{secrets.token_hex(2)}"
+
+
+def _missed_by(record: ProbeRecord, pipeline: str | None) -> ProbeRecord:
+    """The record with the stopped pipeline's own verdict `missed` (its rows stop early, so
+    their verdict alone may read undecided)."""
+    if pipeline is None or pipeline not in record.pipelines:
+        return record
+    stopped = record.pipelines[pipeline].model_copy(update={"verdict": "missed"})
+    return record.model_copy(update={"pipelines": {**record.pipelines, pipeline: stopped}})
 
 
 def _environment_of(run_dir: Path) -> dict[str, object] | None:

@@ -80,3 +80,4 @@ def test_a_ray_names_the_pipeline_that_cannot_pass() -> None:
     )
     with pytest.raises(ProbeAborted, match=r"^b: cannot pass: 18 over SLO"):
         monitor(progress("b", measured_over_slo=18, issued=10))
+    assert monitor.aborted_pipeline == "b"

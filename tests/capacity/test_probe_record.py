@@ -10,6 +10,7 @@ from pathlib import Path
 from analysis.early_stopping import LoadgenSloRule
 from stages.capacity.contract import SearchSettings
 from stages.capacity.controller import ProbeRequest
+from stages.capacity import probe_executor
 from stages.capacity.probe_executor import ProbeExecutor, batches_of, combined_verdict
 from stages.collocation.results import PipelineOutcome, RunResult
 from stages.spec.loading import validate_document
@@ -138,3 +139,12 @@ def test_blocks_split_in_order_and_add_up() -> None:
     blocks = batches_of(latencies, 50)
     assert len(blocks) == 10 and sum(q for q, _ in blocks) == 23
     assert sum(o for _, o in blocks) == 7 and blocks[0][1] == blocks[0][0]
+
+
+def test_the_pipeline_that_stopped_a_ray_probe_reads_missed() -> None:
+    latencies = {"a": [10.0] * 1000, "b": [10.0] * 990 + [80.0] * 10}
+    ray = executor(latencies, pipeline="a+b", ray={"a": 200.0, "b": 100.0})
+    stopped = ray.record(0, ProbeRequest("search", 0.5, 0, False), run(), "b: cannot pass", 1)
+    record = probe_executor._missed_by(stopped, "b")
+    assert record.verdict == "missed"
+    assert (record.pipelines["a"].verdict, record.pipelines["b"].verdict) == ("met", "missed")
