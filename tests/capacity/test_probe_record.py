@@ -8,9 +8,9 @@ import math
 from pathlib import Path
 
 from analysis.early_stopping import LoadgenSloRule
+from stages.capacity import probe_executor
 from stages.capacity.contract import SearchSettings
 from stages.capacity.controller import ProbeRequest
-from stages.capacity import probe_executor
 from stages.capacity.probe_executor import ProbeExecutor, batches_of, combined_verdict
 from stages.collocation.results import PipelineOutcome, RunResult
 from stages.spec.loading import validate_document
