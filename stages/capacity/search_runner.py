@@ -67,7 +67,9 @@ def run_capacity_search(
         raise KeyboardInterrupt(f"{interrupted}; recorded probes kept") from interrupted
     store.write_result(result)
     if options.log_search is not None and options.mlflow_uri:
-        options.log_search(store.search_dir, options.mlflow_uri)
+        mlflow_run_id = options.log_search(store.search_dir, options.mlflow_uri)
+        if mlflow_run_id and options.progress is not None:
+            options.progress(f"mlflow run: {mlflow_run_id} ({options.mlflow_uri})")
     return result
 
 
