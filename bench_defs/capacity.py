@@ -1,0 +1,267 @@
+"""`capacity`: one capacity search per dynamic partition `<spec>|<target>` (bench_defs.capacity_keys).
+
+Materialising a partition runs `collobench capacity` in a Pipes child in its own process group
+(`bench_defs.capacity_runner`, started by `GroupPipesClient` as `benchmark_run` is), writing
+`<capacity dir>/<search_id>/capacity.json`; the asset reports that result as metadata
+(certified_qps, estimate_qps, estimate_ci95, bracket, stop_reason, probes, the files) and
+evaluates its two checks (bench_defs.capacity_checks). A solo target searches one pipeline; a
+ray target (`A+B@ray<k>of<n>`) searches the scale s along ray k of the region of A and B, which
+needs A's and B's solo capacities: the certified_qps of the latest materialisation of
+`<spec>|A` and `<spec>|B`. Each partition is its own run, tagged with the spec's devices
+(`collobench/device`), so the run queue gives every search one device at a time and spreads
+a region's rays over the runs it may start. A re-executed run resumes its search (the search
+id comes from the root run id; the probes recorded so far are kept).
+"""
+
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from bench_defs.capacity_checks import (
+    DEFAULT_PRECISION,
+    bracket_check,
+    capacity_check_specs,
+    monotone_check,
+    result_metadata,
+)
+from bench_defs.capacity_keys import CapacityTarget, parse_capacity_key, search_id_of
+from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
+from bench_defs.specs import DEFAULT_DEVICE, DEVICE_TAG, devices_of, read_spec_state, run_tags
+from stages import settings
+from stages.capacity.contract import CAPACITY_FILE, SEARCH_FILE, CapacityResult, SearchSettings
+
+CAPACITY_GROUP = "capacity"
+CAPACITY_PARTITIONS = "capacity_targets"
+capacity_partitions = dg.DynamicPartitionsDefinition(name=CAPACITY_PARTITIONS)
+"""The `capacity` asset's partitions: `<spec>|<pipeline>` and `<spec>|<A>+<B>@ray<k>of<n>`."""
+TARGET_TAG = "collobench/capacity_target"
+"""Run tag: the partition a capacity run searches."""
+
+
+class CapacityConfig(dg.Config):
+    """Launchpad options of one capacity search, passed to `collobench capacity`; a field left
+    out keeps the CLI's default (the spec's slo_ms, p99, 5% precision, 14 probes)."""
+
+    slo_ms: float | None = Field(default=None, description="Latency objective (ms).")
+    percentile: float | None = Field(default=None, description="The percentile the SLO bounds.")
+    precision: float | None = Field(default=None, description="Stop at hi / lo <= 1 + this.")
+    max_probes: int | None = Field(default=None, description="Probe budget of the search.")
+    probe_s: float | None = Field(default=None, description="Each probe's load window (s).")
+    with_rates: dict[str, float] | None = Field(
+        default=None,
+        description="Solo searches only: co-runners at fixed rates (q/s), as --with NAME=RATE.",
+    )
+
+    def cli_options(self) -> list[str]:
+        """The `collobench capacity` options these settings stand for."""
+        options: list[str] = []
+        for flag, value in (
+            ("--slo-ms", self.slo_ms),
+            ("--percentile", self.percentile),
+            ("--precision", self.precision),
+            ("--max-probes", self.max_probes),
+            ("--probe-s", self.probe_s),
+        ):
+            if value is not None:
+                options += [flag, f"{value:g}"]
+        for name, rate in sorted((self.with_rates or {}).items()):
+            options += ["--with", f"{name}={rate:g}"]
+        return options
+
+
+class CapacitySearchResource(dg.ConfigurableResource):
+    """How the `capacity` asset runs the CLI and where searches go."""
+
+    cli: list[str] | None = Field(
+        default=None,
+        description="The command that runs collobench (default: this Python, -m stages.cli).",
+    )
+    mlflow: bool | None = Field(
+        default=None,
+        description="Pass --mlflow (true) or --no-mlflow (false); unset: the CLI's default "
+        "($COLLOBENCH_MLFLOW, $MLFLOW_TRACKING_URI).",
+    )
+    out_dir: str | None = Field(
+        default=None, description="Parent folder of the searches (default <home>/capacity)."
+    )
+
+    def command(self, python: str) -> list[str]:
+        return list(self.cli) if self.cli else [python, "-m", "stages.cli"]
+
+    def out_path(self, collobench: CollobenchResource) -> Path:
+        """`out_dir`, else `capacity/` under the collobench resource's home (the settings'
+        capacity folder when the resource names no home)."""
+        if self.out_dir:
+            return Path(self.out_dir).absolute()
+        if collobench.home:
+            return collobench.home_path() / "capacity"
+        capacity_dir = getattr(settings, "capacity_dir", None)
+        return Path(capacity_dir()) if capacity_dir else settings.home() / "capacity"
+
+    def mlflow_options(self) -> list[str]:
+        if self.mlflow is None:
+            return []
+        return ["--mlflow"] if self.mlflow else ["--no-mlflow"]
+
+
+def _metadata_float(entry: Any) -> float | None:
+    value = getattr(entry, "value", entry)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def solo_capacity(instance: dg.DagsterInstance, key: str) -> float:
+    """certified_qps of the latest materialisation of a solo partition; a Failure naming the
+    partition to materialise first when there is none (or it found no capacity)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("capacity"), asset_partitions=[key]),
+        limit=1,
+    ).records
+    materialization = records[0].asset_materialization if records else None
+    if materialization is None:
+        raise dg.Failure(
+            f"the ray needs the solo capacity of partition {key!r}: materialise capacity "
+            f"partition {key!r} first"
+        )
+    certified = _metadata_float(materialization.metadata.get("certified_qps"))
+    if certified is None or certified <= 0:
+        raise dg.Failure(
+            f"the latest solo search of {key!r} certified no capacity (stop reason "
+            f"{getattr(materialization.metadata.get('stop_reason'), 'value', '?')}): "
+            "the region has no extent along that axis"
+        )
+    return certified
+
+
+def target_options(instance: dg.DagsterInstance, target: CapacityTarget) -> list[str]:
+    """`--pipeline NAME` for a solo search; for a ray `--region A,B --rays n --ray k --solo
+    A=QPS,B=QPS` with the solo capacities read from their partitions."""
+    if target.region is None:
+        return ["--pipeline", target.pipeline]
+    a, b = target.region
+    solo = [solo_capacity(instance, key) for key in target.solo_keys()]
+    return [
+        "--region",
+        f"{a},{b}",
+        "--rays",
+        str(target.rays),
+        "--ray",
+        str(target.ray),
+        "--solo",
+        f"{a}={solo[0]:.6g},{b}={solo[1]:.6g}",
+    ]
+
+
+def _check_spec(
+    context: dg.AssetExecutionContext, target: CapacityTarget, spec_path: Path
+) -> None:
+    """Fail with the reason when the spec is missing, invalid or lacks the target's pipelines;
+    warn when the run's device tag is not the spec's devices."""
+    if not spec_path.is_file():
+        raise dg.Failure(f"{spec_path}: no such spec file (partition {context.partition_key!r})")
+    state = read_spec_state(target.spec, spec_path)
+    if state.normalized is None:
+        raise dg.Failure("invalid spec: " + "; ".join(state.problems))
+    names = {str(p.get("name")) for p in state.normalized.get("pipelines", [])}
+    missing = [name for name in (target.region or (target.pipeline,)) if name not in names]
+    if missing:
+        raise dg.Failure(
+            f"{spec_path.name} has no pipeline {', '.join(missing)} (it has {sorted(names)})"
+        )
+    devices, tagged = devices_of(state.normalized), context.run.tags.get(DEVICE_TAG)
+    if tagged != devices:
+        context.log.warning(
+            f"this run is tagged {DEVICE_TAG}={tagged!r} but the search uses {devices!r}: the "
+            "run queue may start it beside another run on that device (each probe then waits "
+            "for the device lock); set the tag when launching"
+        )
+
+
+def search_command(
+    context: dg.AssetExecutionContext,
+    config: CapacityConfig,
+    collobench: CollobenchResource,
+    capacity_search: CapacitySearchResource,
+    duckdb_warehouse: WarehouseResource,
+) -> tuple[list[str], Path]:
+    """The Pipes child's command line and the search's folder: a new search, or `--resume`
+    when the root run of this (re-executed) run already started one."""
+    target = parse_capacity_key(context.partition_key)
+    spec_path = collobench.spec_file(target.spec)
+    _check_spec(context, target, spec_path)
+    out = capacity_search.out_path(collobench)
+    out.mkdir(parents=True, exist_ok=True)
+    search_id = search_id_of(target, context.run.root_run_id or context.run.run_id)
+    cli = capacity_search.command(collobench.python_executable())
+    common = ["--out", str(out), "--db", str(duckdb_warehouse.db_path())]
+    common += capacity_search.mlflow_options()
+    if (out / search_id / SEARCH_FILE).is_file():
+        context.log.info(f"resuming search {search_id} (its probes so far are kept)")
+        command = [*cli, "capacity", str(spec_path), "--resume", search_id, *common]
+    else:
+        options = target_options(context.instance, target) + config.cli_options()
+        command = [*cli, "capacity", str(spec_path), *options, "--search-id", search_id]
+        command += common
+    runner = [collobench.python_executable(), "-m", "bench_defs.capacity_runner", "--"]
+    return runner + command, out / search_id
+
+
+def read_result(search_dir: Path) -> tuple[CapacityResult, float]:
+    """The search's capacity.json and its precision (search.json; the default if absent)."""
+    path = search_dir / CAPACITY_FILE
+    if not path.is_file():
+        raise dg.Failure(f"the search wrote no {path}")
+    result = CapacityResult.model_validate_json(path.read_text())
+    precision = DEFAULT_PRECISION
+    if (search_dir / SEARCH_FILE).is_file():
+        search = SearchSettings.model_validate_json((search_dir / SEARCH_FILE).read_text())
+        precision = search.precision
+    return result, precision
+
+
+@dg.asset(
+    partitions_def=capacity_partitions,
+    group_name=CAPACITY_GROUP,
+    kinds={"python"},
+    check_specs=capacity_check_specs("capacity"),
+    description="One capacity search: partition `<spec>|<pipeline>` (solo) or "
+    "`<spec>|<A>+<B>@ray<k>of<n>` (one ray of a region; needs both solo partitions first). "
+    "Runs `collobench capacity` in its own process group; metadata: certified_qps, "
+    "estimate_qps, estimate_ci95, bracket, stop_reason, probes, capacity.json.",
+)
+def capacity(
+    context: dg.AssetExecutionContext,
+    config: CapacityConfig,
+    collobench: CollobenchResource,
+    capacity_search: CapacitySearchResource,
+    duckdb_warehouse: WarehouseResource,
+    pipes_client: GroupPipesClient,
+) -> dg.MaterializeResult:
+    command, search_dir = search_command(
+        context, config, collobench, capacity_search, duckdb_warehouse
+    )
+    context.log.info(f"capacity search {context.partition_key} in {search_dir}")
+    pipes_client.run(context=context, command=command, env=collobench.child_env())
+    result, precision = read_result(search_dir)
+    metadata = result_metadata(result, search_dir)
+    metadata["device_tag"] = str(context.run.tags.get(DEVICE_TAG))
+    return dg.MaterializeResult(
+        metadata=metadata,
+        data_version=dg.DataVersion(result.search_id),
+        check_results=[bracket_check(result, precision), monotone_check(result)],
+    )
+
+
+capacity_job = dg.define_asset_job(
+    "capacity_job",
+    selection=dg.AssetSelection.assets(capacity),
+    partitions_def=capacity_partitions,
+    # capacity_region_sensor tags each run with its spec's devices; a Launchpad run or a
+    # backfill gets this default unless its tags say otherwise (one run per device value).
+    tags=run_tags(DEFAULT_DEVICE),
+    description="One capacity search per partition (<spec>|<pipeline> or "
+    "<spec>|<A>+<B>@ray<k>of<n>). Launchpad config: ops.capacity.config {slo_ms, percentile, "
+    "precision, max_probes, probe_s, with_rates}.",
+)
