@@ -72,6 +72,15 @@ class CapacityConfig(dg.Config):
         return options
 
 
+def search_config(options: dict[str, Any]) -> CapacityConfig:
+    """Search options (a region request's) as a CapacityConfig; ValueError naming any
+    unknown option (the Launchpad refuses those itself)."""
+    unknown = sorted(set(options) - set(CapacityConfig.model_fields))
+    if unknown:
+        raise ValueError(f"unknown search option(s) {', '.join(unknown)}")
+    return CapacityConfig(**options)
+
+
 class CapacitySearchResource(dg.ConfigurableResource):
     """How the `capacity` asset runs the CLI and where searches go."""
 
@@ -257,7 +266,6 @@ def capacity(
 capacity_job = dg.define_asset_job(
     "capacity_job",
     selection=dg.AssetSelection.assets(capacity),
-    partitions_def=capacity_partitions,
     # capacity_region_sensor tags each run with its spec's devices; a Launchpad run or a
     # backfill gets this default unless its tags say otherwise (one run per device value).
     tags=run_tags(DEFAULT_DEVICE),

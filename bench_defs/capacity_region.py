@@ -33,6 +33,7 @@ from bench_defs.capacity import (
     CapacitySearchResource,
     capacity,
     capacity_job,
+    search_config,
 )
 from bench_defs.capacity_keys import region_keys
 from bench_defs.resources import CollobenchResource
@@ -75,7 +76,7 @@ def add_region_partitions(
 
 def write_region_request(capacity_dir: Path, request: RegionRequest) -> Path:
     """Write (or replace) the request file the sensor acts on; returns its path."""
-    CapacityConfig(**request.search)  # refuse unknown search options here, not in a run
+    search_config(request.search)  # refuse unknown search options here, not in a run
     request.keys()  # and names that make no partition key
     folder = capacity_dir / REGIONS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
@@ -126,7 +127,7 @@ def _read_request(path: Path, tick: RegionTick) -> tuple[str, RegionRequest] | N
         text = path.read_text()
         request = RegionRequest.model_validate(json.loads(text))
         request.keys()
-        CapacityConfig(**request.search)
+        search_config(request.search)
     except Exception as error:  # a bad file must never crash the sensor
         tick.problems.append(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}")
         return None
