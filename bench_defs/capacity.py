@@ -1,4 +1,4 @@
-"""`capacity`: one capacity search per dynamic partition `<spec>|<target>` (bench_defs.capacity_keys).
+"""`capacity`: one capacity search per dynamic partition `<spec>|<target>` (capacity_keys).
 
 Materialising a partition runs `collobench capacity` in a Pipes child in its own process group
 (`bench_defs.capacity_runner`, started by `GroupPipesClient` as `benchmark_run` is), writing
@@ -12,7 +12,6 @@ needs A's and B's solo capacities: the certified_qps of the latest materialisati
 a region's rays over the runs it may start. A re-executed run resumes its search (the search
 id comes from the root run id; the probes recorded so far are kept).
 """
-
 
 from pathlib import Path
 from typing import Any
@@ -163,9 +162,7 @@ def target_options(instance: dg.DagsterInstance, target: CapacityTarget) -> list
     ]
 
 
-def _check_spec(
-    context: dg.AssetExecutionContext, target: CapacityTarget, spec_path: Path
-) -> None:
+def _check_spec(context: dg.AssetExecutionContext, target: CapacityTarget, spec_path: Path) -> None:
     """Fail with the reason when the spec is missing, invalid or lacks the target's pipelines;
     warn when the run's device tag is not the spec's devices."""
     if not spec_path.is_file():

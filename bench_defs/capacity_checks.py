@@ -138,7 +138,7 @@ def result_metadata(result: CapacityResult, search_dir: Path) -> dict[str, Any]:
         "pipeline": result.pipeline,
         "certified_qps": _optional_float(result.certified_qps),
         "estimate_qps": _optional_float(result.estimate_qps),
-        "estimate_ci95": dg.MetadataValue.json(list(ci) if ci else None),
+        "estimate_ci95": dg.MetadataValue.json(list(ci)) if ci else dg.MetadataValue.null(),
         "bracket": dg.MetadataValue.json(list(result.bracket)),
         "stop_reason": result.stop_reason,
         "probes": len(result.probes),

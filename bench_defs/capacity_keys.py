@@ -85,8 +85,7 @@ def parse_capacity_key(key: str) -> CapacityTarget:
     spec, separator, target = key.partition(SPEC_SEPARATOR)
     if not separator or not spec or not target:
         raise CapacityKeyError(
-            f"capacity partition {key!r}: expected <spec>|<pipeline> or "
-            "<spec>|<A>+<B>@ray<k>of<n>"
+            f"capacity partition {key!r}: expected <spec>|<pipeline> or <spec>|<A>+<B>@ray<k>of<n>"
         )
     _check_name("spec", spec, key)
     found = RAY_PATTERN.match(target)

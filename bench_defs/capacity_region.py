@@ -16,7 +16,6 @@ devices as `collobench/device`: the run queue (bench_defs/dagster.yaml) then sta
 search per device at a time and the rays wait for a free one.
 """
 
-
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -226,4 +225,3 @@ def plan_capacity_region(
 )
 def capacity_region_job() -> None:
     plan_capacity_region()
-

@@ -5,7 +5,8 @@ partition per spec file), `warehouse` with its checks (group `benchmark`); the r
 (group `reports`); `capacity` (one dynamic partition per search target `<spec>|<pipeline>` or
 `<spec>|<A>+<B>@ray<k>of<n>`, with its checks; group `capacity`). Jobs `artifacts_job`,
 `benchmark_job`, `capacity_job`, `capacity_region_job`; sensors `spec_files_sensor`,
-`capacity_region_sensor`; schedule `nightly_benchmarks`. Nothing here imports torch: models load in the Pipes child's workers.
+`capacity_region_sensor`; schedule `nightly_benchmarks`. Nothing here imports torch: models
+load in the Pipes child's workers.
 """
 
 from __future__ import annotations

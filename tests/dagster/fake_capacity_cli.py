@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from stages.capacity.contract import (  # noqa: E402
+from stages.capacity.contract import (
     CAPACITY_FILE,
     SEARCH_FILE,
     CapacityResult,
@@ -51,7 +51,7 @@ def _probe(index: int, rate: float, verdict: str) -> ProbeRecord:
         seed=index,
         queries=1000,
         over_slo=over,
-        verdict=verdict,  # type: ignore[arg-type]
+        verdict=verdict,
         p99_ms=10.0 if verdict == "met" else 90.0,
         run_dir=None,
     )

@@ -163,6 +163,10 @@ def _tick(
     return result
 
 
+def _requested(result: dg.SensorResult) -> list[dg.RunRequest]:
+    return list(result.run_requests or [])
+
+
 @pytest.mark.slow  # five in-process runs, each with its Pipes child (~7 s)
 def test_a_region_runs_as_separate_runs_solo_first_then_one_per_ray(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path
@@ -178,10 +182,10 @@ def test_a_region_runs_as_separate_runs_solo_first_then_one_per_ray(
     request_file = home / "capacity" / "regions" / "pair__a+b.json"
     assert RegionRequest.model_validate_json(request_file.read_text()).rays == 3
 
-    first = _tick(instance, defs, fake_resources)
-    assert [request.partition_key for request in first.run_requests] == keys[:2]
+    first = _requested(_tick(instance, defs, fake_resources))
+    assert [request.partition_key for request in first] == keys[:2]
     job = defs.resolve_job_def("capacity_job")
-    for request in first.run_requests:
+    for request in first:
         assert request.run_config == {"ops": {"capacity": {"config": {"probe_s": 3.0}}}}
         assert request.tags[DEVICE_TAG] == "cpu"
         job.execute_in_process(
@@ -190,8 +194,7 @@ def test_a_region_runs_as_separate_runs_solo_first_then_one_per_ray(
             tags=request.tags,
             instance=instance,
         )
-    second = _tick(instance, defs, fake_resources)
-    rays = second.run_requests
+    rays = _requested(_tick(instance, defs, fake_resources))
     assert [request.partition_key for request in rays] == keys[2:]
     assert len({request.run_key for request in rays}) == 3
     run_ids = set()
@@ -226,7 +229,7 @@ def test_a_bad_region_request_is_reported_not_raised(
 
 def test_a_region_request_refuses_unknown_search_options(tmp_path: Path) -> None:
     request = RegionRequest(spec="pair", pipelines=("a", "b"), search={"probe_seconds": 3})
-    with pytest.raises(ValueError, match="unknown search option.s. probe_seconds"):
+    with pytest.raises(ValueError, match=r"unknown search option\(s\) probe_seconds"):
         write_region_request(tmp_path, request)
 
 
@@ -268,3 +271,86 @@ def test_the_real_cli_finds_the_demo_capacity(
     assert metadata["certified_qps"] is None or metadata["certified_qps"] > 0
     assert Path(str(metadata["capacity_json"])).is_file()
     assert set(_checks(result)) == {BRACKET_CHECK, MONOTONE_CHECK}
+
+
+def _crafted(stop_reason: str, bracket: tuple[float, float | None], **extra: Any) -> Any:
+    from stages.capacity.contract import CapacityResult
+
+    document = {
+        "search_id": "s",
+        "pipeline": "a",
+        "slo_ms": 50.0,
+        "percentile": 0.99,
+        "with": {},
+        "certified_qps": bracket[0] or None,
+        "estimate_qps": None,
+        "estimate_ci95": None,
+        "bracket": bracket,
+        "probes": [],
+        "stop_reason": stop_reason,
+        **extra,
+    }
+    return CapacityResult.model_validate(document)
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "bracket", "passed", "severity", "said"),
+    [
+        ("converged", (100.0, 104.0), True, None, "hi/lo = 1.04 <= 1 + 0.05"),
+        ("max_probes", (100.0, 104.9), True, None, "hi/lo = 1.049"),
+        ("converged", (100.0, 110.0), False, "ERROR", "converged after 0 probes with hi/lo 1.1"),
+        ("max_probes", (100.0, 200.0), False, "WARN", "max_probes after 0 probes with hi/lo 2"),
+        ("max_probes", (100.0, None), False, "WARN", "hi/lo open (no missed rate)"),
+        ("infeasible", (0.0, 1.0), True, None, "infeasible: even the lowest rate"),
+        ("ceiling", (400.0, None), True, None, "ceiling: met the SLO up to the measured"),
+    ],
+)
+def test_the_bracket_check_follows_the_stop_reason(
+    stop_reason: str,
+    bracket: tuple[float, float | None],
+    passed: bool,
+    severity: str | None,
+    said: str,
+) -> None:
+    from bench_defs.capacity_checks import bracket_check
+
+    check = bracket_check(_crafted(stop_reason, bracket), precision=0.05)
+    assert check.passed is passed and said in str(check.description)
+    if severity is not None:
+        assert check.severity == dg.AssetCheckSeverity[severity]
+
+
+@pytest.mark.parametrize(("violations", "passed"), [(0, True), (1, True), (2, False)])
+def test_the_monotone_check_allows_one_pair_out_of_order(violations: int, passed: bool) -> None:
+    from bench_defs.capacity_checks import monotone_check
+
+    crafted = _crafted("converged", (100.0, 104.0), monotonicity_violations=violations)
+    assert monotone_check(crafted).passed is passed
+
+
+def test_partition_keys_parse_back_and_refuse_what_names_no_search() -> None:
+    from bench_defs.capacity_keys import (
+        CapacityKeyError,
+        parse_capacity_key,
+        region_keys,
+        search_id_of,
+    )
+
+    solo = parse_capacity_key("capacity_demo|sleeper")
+    assert (solo.spec, solo.pipeline, solo.is_ray, solo.solo_keys()) == (
+        "capacity_demo",
+        "sleeper",
+        False,
+        [],
+    )
+    ray = parse_capacity_key("pair|a+b@ray2of5")
+    assert (ray.pipeline, ray.region, ray.ray, ray.rays) == ("a+b", ("a", "b"), 2, 5)
+    assert ray.solo_keys() == ["pair|a", "pair|b"] and ray.key == "pair|a+b@ray2of5"
+    assert region_keys("pair", "a", "b", 2) == [
+        "pair|a", "pair|b", "pair|a+b@ray1of2", "pair|a+b@ray2of2",
+    ]  # fmt: skip
+    assert search_id_of(ray, "0123456789abcdef") == "pair-a-b-ray2of5-01234567"
+    for bad in ("pair", "|a", "pair|", "pair|a+a@ray1of2", "pair|a+b@ray0of2", "pair|a+b@ray3of2",
+                "pair|a b", "pair|a+b"):  # fmt: skip
+        with pytest.raises(CapacityKeyError, match="capacity partition"):
+            parse_capacity_key(bad)
