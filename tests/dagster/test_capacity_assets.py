@@ -102,6 +102,7 @@ def test_a_solo_partition_runs_the_cli_and_reports_its_result(
     assert checks[BRACKET_CHECK].passed and checks[MONOTONE_CHECK].passed
 
 
+@pytest.mark.slow  # four in-process runs, each with its Pipes child
 def test_a_ray_reads_the_solo_capacities_of_its_pipelines(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any]
 ) -> None:
@@ -167,53 +168,58 @@ def _requested(result: dg.SensorResult) -> list[dg.RunRequest]:
     return list(result.run_requests or [])
 
 
-@pytest.mark.slow  # five in-process runs, each with its Pipes child (~7 s)
-def test_a_region_runs_as_separate_runs_solo_first_then_one_per_ray(
-    instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path
-) -> None:
-    defs = build_definitions(fake_resources)
-    plan = {"spec": "pair", "pipelines": ["a", "b"], "rays": 3, "search": {"probe_s": 3}}
+def run_region(
+    instance: dg.DagsterInstance, resources: dict[str, Any], plan: dict[str, Any]
+) -> list[tuple[dg.RunRequest, dg.ExecuteInProcessResult]]:
+    """Plan a region with capacity_region_job, then run what capacity_region_sensor requests,
+    each request as its own capacity_job run (as the run queue would launch them): the solo
+    searches on the first tick, the rays on the next. Returns every request and its run."""
+    defs = build_definitions(resources)
     planned = defs.resolve_job_def("capacity_region_job").execute_in_process(
         run_config={"ops": {"plan_capacity_region": {"config": plan}}}, instance=instance
     )
     assert planned.success
+    job = defs.resolve_job_def("capacity_job")
+    done = []
+    for _tick_number in range(2):
+        for request in _requested(_tick(instance, defs, resources)):
+            assert request.partition_key is not None
+            result = job.execute_in_process(
+                partition_key=request.partition_key,
+                run_config=request.run_config,
+                tags=request.tags,
+                instance=instance,
+            )
+            done.append((request, result))
+    return done
+
+
+@pytest.mark.slow  # five in-process runs, each with its Pipes child (~7 s)
+def test_a_region_runs_as_separate_runs_solo_first_then_one_per_ray(
+    instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path
+) -> None:
+    plan = {"spec": "pair", "pipelines": ["a", "b"], "rays": 3, "search": {"probe_s": 3}}
+    done = run_region(instance, fake_resources, plan)
     keys = ["pair|a", "pair|b", "pair|a+b@ray1of3", "pair|a+b@ray2of3", "pair|a+b@ray3of3"]
     assert instance.get_dynamic_partitions(CAPACITY_PARTITIONS) == keys
     request_file = home / "capacity" / "regions" / "pair__a+b.json"
     assert RegionRequest.model_validate_json(request_file.read_text()).rays == 3
-
-    first = _requested(_tick(instance, defs, fake_resources))
-    assert [request.partition_key for request in first] == keys[:2]
-    job = defs.resolve_job_def("capacity_job")
-    for request in first:
+    # solo searches first (the rays need their capacities), then one run per ray
+    assert [request.partition_key for request, _ in done] == keys
+    assert len({request.run_key for request, _ in done}) == 5
+    assert len({result.run_id for _, result in done}) == 5
+    for request, result in done:
+        assert result.success
         assert request.run_config == {"ops": {"capacity": {"config": {"probe_s": 3.0}}}}
-        assert request.tags[DEVICE_TAG] == "cpu"
-        job.execute_in_process(
-            partition_key=request.partition_key,
-            run_config=request.run_config,
-            tags=request.tags,
-            instance=instance,
-        )
-    rays = _requested(_tick(instance, defs, fake_resources))
-    assert [request.partition_key for request in rays] == keys[2:]
-    assert len({request.run_key for request in rays}) == 3
-    run_ids = set()
-    for request in rays:
-        assert request.tags[TARGET_TAG] == request.partition_key
-        assert request.tags[REGION_TAG] == rays[0].tags[REGION_TAG]
         assert request.tags[DEVICE_TAG] == "cpu"  # the run queue's one-per-device key
-        done = job.execute_in_process(
-            partition_key=request.partition_key,
-            run_config=request.run_config,
-            tags=request.tags,
-            instance=instance,
-        )
-        assert done.success
-        run_ids.add(done.run_id)
-        record = instance.get_run_by_id(done.run_id)
+        assert request.tags[TARGET_TAG] == request.partition_key
+        assert request.tags[REGION_TAG] == done[0][0].tags[REGION_TAG]
+        record = instance.get_run_by_id(result.run_id)
         assert record is not None and record.tags[TARGET_TAG] == request.partition_key
-    assert len(run_ids) == 3
     assert instance.get_materialized_partitions(capacity.key) == set(keys)
+    # a third tick requests the same runs again: their run keys make Dagster skip them
+    again = _requested(_tick(instance, build_definitions(fake_resources), fake_resources))
+    assert {r.run_key for r in again} <= {request.run_key for request, _ in done}
 
 
 def test_a_bad_region_request_is_reported_not_raised(
@@ -244,25 +250,30 @@ def test_search_options_become_cli_options() -> None:
     assert CapacityConfig().cli_options() == []
 
 
+def _real_resources(resources: dict[str, Any], specs_dir: Path) -> dict[str, Any]:
+    from bench_defs.resources import CollobenchResource
+
+    home = resources["collobench"].home
+    return resources | {
+        "collobench": CollobenchResource(home=home, specs_dir=str(specs_dir)),
+        "capacity_search": CapacitySearchResource(mlflow=False),
+    }
+
+
+TINY_SEARCH = {"probe_s": 3, "max_probes": 4, "precision": 0.5}
+
+
 @pytest.mark.slow
 def test_the_real_cli_finds_the_demo_capacity(
     instance: dg.DagsterInstance, resources: dict[str, Any]
 ) -> None:
     """End to end: the shipped demo spec's `sleeper` pipeline, tiny probes."""
-    from bench_defs.resources import CollobenchResource
-
-    real = resources | {
-        "collobench": CollobenchResource(
-            home=resources["collobench"].home, specs_dir=str(REPO / "specs")
-        ),
-        "capacity_search": CapacitySearchResource(mlflow=False),
-    }
-    config = {"probe_s": 3, "max_probes": 4, "precision": 0.5}
+    real = _real_resources(resources, REPO / "specs")
     result = _materialize(
         "capacity_demo|sleeper",
         instance,
         real,
-        run_config={"ops": {"capacity": {"config": config}}},
+        run_config={"ops": {"capacity": {"config": TINY_SEARCH}}},
     )
     assert result.success
     metadata = _metadata(result)
@@ -271,6 +282,34 @@ def test_the_real_cli_finds_the_demo_capacity(
     assert metadata["certified_qps"] is None or metadata["certified_qps"] > 0
     assert Path(str(metadata["capacity_json"])).is_file()
     assert set(_checks(result)) == {BRACKET_CHECK, MONOTONE_CHECK}
+
+
+@pytest.mark.slow
+def test_the_real_cli_runs_a_region_as_separate_runs(
+    instance: dg.DagsterInstance, resources: dict[str, Any], specs_dir: Path
+) -> None:
+    """End to end: two sleep pipelines, their solo searches, then one ray, each a run of the
+    real `collobench capacity` (tiny probes: about a minute)."""
+    spec = two_pipeline_spec()
+    for pipeline in spec["pipelines"]:
+        pipeline["stages"][0]["config"]["ms"] = 5
+    write_spec(specs_dir, "pair", spec)
+    plan = {
+        "spec": "pair",
+        "pipelines": ["a", "b"],
+        "rays": 1,
+        "search": TINY_SEARCH | {"max_probes": 3},
+    }
+    done = run_region(instance, _real_resources(resources, specs_dir), plan)
+    assert [request.partition_key for request, _ in done] == [
+        "pair|a", "pair|b", "pair|a+b@ray1of1",
+    ]  # fmt: skip
+    assert len({result.run_id for _, result in done}) == 3
+    for _, result in done:
+        assert result.success
+    ray = _metadata(done[-1][1])
+    assert ray["pipeline"] == "a+b" and 0 < ray["probes"] <= 3
+    assert Path(str(ray["capacity_json"])).is_file()
 
 
 def _crafted(stop_reason: str, bracket: tuple[float, float | None], **extra: Any) -> Any:
@@ -354,3 +393,25 @@ def test_partition_keys_parse_back_and_refuse_what_names_no_search() -> None:
                 "pair|a b", "pair|a+b"):  # fmt: skip
         with pytest.raises(CapacityKeyError, match="capacity partition"):
             parse_capacity_key(bad)
+
+
+def test_a_run_whose_search_exists_resumes_it(
+    instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path
+) -> None:
+    """A re-executed run (same root run id) finds its search folder and passes --resume."""
+    from stages.capacity.contract import SearchSettings
+
+    run_id = "0badcafe-0000-4000-8000-000000000000"
+    search_dir = home / "capacity" / "pair-a-0badcafe"
+    search_dir.mkdir(parents=True)
+    kept = SearchSettings(
+        search_id=search_dir.name, pipeline="a", slo_ms=50, probe_s=3, min_rate=0.01
+    )
+    (search_dir / "search.json").write_text(kept.model_dump_json(by_alias=True))
+    instance.add_dynamic_partitions(CAPACITY_PARTITIONS, ["pair|a"])
+    job = build_definitions(fake_resources).resolve_job_def("capacity_job")
+    result = job.execute_in_process(partition_key="pair|a", instance=instance, run_id=run_id)
+    assert result.success
+    argv = _argv(_metadata(result))
+    assert argv[2:4] == ["--resume", "pair-a-0badcafe"] and "--pipeline" not in argv
+    assert _metadata(result)["search_id"] == "pair-a-0badcafe"
