@@ -19,6 +19,7 @@ from typing import Any
 
 import dagster as dg
 
+from bench_defs.reports import image_markdown
 from stages.capacity.contract import CAPACITY_FILE, CapacityResult
 
 BRACKET_CHECK = "capacity_bracket_within_precision"
@@ -156,5 +157,6 @@ def result_metadata(result: CapacityResult, search_dir: Path) -> dict[str, Any]:
         metadata["report"] = dg.MetadataValue.path(str(report))
     plots = sorted(search_dir.glob("*.png"))
     if plots:
-        metadata["plot"] = dg.MetadataValue.path(str(plots[0]))
+        metadata["plot_path"] = dg.MetadataValue.path(str(plots[0]))
+        metadata["plot"] = dg.MetadataValue.md(image_markdown(plots[0], "p99 against offered rate"))
     return metadata

@@ -1,6 +1,7 @@
 """A stand-in for `collobench capacity` in the Dagster tests (run as `python THIS capacity ...`):
 it writes a valid search.json and capacity.json through the contract's models, plus argv.json
-(its command line and COLLOBENCH_HOME), so the tests see what the asset passed.
+(its command line and COLLOBENCH_HOME), so the tests see what the asset passed, and a
+report.md and a (header-only) PNG as the real search leaves beside its capacity.json.
 
 Each pipeline's certified capacity comes from `$FAKE_CAPACITY_QPS` (JSON name -> q/s; default
 100); a ray certifies s = 0.8. `$FAKE_CAPACITY_OVERRIDES` (JSON) replaces fields of the
@@ -110,6 +111,8 @@ def main() -> int:
     certified = 0.8 if settings.ray else float(rates.get(settings.pipeline, 100.0))
     result = _result(settings, certified)
     (search_dir / CAPACITY_FILE).write_text(result.model_dump_json(by_alias=True))
+    (search_dir / "report.md").write_text("# capacity\n")
+    (search_dir / "p99_vs_rate.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     print(f"certified {certified:g} q/s")
     return 0
 

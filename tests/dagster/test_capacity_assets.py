@@ -93,6 +93,9 @@ def test_a_solo_partition_runs_the_cli_and_reports_its_result(
     assert search_dir.parent == home / "capacity"
     assert search_dir.name == f"pair-a-{result.run_id[:8]}" == metadata["search_id"]
     assert Path(str(metadata["capacity_json"])).is_file()
+    assert metadata["report"] == str(search_dir / "report.md")
+    assert metadata["plot_path"] == str(search_dir / "p99_vs_rate.png")
+    assert metadata["plot"].startswith("![p99 against offered rate](data:image/png;base64,iVBOR")
     argv = _argv(metadata)
     assert argv[:4] == ["capacity", str(specs_dir / "pair.yaml"), "--pipeline", "a"]
     assert argv[4:8] == ["--precision", "0.5", "--probe-s", "3"]
