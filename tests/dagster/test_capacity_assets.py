@@ -418,3 +418,20 @@ def test_a_run_whose_search_exists_resumes_it(
     argv = _argv(_metadata(result))
     assert argv[2:4] == ["--resume", "pair-a-0badcafe"] and "--pipeline" not in argv
     assert _metadata(result)["search_id"] == "pair-a-0badcafe"
+
+
+@pytest.mark.slow  # three in-process runs
+def test_a_ray_refuses_a_solo_search_that_certified_nothing(
+    instance: dg.DagsterInstance, fake_resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    infeasible = {"certified_qps": None, "stop_reason": "infeasible", "bracket": [0, 1]}
+    monkeypatch.setenv("FAKE_CAPACITY_OVERRIDES", json.dumps(infeasible))
+    solo = _materialize("pair|a", instance, fake_resources)
+    assert _metadata(solo)["certified_qps"] is None
+    assert _checks(solo)[BRACKET_CHECK].passed  # infeasible explains the missing bracket
+    monkeypatch.delenv("FAKE_CAPACITY_OVERRIDES")
+    assert _materialize("pair|b", instance, fake_resources).success
+    ray = _materialize("pair|a+b@ray1of2", instance, fake_resources, raise_on_error=False)
+    failure = next(event for event in ray.all_events if event.is_step_failure)
+    said = str(failure.step_failure_data.error)
+    assert "latest solo search of 'pair|a' certified no capacity" in said and "infeasible" in said
