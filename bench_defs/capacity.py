@@ -13,6 +13,8 @@ a region's rays over the runs it may start. A re-executed run resumes its search
 id comes from the root run id; the probes recorded so far are kept).
 """
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,13 @@ from bench_defs.capacity_checks import (
     monotone_check,
     result_metadata,
 )
-from bench_defs.capacity_keys import CapacityTarget, parse_capacity_key, search_id_of
+from bench_defs.capacity_keys import (
+    CapacityTarget,
+    parse_capacity_key,
+    ray_search_id,
+    region_id_of,
+    search_id_of,
+)
 from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
 from bench_defs.specs import DEFAULT_DEVICE, DEVICE_TAG, devices_of, read_spec_state, run_tags
 from stages import settings
@@ -38,6 +46,10 @@ capacity_partitions = dg.DynamicPartitionsDefinition(name=CAPACITY_PARTITIONS)
 """The `capacity` asset's partitions: `<spec>|<pipeline>` and `<spec>|<A>+<B>@ray<k>of<n>`."""
 TARGET_TAG = "collobench/capacity_target"
 """Run tag: the partition a capacity run searches."""
+REGION_TAG = "collobench/capacity_region"
+"""Run tag shared by the runs of one region request (filter by it in the Runs page); the rays
+of one region share their region id through it."""
+BACKFILL_TAG = "dagster/backfill"
 
 
 class CapacityConfig(dg.Config):
@@ -121,8 +133,9 @@ def _metadata_float(entry: Any) -> float | None:
 
 
 def solo_capacity(instance: dg.DagsterInstance, key: str) -> float:
-    """certified_qps of the latest materialisation of a solo partition; a Failure naming the
-    partition to materialise first when there is none (or it found no capacity)."""
+    """The capacity a ray scales by (as the region CLI does): the certified_qps of the latest
+    materialisation of a solo partition, else its estimate_qps; a Failure naming the partition
+    to materialise first when there is none, or when it found neither."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("capacity"), asset_partitions=[key]),
         limit=1,
@@ -133,23 +146,31 @@ def solo_capacity(instance: dg.DagsterInstance, key: str) -> float:
             f"the ray needs the solo capacity of partition {key!r}: materialise capacity "
             f"partition {key!r} first"
         )
-    certified = _metadata_float(materialization.metadata.get("certified_qps"))
-    if certified is None or certified <= 0:
-        raise dg.Failure(
-            f"the latest solo search of {key!r} certified no capacity (stop reason "
-            f"{getattr(materialization.metadata.get('stop_reason'), 'value', '?')}): "
-            "the region has no extent along that axis"
-        )
-    return certified
+    metadata = materialization.metadata
+    for name in ("certified_qps", "estimate_qps"):
+        value = _metadata_float(metadata.get(name))
+        if value is not None and value > 0:
+            return value
+    raise dg.Failure(
+        f"the latest solo search of {key!r} found no capacity (stop reason "
+        f"{getattr(metadata.get('stop_reason'), 'value', '?')}): the region has no extent "
+        "along that axis"
+    )
 
 
-def target_options(instance: dg.DagsterInstance, target: CapacityTarget) -> list[str]:
-    """`--pipeline NAME` for a solo search; for a ray `--region A,B --rays n --ray k --solo
-    A=QPS,B=QPS` with the solo capacities read from their partitions."""
-    if target.region is None:
-        return ["--pipeline", target.pipeline]
+def ray_group(tags: Mapping[str, str], root_run_id: str) -> str:
+    """What ties the rays of one region together (their shared region id): the region
+    request's tag (capacity_region_sensor), else the backfill's id, else this run's root id."""
+    for tag in (REGION_TAG, BACKFILL_TAG):
+        if tags.get(tag):
+            return tags[tag]
+    return root_run_id[:8]
+
+
+def ray_options(target: CapacityTarget, solo_qps: Mapping[str, float]) -> list[str]:
+    """`--region A,B --rays n --ray k --solo A=QPS,B=QPS`."""
+    assert target.region is not None and target.ray is not None
     a, b = target.region
-    solo = [solo_capacity(instance, key) for key in target.solo_keys()]
     return [
         "--region",
         f"{a},{b}",
@@ -158,8 +179,49 @@ def target_options(instance: dg.DagsterInstance, target: CapacityTarget) -> list
         "--ray",
         str(target.ray),
         "--solo",
-        f"{a}={solo[0]:.6g},{b}={solo[1]:.6g}",
+        f"{a}={solo_qps[a]:.6g},{b}={solo_qps[b]:.6g}",
     ]
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What one materialisation runs: the CLI's arguments after `capacity SPEC`, the folder
+    its capacity.json lands in, and what the metadata should add (a ray's solo capacities)."""
+
+    arguments: list[str]
+    search_dir: Path
+    extra_metadata: dict[str, Any]
+
+
+def plan_search(
+    context: dg.AssetExecutionContext, target: CapacityTarget, config: CapacityConfig, out: Path
+) -> SearchPlan:
+    """A solo search: new (`--pipeline NAME ... --search-id ID`) or, when the root run of this
+    re-executed run started it, `--resume ID`. A ray: `--region ... --ray k --search-id
+    REGION_ID`, searching in `<REGION_ID>-ray<k>` (the CLI resumes that folder itself)."""
+    root = context.run.root_run_id or context.run.run_id
+    if target.region is None:
+        search_id = search_id_of(target, root)
+        if (out / search_id / SEARCH_FILE).is_file():
+            context.log.info(f"resuming search {search_id} (its probes so far are kept)")
+            return SearchPlan(["--resume", search_id], out / search_id, {})
+        arguments = ["--pipeline", target.pipeline, *config.cli_options()]
+        return SearchPlan([*arguments, "--search-id", search_id], out / search_id, {})
+    if config.slo_ms is not None or config.with_rates:
+        raise dg.Failure(
+            "a ray decides each pipeline by its own spec slo_ms, next to the other only: "
+            "leave slo_ms and with_rates out of its config"
+        )
+    assert target.region is not None and target.ray is not None
+    keys = target.solo_keys()
+    solo_qps = {
+        name: solo_capacity(context.instance, key)
+        for name, key in zip(target.region, keys, strict=True)
+    }
+    region_id = region_id_of(target, ray_group(context.run.tags, root))
+    arguments = [*ray_options(target, solo_qps), *config.cli_options(), "--search-id", region_id]
+    extra = {"region_id": region_id, "solo_capacity_qps": dg.MetadataValue.json(solo_qps)}
+    return SearchPlan(arguments, out / ray_search_id(region_id, target.ray), extra)
 
 
 def _check_spec(context: dg.AssetExecutionContext, target: CapacityTarget, spec_path: Path) -> None:
@@ -191,27 +253,19 @@ def search_command(
     collobench: CollobenchResource,
     capacity_search: CapacitySearchResource,
     duckdb_warehouse: WarehouseResource,
-) -> tuple[list[str], Path]:
-    """The Pipes child's command line and the search's folder: a new search, or `--resume`
-    when the root run of this (re-executed) run already started one."""
+) -> tuple[list[str], SearchPlan]:
+    """The Pipes child's command line and the search's plan."""
     target = parse_capacity_key(context.partition_key)
     spec_path = collobench.spec_file(target.spec)
     _check_spec(context, target, spec_path)
     out = capacity_search.out_path(collobench)
     out.mkdir(parents=True, exist_ok=True)
-    search_id = search_id_of(target, context.run.root_run_id or context.run.run_id)
-    cli = capacity_search.command(collobench.python_executable())
-    common = ["--out", str(out), "--db", str(duckdb_warehouse.db_path())]
-    common += capacity_search.mlflow_options()
-    if (out / search_id / SEARCH_FILE).is_file():
-        context.log.info(f"resuming search {search_id} (its probes so far are kept)")
-        command = [*cli, "capacity", str(spec_path), "--resume", search_id, *common]
-    else:
-        options = target_options(context.instance, target) + config.cli_options()
-        command = [*cli, "capacity", str(spec_path), *options, "--search-id", search_id]
-        command += common
+    plan = plan_search(context, target, config, out)
+    command = capacity_search.command(collobench.python_executable())
+    command += ["capacity", str(spec_path), *plan.arguments, "--out", str(out)]
+    command += ["--db", str(duckdb_warehouse.db_path()), *capacity_search.mlflow_options()]
     runner = [collobench.python_executable(), "-m", "bench_defs.capacity_runner", "--"]
-    return runner + command, out / search_id
+    return runner + command, plan
 
 
 def read_result(search_dir: Path) -> tuple[CapacityResult, float]:
@@ -245,13 +299,11 @@ def capacity(
     duckdb_warehouse: WarehouseResource,
     pipes_client: GroupPipesClient,
 ) -> dg.MaterializeResult:
-    command, search_dir = search_command(
-        context, config, collobench, capacity_search, duckdb_warehouse
-    )
-    context.log.info(f"capacity search {context.partition_key} in {search_dir}")
+    command, plan = search_command(context, config, collobench, capacity_search, duckdb_warehouse)
+    context.log.info(f"capacity search {context.partition_key} in {plan.search_dir}")
     pipes_client.run(context=context, command=command, env=collobench.child_env())
-    result, precision = read_result(search_dir)
-    metadata = result_metadata(result, search_dir)
+    result, precision = read_result(plan.search_dir)
+    metadata = result_metadata(result, plan.search_dir) | plan.extra_metadata
     metadata["device_tag"] = str(context.run.tags.get(DEVICE_TAG))
     return dg.MaterializeResult(
         metadata=metadata,

@@ -103,9 +103,24 @@ def parse_capacity_key(key: str) -> CapacityTarget:
     return CapacityTarget(spec, f"{a}+{b}", (a, b), ray, rays)
 
 
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
+
+
 def search_id_of(target: CapacityTarget, root_run_id: str) -> str:
-    """The search's folder name: the partition (made path-safe) and the first 8 characters of
-    the Dagster run id the search started in (the root run of a re-execution, so a re-executed
-    run finds its search and resumes it)."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{target.spec}-{target.target}")
-    return f"{slug}-{root_run_id[:8]}"
+    """A solo search's folder name: the partition (made path-safe) and the first 8 characters
+    of the Dagster run id the search started in (the root run of a re-execution, so a
+    re-executed run finds its search and resumes it)."""
+    return f"{_slug(f'{target.spec}-{target.target}')}-{root_run_id[:8]}"
+
+
+def region_id_of(target: CapacityTarget, group: str) -> str:
+    """The region id a ray passes as `--search-id` (shared by the rays of one region, each
+    searching in `<region id>-ray<k>`): spec, pipelines, ray count and `group`, the value
+    that ties the rays together (the region request's tag, a backfill id, or the run id)."""
+    return _slug(f"{target.spec}-{target.pipeline}-{target.rays}rays-{group}")
+
+
+def ray_search_id(region_id: str, ray: int) -> str:
+    """The ray's search folder under --out (as stages.capacity.region_model.ray_search_id)."""
+    return f"{region_id}-ray{ray}"

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bench_defs.capacity import (
     CAPACITY_PARTITIONS,
+    REGION_TAG,
     TARGET_TAG,
     CapacityConfig,
     CapacitySearchResource,
@@ -39,8 +40,6 @@ from bench_defs.resources import CollobenchResource
 from bench_defs.specs import devices_of, read_spec_state, run_tags
 
 REGIONS_FOLDER = "regions"
-REGION_TAG = "collobench/capacity_region"
-"""Run tag shared by the runs of one region request (filter by it in the Runs page)."""
 
 
 class RegionRequest(BaseModel):
@@ -53,8 +52,9 @@ class RegionRequest(BaseModel):
     rays: int = Field(5, ge=1, description="Rays between the two axes.")
     search: dict[str, Any] = Field(
         default_factory=dict,
-        description="Options of every search (CapacityConfig: slo_ms, percentile, precision, "
-        "max_probes, probe_s).",
+        description="Options of every search (CapacityConfig: percentile, precision, "
+        "max_probes, probe_s; never slo_ms or with_rates: each pipeline keeps its spec's "
+        "slo_ms).",
     )
 
     def keys(self) -> list[str]:
@@ -73,9 +73,20 @@ def add_region_partitions(
     return keys
 
 
+def region_search_config(options: dict[str, Any]) -> CapacityConfig:
+    """A region's search options; ValueError for an unknown one, or for slo_ms or with_rates
+    (a region decides each pipeline by its own spec slo_ms, alone or next to the other)."""
+    config = search_config(options)
+    if config.slo_ms is not None or config.with_rates:
+        raise ValueError(
+            "a region decides each pipeline by its spec's slo_ms: leave slo_ms and with_rates out"
+        )
+    return config
+
+
 def write_region_request(capacity_dir: Path, request: RegionRequest) -> Path:
     """Write (or replace) the request file the sensor acts on; returns its path."""
-    search_config(request.search)  # refuse unknown search options here, not in a run
+    region_search_config(request.search)  # refuse bad search options here, not in a run
     request.keys()  # and names that make no partition key
     folder = capacity_dir / REGIONS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
@@ -126,7 +137,7 @@ def _read_request(path: Path, tick: RegionTick) -> tuple[str, RegionRequest] | N
         text = path.read_text()
         request = RegionRequest.model_validate(json.loads(text))
         request.keys()
-        search_config(request.search)
+        region_search_config(request.search)
     except Exception as error:  # a bad file must never crash the sensor
         tick.problems.append(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}")
         return None
@@ -189,7 +200,9 @@ class RegionPlanConfig(dg.Config):
     pipelines: list[str] = Field(description="The two pipelines, A and B.")
     rays: int = Field(default=5, description="Rays between the two axes.")
     search: CapacityConfig = Field(
-        default_factory=CapacityConfig, description="Options of every search of the region."
+        default_factory=CapacityConfig,
+        description="Options of every search of the region (percentile, precision, max_probes, "
+        "probe_s; slo_ms and with_rates are refused: each pipeline keeps its spec's slo_ms).",
     )
 
 
@@ -204,6 +217,10 @@ def plan_capacity_region(
     if len(config.pipelines) != 2:
         raise dg.Failure(f"a region needs exactly two pipelines, got {config.pipelines}")
     search = config.search.model_dump(exclude_none=True)
+    try:
+        region_search_config(search)
+    except ValueError as error:
+        raise dg.Failure(str(error)) from None
     request = RegionRequest(
         spec=config.spec,
         pipelines=(config.pipelines[0], config.pipelines[1]),

@@ -86,7 +86,7 @@ def _settings(args: argparse.Namespace, search_dir: Path) -> SearchSettings:
             (name, float(qps)) for name, qps in (item.split("=") for item in args.solo.split(","))
         )
     return SearchSettings(
-        search_id=args.search_id,
+        search_id=search_dir.name,
         spec_source=args.spec,
         pipeline=args.region.replace(",", "+") if args.region else args.pipeline,
         slo_ms=args.slo_ms or 50.0,
@@ -101,7 +101,13 @@ def main() -> int:
     args = _parser().parse_args()
     if os.environ.get("FAKE_CAPACITY_EXIT"):
         return int(os.environ["FAKE_CAPACITY_EXIT"])
-    search_dir = Path(args.out) / (args.resume or args.search_id)
+    if args.region and (args.slo_ms or args.with_rates or args.pipeline):
+        print("--region takes no --pipeline, --slo-ms or --with", file=sys.stderr)
+        return 2
+    folder = args.resume or args.search_id
+    if args.region:
+        folder = f"{args.search_id}-ray{args.ray}"  # the region's id, shared by its rays
+    search_dir = Path(args.out) / folder
     search_dir.mkdir(parents=True, exist_ok=True)
     settings = _settings(args, search_dir)
     (search_dir / SEARCH_FILE).write_text(settings.model_dump_json(by_alias=True))

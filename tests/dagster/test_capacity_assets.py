@@ -1,6 +1,7 @@
 """The `capacity` asset, its checks, `capacity_job` and the region sensor, against a stand-in
 CLI (tests/dagster/fake_capacity_cli.py) that writes valid capacity.json files in well under a
-second; one slow test runs the real `collobench capacity` on specs/capacity_demo.yaml."""
+second; two slow tests run the real
+`collobench capacity` (the demo spec's solo search; a one-ray region)."""
 
 from __future__ import annotations
 
@@ -120,7 +121,17 @@ def test_a_ray_reads_the_solo_capacities_of_its_pipelines(
     metadata = _metadata(ray)
     argv = _argv(metadata)
     assert argv[2:10] == ["--region", "a,b", "--rays", "3", "--ray", "2", "--solo", "a=120,b=60"]
+    region_id = f"pair-a-b-3rays-{ray.run_id[:8]}"  # no region tag, no backfill: the run's id
+    assert argv[argv.index("--search-id") + 1] == metadata["region_id"] == region_id
+    assert Path(str(metadata["search_dir"])).name == f"{region_id}-ray2"
+    assert metadata["solo_capacity_qps"] == SOLO_QPS
     assert metadata["pipeline"] == "a+b" and metadata["certified_qps"] == 0.8
+    with_slo = {"ops": {"capacity": {"config": {"slo_ms": 20}}}}
+    refused = _materialize(
+        "pair|a+b@ray1of3", instance, fake_resources, run_config=with_slo, raise_on_error=False
+    )
+    failure = next(event for event in refused.all_events if event.is_step_failure)
+    assert "leave slo_ms and with_rates out" in str(failure.step_failure_data.error)
 
 
 def test_an_unknown_pipeline_fails_before_any_search(
@@ -219,6 +230,11 @@ def test_a_region_runs_as_separate_runs_solo_first_then_one_per_ray(
         assert request.tags[REGION_TAG] == done[0][0].tags[REGION_TAG]
         record = instance.get_run_by_id(result.run_id)
         assert record is not None and record.tags[TARGET_TAG] == request.partition_key
+    # the rays share one region id (from the request's tag), each in its own folder
+    ray_dirs = [Path(str(_metadata(result)["search_dir"])).name for _, result in done[2:]]
+    region_id = str(_metadata(done[2][1])["region_id"])
+    assert region_id.startswith("pair-a-b-3rays-pair__a-b-")
+    assert ray_dirs == [f"{region_id}-ray{k}" for k in (1, 2, 3)]
     assert instance.get_materialized_partitions(capacity.key) == set(keys)
     # a third tick requests the same runs again: their run keys make Dagster skip them
     again = _requested(_tick(instance, build_definitions(fake_resources), fake_resources))
@@ -236,9 +252,12 @@ def test_a_bad_region_request_is_reported_not_raised(
     assert "a region needs two pipelines" in str(result.skip_reason.skip_message)
 
 
-def test_a_region_request_refuses_unknown_search_options(tmp_path: Path) -> None:
+def test_a_region_request_refuses_unknown_search_options_and_an_slo(tmp_path: Path) -> None:
     request = RegionRequest(spec="pair", pipelines=("a", "b"), search={"probe_seconds": 3})
     with pytest.raises(ValueError, match=r"unknown search option\(s\) probe_seconds"):
+        write_region_request(tmp_path, request)
+    request = RegionRequest(spec="pair", pipelines=("a", "b"), search={"slo_ms": 20})
+    with pytest.raises(ValueError, match="each pipeline by its spec's slo_ms"):
         write_region_request(tmp_path, request)
 
 
@@ -341,7 +360,13 @@ def test_a_run_whose_search_exists_resumes_it(
 def test_a_ray_refuses_a_solo_search_that_certified_nothing(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    infeasible = {"certified_qps": None, "stop_reason": "infeasible", "bracket": [0, 1]}
+    infeasible = {
+        "certified_qps": None,
+        "estimate_qps": None,
+        "estimate_ci95": None,
+        "stop_reason": "infeasible",
+        "bracket": [0, 1],
+    }
     monkeypatch.setenv("FAKE_CAPACITY_OVERRIDES", json.dumps(infeasible))
     solo = _materialize("pair|a", instance, fake_resources)
     assert _metadata(solo)["certified_qps"] is None
@@ -351,4 +376,4 @@ def test_a_ray_refuses_a_solo_search_that_certified_nothing(
     ray = _materialize("pair|a+b@ray1of2", instance, fake_resources, raise_on_error=False)
     failure = next(event for event in ray.all_events if event.is_step_failure)
     said = str(failure.step_failure_data.error)
-    assert "latest solo search of 'pair|a' certified no capacity" in said and "infeasible" in said
+    assert "latest solo search of 'pair|a' found no capacity" in said and "infeasible" in said
