@@ -2,15 +2,18 @@
 
 Materialising a partition runs `collobench capacity` in a Pipes child in its own process group
 (`bench_defs.capacity_runner`, started by `GroupPipesClient` as `benchmark_run` is), writing
-`<capacity dir>/<search_id>/capacity.json`; the asset reports that result as metadata
+`<capacity dir>/<search id>/capacity.json`; the asset reports that result as metadata
 (certified_qps, estimate_qps, estimate_ci95, bracket, stop_reason, probes, the files) and
-evaluates its two checks (bench_defs.capacity_checks). A solo target searches one pipeline; a
-ray target (`A+B@ray<k>of<n>`) searches the scale s along ray k of the region of A and B, which
-needs A's and B's solo capacities: the certified_qps of the latest materialisation of
-`<spec>|A` and `<spec>|B`. Each partition is its own run, tagged with the spec's devices
-(`collobench/device`), so the run queue gives every search one device at a time and spreads
-a region's rays over the runs it may start. A re-executed run resumes its search (the search
-id comes from the root run id; the probes recorded so far are kept).
+evaluates its two checks (bench_defs.capacity_checks). A solo target searches one pipeline
+(search id `<spec>-<pipeline>-<root run id[:8]>`). A ray target (`A+B@ray<k>of<n>`) searches
+the scale s along ray k of the region of A and B (`--region A,B --rays n --ray k --solo
+A=QPS,B=QPS --search-id REGION_ID`, in `<REGION_ID>-ray<k>`); it needs A's and B's solo
+capacities: certified_qps, else estimate_qps, of the latest materialisation of `<spec>|A`
+and `<spec>|B`. The rays of one region share REGION_ID through the region request's run tag
+(or the backfill id). Each partition is its own run, tagged with the spec's devices
+(`collobench/device`), so the run queue gives every search one device at a time and the rays
+of a region queue for the devices as separate runs. A re-executed run resumes its search
+(same root run id, same tags: the probes recorded so far are kept).
 """
 
 from collections.abc import Mapping

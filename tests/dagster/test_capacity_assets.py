@@ -282,7 +282,10 @@ def _real_resources(resources: dict[str, Any], specs_dir: Path) -> dict[str, Any
     }
 
 
-TINY_SEARCH = {"probe_s": 3, "max_probes": 4, "precision": 0.5}
+TINY_SEARCH = {"probe_s": 5, "max_probes": 4, "precision": 0.5}
+"""5 s probes: LoadGen's rule needs 459 queries to call p99 met, so a 3 s probe cannot pass
+below 153 q/s, which is about the 5 ms sleeper's capacity (3 s probes read `infeasible` on a
+busy machine). The ceiling probe, then ~97 q/s (met), ~194 (missed), ~137: about 40 s."""
 
 
 @pytest.mark.slow
@@ -299,16 +302,14 @@ def test_the_real_cli_finds_the_demo_capacity(
     )
     assert result.success
     metadata = _metadata(result)
-    assert 0 < metadata["probes"] <= 4
-    # 3 s probes hold ~450 queries at 150 q/s, about what LoadGen's rule needs to call p99 met
-    # at all (459): any stop reason may come out; the metadata must agree with capacity.json
+    assert 2 <= metadata["probes"] <= 4
     result_file = json.loads(Path(str(metadata["capacity_json"])).read_text())
     assert metadata["stop_reason"] == result_file["stop_reason"]
-    assert metadata["certified_qps"] == result_file["certified_qps"]
+    assert metadata["stop_reason"] in ("converged", "max_probes")
+    assert metadata["certified_qps"] == result_file["certified_qps"] > 0
     assert metadata["bracket"] == result_file["bracket"]
     assert metadata["probes_table"].count("\n") == 1 + metadata["probes"]
     assert Path(str(metadata["report"])).is_file() and Path(str(metadata["plot_path"])).is_file()
-    assert Path(str(metadata["capacity_json"])).is_file()
     assert set(_checks(result)) == {BRACKET_CHECK, MONOTONE_CHECK}
 
 
