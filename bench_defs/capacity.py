@@ -135,10 +135,18 @@ def _metadata_float(entry: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def solo_capacity(instance: dg.DagsterInstance, key: str) -> float:
+@dataclass(frozen=True)
+class SoloCapacity:
+    """What a ray takes from a solo partition's latest materialisation."""
+
+    capacity_qps: float
+    search_id: str
+
+
+def solo_capacity(instance: dg.DagsterInstance, key: str) -> SoloCapacity:
     """The capacity a ray scales by (as the region CLI does): the certified_qps of the latest
-    materialisation of a solo partition, else its estimate_qps; a Failure naming the partition
-    to materialise first when there is none, or when it found neither."""
+    materialisation of a solo partition, else its estimate_qps, and its search id; a Failure
+    naming the partition to materialise first when there is none, or when it found neither."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("capacity"), asset_partitions=[key]),
         limit=1,
@@ -153,7 +161,7 @@ def solo_capacity(instance: dg.DagsterInstance, key: str) -> float:
     for name in ("certified_qps", "estimate_qps"):
         value = _metadata_float(metadata.get(name))
         if value is not None and value > 0:
-            return value
+            return SoloCapacity(value, str(getattr(metadata.get("search_id"), "value", "")))
     raise dg.Failure(
         f"the latest solo search of {key!r} found no capacity (stop reason "
         f"{getattr(metadata.get('stop_reason'), 'value', '?')}): the region has no extent "
@@ -217,13 +225,18 @@ def plan_search(
         )
     assert target.region is not None and target.ray is not None
     keys = target.solo_keys()
-    solo_qps = {
+    solo = {
         name: solo_capacity(context.instance, key)
         for name, key in zip(target.region, keys, strict=True)
     }
+    solo_qps = {name: found.capacity_qps for name, found in solo.items()}
     region_id = region_id_of(target, ray_group(context.run.tags, root))
     arguments = [*ray_options(target, solo_qps), *config.cli_options(), "--search-id", region_id]
-    extra = {"region_id": region_id, "solo_capacity_qps": dg.MetadataValue.json(solo_qps)}
+    extra = {
+        "region_id": region_id,
+        "solo_capacity_qps": dg.MetadataValue.json(solo_qps),
+        "solo_search_ids": dg.MetadataValue.json({n: f.search_id for n, f in solo.items()}),
+    }
     return SearchPlan(arguments, out / ray_search_id(region_id, target.ray), extra)
 
 

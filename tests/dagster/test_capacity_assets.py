@@ -125,6 +125,9 @@ def test_a_ray_reads_the_solo_capacities_of_its_pipelines(
     assert argv[argv.index("--search-id") + 1] == metadata["region_id"] == region_id
     assert Path(str(metadata["search_dir"])).name == f"{region_id}-ray2"
     assert metadata["solo_capacity_qps"] == SOLO_QPS
+    solo_ids = metadata["solo_search_ids"]
+    assert set(solo_ids) == {"a", "b"} and solo_ids["a"].startswith("pair-a-")
+    assert (Path(str(metadata["search_dir"])).parent / solo_ids["a"] / "capacity.json").is_file()
     assert metadata["pipeline"] == "a+b" and metadata["certified_qps"] == 0.8
     with_slo = {"ops": {"capacity": {"config": {"slo_ms": 20}}}}
     refused = _materialize(
