@@ -2,8 +2,11 @@
 
 Assets: one per dataset and model builder (group `artifacts`); `benchmark_run` (one dynamic
 partition per spec file), `warehouse` with its checks (group `benchmark`); the report assets
-(group `reports`). Jobs `artifacts_job`, `benchmark_job`; sensor `spec_files_sensor`; schedule
-`nightly_benchmarks`. Nothing here imports torch: models load in the Pipes child's workers.
+(group `reports`); `capacity` (one dynamic partition per search target `<spec>|<pipeline>` or
+`<spec>|<A>+<B>@ray<k>of<n>`, with its checks; group `capacity`). Jobs `artifacts_job`,
+`benchmark_job`, `capacity_job`, `capacity_region_job`; sensors `spec_files_sensor`,
+`capacity_region_sensor`; schedule `nightly_benchmarks`. Nothing here imports torch: models
+load in the Pipes child's workers.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import dagster as dg
 
 from bench_defs.artifacts import artifact_assets
 from bench_defs.benchmark import benchmark_run
+from bench_defs.capacity import CapacitySearchResource, capacity, capacity_job
+from bench_defs.capacity_region import capacity_region_job, capacity_region_sensor
 from bench_defs.jobs import artifacts_job, benchmark_job
 from bench_defs.reports import report_assets
 from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
@@ -29,6 +34,7 @@ def default_resources() -> dict[str, Any]:
         "collobench": CollobenchResource(),
         "duckdb_warehouse": WarehouseResource(),
         "pipes_client": GroupPipesClient(),
+        "capacity_search": CapacitySearchResource(),
     }
 
 
@@ -36,9 +42,9 @@ def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definiti
     """The code location's definitions; `resources` replace the defaults by key (tests point
     them at temporary folders)."""
     return dg.Definitions(
-        assets=[*artifact_assets, benchmark_run, warehouse, *report_assets],
-        jobs=[artifacts_job, benchmark_job],
-        sensors=[spec_files_sensor],
+        assets=[*artifact_assets, benchmark_run, warehouse, *report_assets, capacity],
+        jobs=[artifacts_job, benchmark_job, capacity_job, capacity_region_job],
+        sensors=[spec_files_sensor, capacity_region_sensor],
         schedules=[nightly_benchmarks],
         resources={**default_resources(), **(resources or {})},
     )

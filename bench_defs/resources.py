@@ -152,8 +152,8 @@ class GroupPipesClient(dg.ConfigurableResource):
         cwd: str | None = None,
         extras: Mapping[str, Any] | None = None,
     ) -> dg.PipesClientCompletedInvocation:
-        """Run `command` under a Pipes session and wait; raises DagsterPipesExecutionError on
-        a non-zero exit. Returns the invocation (its materialisation results)."""
+        """Run `command` under a Pipes session and wait; raises a `dagster.Failure` on a
+        non-zero exit. Returns the invocation (its materialisation results)."""
         with dg.open_pipes_session(
             context=context,
             context_injector=dg.PipesTempFileContextInjector(),
@@ -186,8 +186,10 @@ class GroupPipesClient(dg.ConfigurableResource):
                 end_process_group(process, 0.0)  # anything the child left behind
                 drain.join(timeout=5)
             if returncode != 0:
-                raise dg.DagsterPipesExecutionError(
-                    f"the benchmark process exited with code {returncode}; see the run's logs"
+                # (dagster does not export DagsterPipesExecutionError: naming it raised
+                # AttributeError instead of this message)
+                raise dg.Failure(
+                    f"the Pipes child process exited with code {returncode}; see the run's logs"
                 )
         return dg.PipesClientCompletedInvocation(session)
 

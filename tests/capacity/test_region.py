@@ -15,7 +15,6 @@ from stages.capacity.contract import CAPACITY_FILE, REGION_FILE, SearchSettings
 from stages.capacity.region import (
     RegionInputError,
     ray_settings,
-    read_region,
     region_from_searches,
     region_pipelines,
     region_slos,
@@ -23,6 +22,7 @@ from stages.capacity.region import (
     run_region,
 )
 from stages.capacity.region_model import RegionResult, ray_angles_deg, ray_direction
+from stages.capacity.region_store import read_region
 from stages.spec.loading import LoadedSpec, validate_document
 from tests.capacity.region_sim import SimOptions, SimulatedSearch, TwoQueueModel
 

@@ -11,8 +11,8 @@ import pytest
 import typer
 
 from stages.capacity.contract import REGION_FILE, CapacityResult, SearchSettings
-from stages.capacity.region import read_region
 from stages.capacity.region_model import RayResult, RegionResult
+from stages.capacity.region_store import read_region
 from stages.cli.commands.capacity_region import (
     parse_solo,
     refuse_region_conflicts,

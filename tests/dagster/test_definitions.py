@@ -30,8 +30,27 @@ def test_the_names_users_and_docs_rely_on() -> None:
         set(BUILDERS)
     )
     assert dg.AssetKey("digits") in graph.get(dg.AssetKey("digits_cnn")).parent_keys
-    checks = {key.name for key in graph.asset_check_keys}
-    assert checks == {"validity", "slo", "regression", "reproducibility"}
+    checks = {(key.asset_key.to_user_string(), key.name) for key in graph.asset_check_keys}
+    assert checks == {
+        ("warehouse", "validity"),
+        ("warehouse", "slo"),
+        ("warehouse", "regression"),
+        ("warehouse", "reproducibility"),
+        ("capacity", "capacity_bracket_within_precision"),
+        ("capacity", "capacity_probes_monotone"),
+    }
+
+
+def test_the_capacity_names_users_and_docs_rely_on() -> None:
+    repository = defs.get_repository_def()
+    capacity = repository.asset_graph.get(dg.AssetKey("capacity"))
+    assert capacity.partitions_def == dg.DynamicPartitionsDefinition(name="capacity_targets")
+    assert repository.get_job("capacity_job").partitions_def == capacity.partitions_def
+    assert repository.get_job("capacity_region_job").name == "capacity_region_job"
+    sensor = repository.get_sensor_def("capacity_region_sensor")
+    assert sensor.job_name == "capacity_job"
+    # every capacity run carries the device tag the run queue limits to one run per device
+    assert repository.get_job("capacity_job").tags["collobench/device"] == "cpu"
 
 
 def test_launchpad_overrides_become_set_options() -> None:

@@ -1,0 +1,56 @@
+"""The Pipes child of the `capacity` asset: runs `collobench capacity ...` and relays its progress.
+
+    python -m bench_defs.capacity_runner -- COMMAND...
+
+Started by `GroupPipesClient` in its own session, so the search, its probes' workers and their
+samplers are one process group that cancelling the Dagster run ends together. Each line the
+CLI prints goes to stdout (the compute logs) and, unless it is table drawing, to the event log.
+The asset reads `capacity.json` itself once this exits. SIGTERM/SIGINT are not fatal here: the
+CLI got them too, keeps the probes it recorded and exits (a re-executed run resumes them).
+Exit status: the CLI's.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from dagster_pipes import open_dagster_pipes
+
+from bench_defs.pipes_runner import relay
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    command = list(sys.argv[1:] if argv is None else argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print("usage: python -m bench_defs.capacity_runner -- COMMAND...", file=sys.stderr)
+        return 2
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _note_signal)
+    with open_dagster_pipes() as pipes:
+        pipes.log.info("running " + " ".join(command))
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        relay(process, pipes)
+        exit_code = process.wait()
+        if exit_code != 0:
+            pipes.log.error(f"collobench capacity exited with {exit_code}")
+        return exit_code
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    """Keep running: the CLI got the same signal, records what it has and exits."""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
