@@ -38,6 +38,7 @@ from bench_defs.capacity_keys import (
     region_id_of,
     search_id_of,
 )
+from bench_defs.capacity_region_file import write_region_summary
 from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
 from bench_defs.specs import DEFAULT_DEVICE, DEVICE_TAG, devices_of, read_spec_state, run_tags
 from stages import settings
@@ -320,6 +321,19 @@ def capacity(
     pipes_client.run(context=context, command=command, env=collobench.child_env())
     result, precision = read_result(plan.search_dir)
     metadata = result_metadata(result, plan.search_dir) | plan.extra_metadata
+    target = parse_capacity_key(context.partition_key)
+    if target.is_ray:
+        try:
+            metadata |= write_region_summary(
+                collobench.spec_file(target.spec),
+                target,
+                plan.search_dir.parent,
+                plan.extra_metadata,
+                result.percentile,
+                duckdb_warehouse.db_path(),
+            )
+        except Exception as error:  # the ray's own result stands without the summary
+            context.log.warning(f"region summary not written: {type(error).__name__}: {error}")
     metadata["device_tag"] = str(context.run.tags.get(DEVICE_TAG))
     return dg.MaterializeResult(
         metadata=metadata,

@@ -2,10 +2,7 @@
 `sleep` pipelines pinned to separate cores (`cpu_pinned`) do not interfere, so every ray
 reaches the box [0, C_A] x [0, C_B] within 10%; two `busy` pipelines sharing core 0
 (`time_slice` with cpus [0] each: cpu_pinned refuses a shared core) take turns on it, so
-every ray stays inside the triangle x + y <= 1 (10% allowed for noise).
-
-Needs helper "executor"'s stages.capacity.search_runner (run_capacity_search with
-`settings.ray`) and analysis.run_summary.verdict_latencies."""
+every ray stays inside the triangle x + y <= 1 (10% allowed for noise)."""
 
 from __future__ import annotations
 
@@ -14,28 +11,18 @@ from typing import Any
 
 import pytest
 
-from analysis.early_stopping import max_passing_over_slo, slo_verdict_by_counts
+from analysis.early_stopping import LoadgenSloRule
 from analysis.run_summary import verdict_latencies
 from stages import settings
-from stages.capacity import search_runner  # helper executor's
-from stages.capacity.contract import SearchSettings, Verdict
+from stages.capacity.contract import SearchSettings
 from stages.capacity.region import run_region
 from stages.capacity.region_model import RegionResult
+from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.spec.loading import validate_document
 
 SERVICE_MS = 2.0
 SLO_MS = 20.0  # 10 service times: M/D/1 capacity near 0.78 / 2 ms = 390 q/s
 PROBE_S = 8.0  # >= 459 queries (LoadGen's minimum for p99 with none over) at 0.19 C
-
-
-class EarlyStoppingRule:
-    """The SloRule the composition root injects, from analysis.early_stopping."""
-
-    def verdict(self, queries: int, over_slo: int, percentile: float) -> Verdict:
-        return slo_verdict_by_counts(queries, over_slo, percentile)
-
-    def max_passing_over_slo(self, queries: int, percentile: float) -> int:
-        return max_passing_over_slo(queries, percentile)
 
 
 def _pipeline(name: str, cpus: list[int], stage_type: str) -> dict[str, Any]:
@@ -64,10 +51,10 @@ def _region(tmp_path: Path, stage_type: str, cpus: tuple[int, int], mode: str) -
         ],
     }
     loaded = validate_document(document, str(tmp_path / "region.yaml"))
-    options = search_runner.SearchRunOptions(
+    options = SearchRunOptions(
         out_dir=tmp_path / "capacity",
         cache_dir=settings.cache_dir(),
-        rule=EarlyStoppingRule(),
+        rule=LoadgenSloRule(),
         verdict_latencies=verdict_latencies,
     )
     template = SearchSettings(
@@ -87,7 +74,7 @@ def _region(tmp_path: Path, stage_type: str, cpus: tuple[int, int], mode: str) -
         options,
         template,
         region_id="real",
-        run_search=search_runner.run_capacity_search,
+        run_search=run_capacity_search,
     )
 
 

@@ -344,6 +344,12 @@ def test_the_real_cli_runs_a_region_as_separate_runs(
     ray = _metadata(done[-1][1])
     assert ray["pipeline"] == "a+b" and 0 < ray["probes"] <= 2
     assert Path(str(ray["capacity_json"])).is_file()
+    # the last ray leaves the complete region: region.json, its report and plot, loaded
+    assert ray["region_complete"] is True and ray["region_rays_done"] == "1 of 1"
+    region = json.loads(Path(str(ray["region_json"])).read_text())
+    assert region["region_id"] == ray["region_id"] and len(region["rays"]) == 1
+    assert Path(str(ray["region_report"])).is_file()
+    assert ray["region_plot"].startswith("![capacity region](data:image/png;base64,")
 
 
 def test_a_run_whose_search_exists_resumes_it(
