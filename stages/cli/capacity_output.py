@@ -84,6 +84,11 @@ def print_result(result: Any, search_dir: Path, report: Path | None) -> None:
         f"capacity.json: {search_dir / 'capacity.json'}",
         f"report: {report}" if report is not None else "report: - (see the warning above)",
     ]
+    if report is not None:
+        from analysis.capacity_report import SEARCH_PLOT
+
+        plot = report.with_name(SEARCH_PLOT)
+        lines.append(f"plot: {plot}" if plot.exists() else "plot: - (none was drawn)")
     if result.stop_reason == "infeasible":
         lines.insert(2, "infeasible: even the lowest rate tried missed the SLO")
     for line in lines:

@@ -177,3 +177,18 @@ def test_ctrl_c_exits_130_naming_resume(tmp_path: Path, monkeypatch: pytest.Monk
     result = invoke(tmp_path, "--search-id", "mine")
     assert result.exit_code == 130
     assert "--resume mine" in result.output
+
+
+def test_the_answer_names_the_report_and_its_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stages.cli.capacity_output import print_result
+
+    report = tmp_path / "report.md"
+    report.write_text("# report\n")
+    print_result(fake_result("converged"), tmp_path, report)
+    assert "plot: - (none was drawn)" in capsys.readouterr().out
+    (tmp_path / "capacity_plot.png").write_bytes(b"png")
+    print_result(fake_result("converged"), tmp_path, report)
+    printed = capsys.readouterr().out
+    assert f"report: {report}" in printed and f"plot: {tmp_path / 'capacity_plot.png'}" in printed
