@@ -44,12 +44,10 @@ from analysis.capacity_report import (
 from analysis.db import (
     Notify,
     connect_read_only,
-    connect_writer,
     sql_text,
     to_stderr,
-    writer_lock,
 )
-from analysis.loader import LoadError, ensure_schema, load_run
+from analysis.loader import LoadError, ensure_schema, load_run, migrated_writer
 from analysis.loader import _read_manifest as read_run_manifest
 from analysis.report_catalogue import BY_CAPACITY_VIEW, CatalogueError, check_columns
 
@@ -199,22 +197,11 @@ def load_capacity_dirs(
     lock (analysis.db.writer_lock), with each search's probe run directories (`probe_runs`)
     and each region's ray searches found beside it; returns the search and region ids loaded,
     in order."""
-    db = Path(db_path)
-    with writer_lock(db, wait_s, notify):
-        connection = connect_writer(db, wait_s, notify)
-        try:
-            applied = ensure_schema(connection, db)
-            if applied:
-                notify(
-                    f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
-                    f"to {applied[-1]}"
-                )
-            loaded: list[str] = []
-            for folder in directories:
-                loaded += _load_one(connection, Path(folder), probe_runs, notify)
-            return loaded
-        finally:
-            connection.close()
+    loaded: list[str] = []
+    with migrated_writer(Path(db_path), wait_s, notify) as connection:
+        for folder in directories:
+            loaded += _load_one(connection, Path(folder), probe_runs, notify)
+    return loaded
 
 
 def capacity_table(db_path: Path | str, view: str, key: str | None = None) -> pd.DataFrame:

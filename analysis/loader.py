@@ -14,6 +14,8 @@ until it has closed it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +151,26 @@ def _count(connection: duckdb.DuckDBPyConnection, table: str, run_id: str) -> in
     return int(row[0]) if row else 0
 
 
+@contextmanager
+def migrated_writer(
+    db: Path, wait_s: float | None, notify: Notify
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The warehouse's writer connection under its writer lock, its schema brought up to date
+    (`notify` told of an upgrade); closed on exit."""
+    with writer_lock(db, wait_s, notify):
+        connection = connect_writer(db, wait_s, notify)
+        try:
+            applied = ensure_schema(connection, db)
+            if applied:
+                notify(
+                    f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
+                    f"to {applied[-1]}"
+                )
+            yield connection
+        finally:
+            connection.close()
+
+
 def load_runs(
     run_dirs: list[Path] | list[str],
     db_path: Path | str,
@@ -168,18 +190,8 @@ def load_runs(
     manifests = [_read_manifest(directory) for directory in directories]
     db = Path(db_path)
     db.parent.mkdir(parents=True, exist_ok=True)
-    with writer_lock(db, wait_s, notify):
-        connection = connect_writer(db, wait_s, notify)
-        try:
-            applied = ensure_schema(connection, db)
-            if applied:
-                notify(
-                    f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
-                    f"to {applied[-1]}"
-                )
-            return [
-                load_run(connection, directory, manifest)
-                for directory, manifest in zip(directories, manifests, strict=True)
-            ]
-        finally:
-            connection.close()
+    with migrated_writer(db, wait_s, notify) as connection:
+        return [
+            load_run(connection, directory, manifest)
+            for directory, manifest in zip(directories, manifests, strict=True)
+        ]

@@ -13,13 +13,12 @@ Exit status: the CLI's.
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 
 from dagster_pipes import open_dagster_pipes
 
-from bench_defs.pipes_runner import relay
+from bench_defs.pipes_runner import run_relayed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,16 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, _note_signal)
     with open_dagster_pipes() as pipes:
         pipes.log.info("running " + " ".join(command))
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-        relay(process, pipes)
-        exit_code = process.wait()
+        exit_code = run_relayed(command, pipes)
         if exit_code != 0:
             pipes.log.error(f"collobench capacity exited with {exit_code}")
         return exit_code

@@ -153,6 +153,20 @@ def relay(process: subprocess.Popen[str], pipes: PipesContext) -> None:
             pipes.log.info(text)
 
 
+def run_relayed(command: Sequence[str], pipes: PipesContext) -> int:
+    """Run the CLI with its output relayed (see `relay`); its exit code."""
+    process = subprocess.Popen(
+        list(command),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+    relay(process, pipes)
+    return process.wait()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, help="Spec YAML file.")
@@ -167,16 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open_dagster_pipes() as pipes:
         command = cli_command(args.spec, args.out, args.run_id, args.overrides)
         pipes.log.info("running " + " ".join(command[1:]))
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-        relay(process, pipes)
-        exit_code = process.wait()
+        exit_code = run_relayed(command, pipes)
         run_dir = Path(args.out) / args.run_id
         if not (run_dir / MANIFEST).is_file():
             pipes.log.error(f"collobench run exited with {exit_code} and wrote no manifest")
