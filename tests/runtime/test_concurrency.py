@@ -181,7 +181,7 @@ def test_a_failure_in_one_thread_is_recorded_as_the_sync_path_records_it() -> No
 
 
 def test_an_async_stage_keeps_up_to_max_in_flight_visits_on_one_loop() -> None:
-    stages = [
+    stages: list[dict[str, Any]] = [
         {"id": "call", "type": "async_sleep", "config": {"ms": 20, "max_in_flight": 50},
          "outputs": ["after"]},
         {"id": "after", "type": "noop"},
@@ -201,7 +201,7 @@ def test_an_async_stage_keeps_up_to_max_in_flight_visits_on_one_loop() -> None:
 
 
 def test_an_async_stage_records_outcomes_and_failures_per_visit() -> None:
-    stages = [
+    stages: list[dict[str, Any]] = [
         {"id": "call", "type": "test.async_report", "concurrency": 2,
          "config": {"max_in_flight": 8}, "outputs": ["after"]},
         {"id": "after", "type": "noop"},
