@@ -5,7 +5,9 @@
 running an asyncio event loop (`stages.runtime.async_thread`): up to `config.max_in_flight`
 visits run at once, each recorded as a synchronous visit is (one stage row, started/finished
 around the coroutine). `start_async` and `stop_async` run on that loop, so a client that must
-belong to its loop (a connection pool) is made and closed there.
+belong to its loop (a connection pool) is made and closed there. With `concurrency: N` each
+thread has its own instance and loop; a `thread_safe` type's one instance is started and
+stopped on each of the N loops.
 """
 
 from __future__ import annotations

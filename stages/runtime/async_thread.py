@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from stages.runtime.async_stage import AsyncStage
+from stages.runtime.async_stage import DEFAULT_MAX_IN_FLIGHT, AsyncStage
 from stages.runtime.channels import STOP, AnyInbox, Empty
 from stages.runtime.completion import FAILED, IDLE_WAKE_S, Completion
 from stages.runtime.counters import Tally
@@ -48,7 +48,8 @@ class AsyncStageThread:
         self.channel = inbox.channel
         self.buffer = recorder.buffer()
         self.tally = completion.new_tally()
-        self.max_in_flight: int = stage.config.max_in_flight
+        # A config set by hand (`config_model = X`) may lack the field: the default then.
+        self.max_in_flight: int = getattr(stage.config, "max_in_flight", DEFAULT_MAX_IN_FLIGHT)
         self.slots = threading.Semaphore(self.max_in_flight)
         self.loop = asyncio.new_event_loop()
         self.tasks: set[asyncio.Task[None]] = set()

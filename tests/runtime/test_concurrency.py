@@ -14,6 +14,7 @@ import pytest
 
 from stages.library.builtin import AsyncSleepStage
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
+from stages.runtime.async_thread import ASYNC_STOP_GRACE_S
 from stages.runtime.driver import prepare_load, run_load
 from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.query import Query
@@ -70,6 +71,14 @@ class AsyncReportStage(AsyncStage[AsyncReportConfig]):
         return None
 
 
+class AsyncHangStage(AsyncStage[AsyncStageConfig]):
+    """Never answers (until cancelled)."""
+
+    async def run_async(self, query: Query) -> Route:
+        await asyncio.Event().wait()
+        return None
+
+
 def registry() -> StageRegistry:
     known = StageRegistry()
     for name in default_registry().names():
@@ -79,11 +88,12 @@ def registry() -> StageRegistry:
     known.register("test.shared_count", SharedCountingStage)
     known.register("test.fail_odd", FailOddStage)
     known.register("test.async_report", AsyncReportStage)
+    known.register("test.async_hang", AsyncHangStage)
     return known
 
 
 def run(
-    stages: list[dict[str, Any]], queries: int, clients: int
+    stages: list[dict[str, Any]], queries: int, clients: int, timeout_s: float = 20
 ) -> tuple[PipelineRuntime, Recorder]:
     spec = PipelineSpec.model_validate(
         {
@@ -95,7 +105,7 @@ def run(
                 "duration_s": 0,
                 "max_queries": queries,
                 "min_queries": queries,
-                "timeout_s": 20,
+                "timeout_s": timeout_s,
             },
             "stages": stages,
         }
@@ -218,6 +228,22 @@ def test_an_async_stage_records_outcomes_and_failures_per_visit() -> None:
             assert event["tokens"] is None and event["first_token_ns"] is None
     assert runtime.error_rows()[0]["count"] == 10
     assert runtime.error_rows()[0]["error"] == "RuntimeError: stream broke"
+    assert runtime.leaked_threads == [] and live_stage_threads() == []
+
+
+def test_async_visits_still_in_flight_at_shutdown_are_cancelled_and_no_thread_is_left() -> None:
+    started_s = time.monotonic()
+    runtime, recorder = run(
+        [{"id": "hang", "type": "test.async_hang", "config": {"max_in_flight": 3}}],
+        queries=5,
+        clients=5,
+        timeout_s=0.5,
+    )
+    assert time.monotonic() - started_s < 0.5 + ASYNC_STOP_GRACE_S + 1.0
+    assert {q["status"] for q in rows(recorder, "queries")} == {"timeout"}
+    events = rows(recorder, "stage_events")
+    assert len(events) == 3  # the three in flight; the other two never left the queue
+    assert {e["status"] for e in events} == {"timeout"}
     assert runtime.leaked_threads == [] and live_stage_threads() == []
 
 
