@@ -251,6 +251,8 @@ def test_an_async_stage_outside_the_runtime_runs_one_visit() -> None:
     stage = AsyncSleepStage(AsyncSleepStage.config_model(ms=0), _context())
     assert stage.run(Query(1, 0, 1, None, False, 1)) is None
     assert stage.config.max_in_flight == 64
+    assert AsyncSleepStage.config_model.__name__ == "AsyncSleepConfig"  # from the type parameter
+    assert issubclass(AsyncSleepStage.config_model, AsyncStageConfig)
 
 
 def _context() -> Any:
