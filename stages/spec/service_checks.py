@@ -1,0 +1,42 @@
+"""Checks of the `services:` block a model cannot express: registered types, unique names, what
+each type needs, and the `command` opt-in (`COLLOBENCH_ALLOW_COMMANDS=1`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from stages.services.registry import ServiceRegistry, default_service_registry
+from stages.spec.problems import SpecProblem, format_location
+from stages.spec.services import ServiceSpec
+
+
+def check_services(
+    services: list[ServiceSpec],
+    registry: ServiceRegistry | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[SpecProblem]:
+    """One problem per unknown type, duplicate name, or field a type does not accept."""
+    registry = registry or default_service_registry()
+    environ = os.environ if environ is None else environ
+    problems: list[SpecProblem] = []
+    seen: dict[str, int] = {}
+    for index, service in enumerate(services):
+        at = ("services", index)
+        if service.name in seen:
+            problems.append(
+                SpecProblem(
+                    format_location((*at, "name")),
+                    f"duplicate service name '{service.name}' "
+                    f"(also services[{seen[service.name]}])",
+                )
+            )
+        seen.setdefault(service.name, index)
+        if service.type not in registry:
+            message = registry.unknown_message(service.type)
+            problems.append(SpecProblem(format_location((*at, "type")), message))
+            continue
+        for field, message in registry.get(service.type).check(service, environ):
+            location = (*at, *(int(p) if p.isdigit() else p for p in field.split(".")))
+            problems.append(SpecProblem(format_location(location), message))
+    return problems
