@@ -87,12 +87,12 @@ def test_started_services_are_reached_on_loopback() -> None:
     for name in ("transformers.serve", "vllm.serve", "sglang.serve", "llama.cpp", "command"):
         spec = service(name)
         assert registry.get(name).base_url(spec, 9000) == f"http://{LOOPBACK_HOST}:9000"
-        argv_types = registry.get(name)
-        assert isinstance(argv_types, ServiceType)
+        assert isinstance(registry.get(name), ServiceType)
 
 
 def test_command_needs_the_opt_in_even_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = {"command": ["python", "-m", "http.server", "--bind", "{host}", "{port}"]}
+    argv = ["python", "-m", "http.server", "--bind", "{host}", "{port}"]
+    spec: dict[str, Any] = {"command": argv}
     monkeypatch.delenv("COLLOBENCH_ALLOW_COMMANDS", raising=False)
     with pytest.raises(PermissionError, match="COLLOBENCH_ALLOW_COMMANDS=1"):
         build("command", **spec)
