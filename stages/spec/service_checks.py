@@ -36,7 +36,19 @@ def check_services(
             message = registry.unknown_message(service.type)
             problems.append(SpecProblem(format_location((*at, "type")), message))
             continue
+        if service.model is not None and service.model.artifact is not None:
+            problems += _check_artifact(service.model.artifact, at)
         for field, message in registry.get(service.type).check(service, environ):
             location = (*at, *(int(p) if p.isdigit() else p for p in field.split(".")))
             problems.append(SpecProblem(format_location(location), message))
     return problems
+
+
+def _check_artifact(name: str, at: tuple[int | str, ...]) -> list[SpecProblem]:
+    from stages.artifacts.catalog import BUILDERS
+
+    if name in BUILDERS:
+        return []
+    known = ", ".join(sorted(BUILDERS)) or "none"
+    where = format_location((*at, "model", "artifact"))
+    return [SpecProblem(where, f"unknown artefact '{name}'; known: {known}")]

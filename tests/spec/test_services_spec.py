@@ -76,6 +76,12 @@ def test_a_spec_without_services_keeps_its_hash(tmp_path: Path) -> None:
     assert with_service.spec_hash != loaded.spec_hash
 
 
+def test_an_artefact_model_validates(tmp_path: Path) -> None:
+    services = "  - {name: lm, type: transformers.serve, model: {artifact: tiny_lm}}\n"
+    model = load_spec(spec_with(tmp_path, services)).spec.services[0].model
+    assert model is not None and model.artifact == "tiny_lm"
+
+
 def test_defaults_fill_in(tmp_path: Path) -> None:
     service = load_spec(spec_with(tmp_path, TRANSFORMERS)).spec.services[0]
     assert (service.port, service.restart, service.warmup_requests) == (0, "once", 0)
@@ -103,6 +109,11 @@ BAD_SERVICES = [
         "both model sources",
         "  - {name: lm, type: vllm.serve, model: {path: model, artifact: tiny_lm}}\n",
         "services[0].model: give exactly one of `artifact` or `path`",
+    ),
+    (
+        "unknown artefact",
+        "  - {name: lm, type: vllm.serve, model: {artifact: tiny_llm}}\n",
+        "services[0].model.artifact: unknown artefact 'tiny_llm'; known:",
     ),
     (
         "external without url",
