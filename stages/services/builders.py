@@ -44,6 +44,12 @@ class TransformersServe(OpenAICompatible):
 
     name = "transformers.serve"
 
+    def environment(self, spec: ServiceSpec, environ: Mapping[str, str]) -> dict[str, str]:
+        """No PyPI update check at start-up and no hub access (the model is a local folder);
+        `env` may say otherwise."""
+        offline = {"HF_HUB_DISABLE_UPDATE_CHECK": "1", "HF_HUB_OFFLINE": "1"}
+        return {**offline, **super().environment(spec, environ)}
+
     def command(self, spec: ServiceSpec, port: int, model: str | None) -> list[str]:
         return [
             sys.executable,

@@ -49,6 +49,14 @@ def test_transformers_serve_on_a_placed_gpu_is_told_cuda_0() -> None:
     assert build("transformers.serve", device="cuda")[-1] == "cuda"
 
 
+def test_transformers_serve_checks_no_update_and_stays_offline_unless_told() -> None:
+    transformers = default_service_registry().get("transformers.serve")
+    quiet = transformers.environment(service("transformers.serve"), {})
+    assert quiet == {"HF_HUB_DISABLE_UPDATE_CHECK": "1", "HF_HUB_OFFLINE": "1"}
+    told = transformers.environment(service("transformers.serve", env={"HF_HUB_OFFLINE": "0"}), {})
+    assert told["HF_HUB_OFFLINE"] == "0"
+
+
 def test_vllm_serve() -> None:
     argv = build("vllm.serve", args=["--max-num-seqs", "64"])
     assert argv == [
