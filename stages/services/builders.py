@@ -124,6 +124,10 @@ class ExternalService(OpenAICompatible):
     def base_url(self, spec: ServiceSpec, port: int) -> str:
         return (spec.url or "").rstrip("/")
 
+    def warmup_request(self, spec: ServiceSpec, model: str | None) -> tuple[str, dict[str, Any]]:
+        """GET the ready path: which model an external server serves is not known here."""
+        return ServiceType.warmup_request(self, spec, model)
+
     def check(self, spec: ServiceSpec, environ: Mapping[str, str]) -> list[tuple[str, str]]:
         problems = super().check(spec, environ)
         if spec.url is None:

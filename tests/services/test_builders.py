@@ -88,6 +88,7 @@ def test_external_starts_nothing_and_uses_its_url() -> None:
     assert not external.starts_process
     assert external.base_url(spec, 0) == "http://10.0.0.5:8000"
     assert external.ready_path(spec) == "/v1/models"
+    assert external.warmup_request(spec, None) == ("/v1/models", {})
 
 
 def test_started_services_are_reached_on_loopback() -> None:
