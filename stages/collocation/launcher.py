@@ -359,6 +359,7 @@ def run_benchmark(loaded: LoadedSpec, options: RunOptions) -> RunResult:
     two benchmarks never share a device by accident, however each was started."""
     launcher = Launcher(loaded, options)
     devices = [pipeline.device for pipeline in loaded.spec.pipelines]
+    devices += [service.device for service in loaded.spec.services if service.type != "external"]
     try:
         with held_devices(devices, options.lock_dir, options.device_wait_s, launcher.run_id):
             return launcher.run()
