@@ -6,9 +6,9 @@ beside its pipelines, such as an OpenAI-compatible inference server a `http.open
 `external`, `command` for the opt-in `command` type) is checked there too, one line per problem.
 
 Secrets: the normal form of the spec, `env` included, is recorded in the manifest. So `env`
-refuses names that look like credentials (`*TOKEN*`, `*KEY*`, `*SECRET*`, `*PASSWORD*`,
-`*CREDENTIAL*`); such a variable is passed by name with `pass_env`, from the environment of
-`collobench run`, and only its name is recorded.
+refuses names with a word that says credential (`HF_TOKEN`, `OPENAI_API_KEY`, `*_SECRET_*`,
+`*_PASSWORD`, `*_CREDENTIALS`, `*_AUTH`); such a variable is passed by name with `pass_env`,
+from the environment of `collobench run`, and only its name is recorded.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from stages.spec.base import StrictModel
 
 SERVICE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-"""An `env` name matching this looks like a credential: refused (pass it with `pass_env`)."""
+SECRET_ENV_NAME = re.compile(
+    r"(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)(_|$)", re.IGNORECASE
+)
+"""An `env` name with one of these words (`HF_TOKEN`, `OPENAI_API_KEY`) looks like a credential:
+refused (pass it with `pass_env`). `TOKENIZERS_PARALLELISM` is fine."""
 
 
 class ServiceModelSpec(StrictModel):

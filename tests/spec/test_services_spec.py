@@ -82,6 +82,25 @@ def test_an_artefact_model_validates(tmp_path: Path) -> None:
     assert model is not None and model.artifact == "tiny_lm"
 
 
+@pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "aws_secret_access_key", "DB_AUTH"])
+def test_credential_names_are_refused_in_env(tmp_path: Path, name: str) -> None:
+    services = f"  - {{name: lm, type: vllm.serve, model: {{path: model}}, env: {{{name}: x}}}}\n"
+    assert problems(tmp_path, services) == [
+        f"services[0].env: {name!r} looks like a credential and the spec is recorded; "
+        "list it in `pass_env` instead"
+    ]
+
+
+def test_ordinary_env_names_are_kept(tmp_path: Path) -> None:
+    services = (
+        "  - {name: lm, type: vllm.serve, model: {path: model},"
+        " env: {TOKENIZERS_PARALLELISM: 'false', OMP_NUM_THREADS: '4'}, pass_env: [HF_TOKEN]}\n"
+    )
+    service = load_spec(spec_with(tmp_path, services)).spec.services[0]
+    assert service.env == {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "4"}
+    assert service.pass_env == ["HF_TOKEN"]
+
+
 def test_defaults_fill_in(tmp_path: Path) -> None:
     service = load_spec(spec_with(tmp_path, TRANSFORMERS)).spec.services[0]
     assert (service.port, service.restart, service.warmup_requests) == (0, "once", 0)
