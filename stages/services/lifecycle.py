@@ -80,6 +80,7 @@ class ServiceProcess:
         self.port = spec.port
         self.popen: subprocess.Popen[bytes] | None = None
         self.spans: list[dict[str, Any]] = []
+        self.stopped = False
 
     @property
     def base_url(self) -> str:
@@ -180,7 +181,9 @@ class ServiceProcess:
         return count
 
     def alive(self) -> bool:
-        """Whether the server process still runs (an `external` service: always)."""
+        """Whether the server process still runs (an `external` service: until stopped)."""
+        if self.stopped:
+            return False
         return self.popen is None or self.popen.poll() is None
 
     def exit_reason(self) -> str | None:
@@ -221,12 +224,13 @@ class ServiceProcess:
         """SIGTERM the process group and every descendant, wait up to `grace_s`, then SIGKILL
         the group and what is left, and reap the process. Safe to call twice, and after the
         process died (what it left in its group is still ended)."""
+        self.stopped = True
         if self.popen is None:
             return
         started_ns = time.monotonic_ns()
         deadline = time.monotonic() + grace_s
         group = self.popen.pid  # start_new_session: the group id is the leader's pid
-        members = _descendants(self.popen.pid)
+        members = _members(group)
         _signal_group(group, signal.SIGTERM, members)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=grace_s)
@@ -238,12 +242,17 @@ class ServiceProcess:
         self.popen = None
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
-    """Every descendant of `pid` still running (not `pid` itself: Popen reaps it)."""
-    try:
-        return list(psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return []
+def _members(group: int) -> list[psutil.Process]:
+    """Every process still running in process group `group` or descended from its leader (one
+    that left the group with setsid), the leader itself excepted (Popen reaps it)."""
+    found: dict[int, psutil.Process] = {}
+    with contextlib.suppress(psutil.Error):
+        found.update((p.pid, p) for p in psutil.Process(group).children(recursive=True))
+    for process in psutil.process_iter():
+        with contextlib.suppress(OSError):
+            if process.pid != group and os.getpgid(process.pid) == group:
+                found.setdefault(process.pid, process)
+    return list(found.values())
 
 
 def _signal_group(group: int, sig: signal.Signals, members: list[psutil.Process]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
+from stages.services.builders import OpenAICompatible
 from stages.services.lifecycle import ServiceError, ServiceProcess, free_port
 from stages.services.registry import default_service_registry
 from stages.spec.services import ServiceSpec
@@ -38,6 +39,15 @@ def stub(tmp_path: Path, *flags: str, **fields: Any) -> ServiceProcess:
     )
     service_type = default_service_registry().get("command")
     return ServiceProcess(spec, service_type, log_path=tmp_path / "stub.log")
+
+
+class StubOpenAI(OpenAICompatible):
+    """The stub as an OpenAI-compatible type: warm-up POSTs a completion."""
+
+    name = "test.stub_openai"
+
+    def command(self, spec: ServiceSpec, port: int, model: str | None) -> list[str]:
+        return [sys.executable, STUB, str(port), *spec.args]
 
 
 def gone(pids: list[int]) -> bool:
@@ -119,8 +129,19 @@ def test_readiness_times_out(tmp_path: Path) -> None:
     assert gone(pids)  # a service that never became ready is stopped
 
 
-def test_a_failing_warm_up_is_an_error(tmp_path: Path) -> None:
-    service = stub(tmp_path, "--fail-warmup", warmup_requests=1)
+def test_an_openai_warm_up_posts_a_completion_and_a_failure_is_an_error(tmp_path: Path) -> None:
+    spec = ServiceSpec.model_validate(
+        {"name": "stub", "type": "test.stub_openai", "warmup_requests": 2, "model": {"path": "m"}}
+    )
+    healthy = ServiceProcess(spec, StubOpenAI(), model="m")
+    healthy.start()
+    try:
+        healthy.wait_ready()
+        assert healthy.warm_up() == 2
+    finally:
+        healthy.stop()
+    failing = spec.model_copy(update={"args": ["--fail-warmup"], "warmup_requests": 1})
+    service = ServiceProcess(failing, StubOpenAI(), model="m")
     service.start()
     try:
         service.wait_ready()
