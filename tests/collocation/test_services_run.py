@@ -56,6 +56,7 @@ def stub_processes() -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow
 def test_a_run_starts_its_service_first_and_stops_it_last(tmp_path: Path) -> None:
     result = run(doc(), tmp_path)
     assert result.status == "ok", result.warnings
