@@ -21,6 +21,7 @@ from pydantic import (
 from stages.spec.base import StrictModel as StrictModel
 from stages.spec.loadgen import LoadgenSpec as LoadgenSpec
 from stages.spec.loadgen import SingleStreamLoadgen
+from stages.spec.services import ServiceSpec as ServiceSpec
 
 STAGE_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 MAX_STAGE_CONCURRENCY = 256
@@ -185,6 +186,11 @@ class BenchmarkSpec(StrictModel):
     collocation: CollocationSpec = Field(default_factory=CollocationSpec)
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     pipelines: list[PipelineSpec] = Field(..., min_length=1, description="Pipelines to run.")
+    services: list[ServiceSpec] = Field(
+        default_factory=list,
+        description="Servers the benchmark starts before the first phase and stops at the end "
+        "(or, `external`, only uses); stages name them by `name`.",
+    )
     nightly: bool = Field(
         False,
         # When a spec runs is not what it measures: left out of the normal form, so toggling it
@@ -194,3 +200,12 @@ class BenchmarkSpec(StrictModel):
         "(cron `0 2 * * *` unless $COLLOBENCH_NIGHTLY_CRON says otherwise). Not part of the "
         "spec hash.",
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_no_services(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Leave an empty `services` out of the dump, so the spec hash of every spec written
+        before services existed is unchanged."""
+        data: dict[str, object] = handler(self)
+        if data.get("services") == []:
+            data.pop("services")
+        return data
