@@ -12,6 +12,7 @@ CODE := stages analysis bench_defs tests perf
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch/torchvision are pinned in pyproject: pip takes the builds on this disk, never a newer CUDA build.
+	# `.[test]` includes `transformers[serving]` (the tests start `transformers serve`): no other torch.
 	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[test]'
 	touch $(STAMP)
 

@@ -407,6 +407,7 @@ NOT_REPORTED: dict[str, str] = {
     "phase_figures": "each phase's headline figures: read by contention and interference",
     "host_load": "host CPU load per window: the run summary's foreign-load warnings",
     "profiled_queries": "profiled queries: read by operator_summary",
+    "stage_concurrency": "visits in flight per stage (a sweep over every visit): `collobench sql`",
 }
 ROW_SOURCE_SUFFIX = "_from_rows"
 

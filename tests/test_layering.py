@@ -67,6 +67,10 @@ def _offenders(
         ("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
         ("stages/collocation", ("stages.cli", "analysis", "dagster")),
         ("stages/capacity", ("stages.cli", "analysis", "dagster")),
+        (
+            "stages/services",
+            ("stages.library", "stages.collocation", "stages.cli", "analysis", "dagster"),
+        ),
         ("stages", ("bench_defs",)),
     ],
 )
@@ -92,7 +96,14 @@ def test_nothing_in_stages_imports_dagster() -> None:
 
 @pytest.mark.parametrize(
     "package",
-    ["stages/spec", "stages/runtime", "stages/library", "stages/artifacts", "bench_defs"],
+    [
+        "stages/spec",
+        "stages/runtime",
+        "stages/library",
+        "stages/artifacts",
+        "stages/services",
+        "bench_defs",
+    ],
 )
 def test_no_heavy_import_at_module_level(package: str) -> None:
     assert _offenders(package, HEAVY, module_level_only=True) == []

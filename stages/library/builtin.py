@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import fcntl
 import hashlib
@@ -18,6 +19,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
 
@@ -38,6 +40,18 @@ class SleepStage(Stage[SleepConfig]):
 
     def run(self, query: Query) -> Route:
         time.sleep(self.config.ms / 1000.0)
+        return None
+
+
+class AsyncSleepConfig(AsyncStageConfig):
+    ms: float = Field(1.0, ge=0, description="Milliseconds each visit awaits (asyncio.sleep).")
+
+
+class AsyncSleepStage(AsyncStage[AsyncSleepConfig]):
+    """Awaits a sleep: a stand-in for a request to a server, many in flight on one loop."""
+
+    async def run_async(self, query: Query) -> Route:
+        await asyncio.sleep(self.config.ms / 1000.0)
         return None
 
 

@@ -138,10 +138,14 @@ class TimelineEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    what: str = Field(description="phase | idle | environment_probe")
+    what: str = Field(
+        description="phase | idle | environment_probe | service_start | service_ready | "
+        "service_warmup | service_stop"
+    )
     trial: int | None = Field(None, description="phase and idle entries only.")
     phase: str | None = Field(None, description="phase and idle entries only.")
     pipelines: list[str] | None = Field(None, description="phase entries only.")
+    service: str | None = Field(None, description="service entries only: the service's name.")
     start_ns: int = Field(description="Monotonic clock.")
     end_ns: int | None = Field(None, description="Monotonic clock; None: still running.")
 

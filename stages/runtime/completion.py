@@ -36,20 +36,23 @@ class StageErrorRecord:
 
 class StageErrors:
     """Distinct errors per stage (text, first query, count): the `errors` table, and the cause
-    named when the error budget stops the pipeline. A stage's records are written only by its
-    own thread (and by `finish` once that thread has ended)."""
+    named when the error budget stops the pipeline. A stage's records are written by its
+    threads (several with `concurrency`, or an asynchronous stage's loop and router: hence the
+    lock, on the failure path only) and by `finish` once they have ended."""
 
     def __init__(self, stage_names: list[str]) -> None:
         self._names = stage_names
         self._by_stage: list[dict[str, StageErrorRecord]] = [{} for _ in stage_names]
+        self._lock = threading.Lock()
 
     def note(self, stage_index: int, query_id: int, text: str) -> None:
         records = self._by_stage[stage_index]
-        record = records.get(text)
-        if record is None:
-            records[text] = StageErrorRecord(self._names[stage_index], text, query_id)
-        else:
-            record.count += 1
+        with self._lock:
+            record = records.get(text)
+            if record is None:
+                records[text] = StageErrorRecord(self._names[stage_index], text, query_id)
+            else:
+                record.count += 1
 
     def most_frequent(self) -> str:
         """ " (most often <stage>: <error>)" for the most frequent stage error so far, so the

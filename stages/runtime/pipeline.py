@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from stages.runtime.admission import Admission
+from stages.runtime.async_stage import AsyncStage
+from stages.runtime.async_thread import AsyncStageThread
 from stages.runtime.completion import Completion
 from stages.runtime.counters import PipelineCounters
 from stages.runtime.graph import StageGraph, StageNode
@@ -29,6 +31,9 @@ from stages.runtime.wiring import build_nodes, entry_channels
 from stages.spec.models import PipelineSpec
 
 THREAD_JOIN_TIMEOUT_S = 5.0  # a stage thread still alive after this at shutdown is leaked
+REPLICA_SEED_STRIDE = 1024
+"""Seed offset of each further thread's instance of a stage (`concurrency` > 1): distinct from
+every other stage's seed in pipelines of fewer than 1024 stages."""
 
 
 class PipelineRuntime:
@@ -78,14 +83,15 @@ class PipelineRuntime:
         self.record_dropped = self.admission.record_dropped
         self.record_not_issued = self.admission.record_not_issued
 
-    def _stage_context(self, node: StageNode) -> StageContext:
+    def _stage_context(self, node: StageNode, replica: int = 0) -> StageContext:
         pipeline = self.spec
         return StageContext(
             stage_id=node.id,
             stage_index=node.index,
             pipeline=pipeline.name,
             device=pipeline.device,
-            seed=self._seed * 1_000_003 + node.index,
+            seed=self._seed * 1_000_003 + node.index + replica * REPLICA_SEED_STRIDE,
+            replica=replica,
             outputs=tuple(node.spec.outputs),
             stop_event=self.stop_event,
             write_rows=self.recorder.write_rows,
@@ -149,13 +155,23 @@ class PipelineRuntime:
     def prepare(self) -> None:
         """Load models and data in every stage (before the start barrier)."""
         for node in self.nodes:
-            node.stage.prepare()
+            for stage in node.distinct_stages():
+                stage.prepare()
 
     def start(self) -> None:
+        """A thread per stage and per further thread of its `concurrency` (`stage:<id>`, then
+        `stage:<id>#<n>`); an asynchronous stage's thread runs its event loop."""
         for node in self.nodes:
-            body = StageThread(node, self.completion, self.recorder)
-            node.thread = threading.Thread(target=body.run, name=f"stage:{node.name}", daemon=True)
-            node.thread.start()
+            for replica, stage in enumerate(node.replicas):
+                body: StageThread | AsyncStageThread
+                if isinstance(stage, AsyncStage):
+                    body = AsyncStageThread(node, stage, self.completion, self.recorder)
+                else:
+                    body = StageThread(node, self.completion, self.recorder, stage)
+                name = f"stage:{node.name}" + (f"#{replica}" if replica else "")
+                thread = threading.Thread(target=body.run, name=name, daemon=True)
+                node.threads.append(thread)
+                thread.start()
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no query is in flight; False if `timeout_s` passed first."""
@@ -176,19 +192,22 @@ class PipelineRuntime:
         return drained
 
     def _stop_threads(self) -> None:
-        """STOP behind every inbox's queue, then join each thread (a hung one is leaked)."""
+        """STOP behind every inbox's queue, one per thread taking from it, then join each
+        thread (a hung one is leaked)."""
         for node in self.nodes:
-            node.inbox.stop()
+            for _ in node.threads:
+                node.inbox.stop()
         for node in self.nodes:
-            if node.thread is not None:
-                node.thread.join(timeout=THREAD_JOIN_TIMEOUT_S)
-                if node.thread.is_alive():
-                    self.leaked_threads.append(node.name)
+            for thread in node.threads:
+                thread.join(timeout=THREAD_JOIN_TIMEOUT_S)
+                if thread.is_alive():
+                    self.leaked_threads.append(thread.name.removeprefix("stage:"))
 
     def _close_stages(self) -> None:
         for node in self.nodes:
-            try:
-                node.stage.close()
-            except Exception as error:
-                text = f"close: {type(error).__name__}: {error}"
-                self.completion.errors.note(node.index, -1, text)
+            for stage in node.distinct_stages():
+                try:
+                    stage.close()
+                except Exception as error:
+                    text = f"close: {type(error).__name__}: {error}"
+                    self.completion.errors.note(node.index, -1, text)

@@ -5,6 +5,7 @@ generic over its config: `class SleepStage(Stage[SleepConfig])` types `self.conf
 `SleepConfig` and makes `SleepConfig` the model a spec's `config` block is validated with.
 The runtime calls `prepare()` once before the start barrier (load models and data there),
 `run(query)` once per query visit in the stage's own thread, and `close()` at shutdown.
+An asynchronous stage type subclasses `AsyncStage` (`stages.runtime.async_stage`) instead.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class StageContext:
     write_rows: RowSink = _drop_rows
     """Sink for rows of an extra table (e.g. `operator_spans`); the pipeline runtime wires it to
     its recorder (chunk files under `parts/<table>/`). A context built by hand drops the rows."""
+    replica: int = 0
+    """Which of the stage's `concurrency` threads this instance serves (0 for the first; the
+    seed of replica r > 0 is offset by r * REPLICA_SEED_STRIDE)."""
 
 
 ConfigT = TypeVar("ConfigT", bound=StageConfig)
@@ -96,6 +100,10 @@ class Stage(ABC, Generic[ConfigT]):
     `query.first_token_ns` / `query.tokens` (generation), `query.graded` / `query.correct`
     (samples graded and samples right, by a stage that knows the answers: accuracy beside
     performance) and `query.loss` (training). Off, the hot path skips them."""
+    thread_safe: ClassVar[bool] = False
+    """With `concurrency: N`, every thread gets its own instance (its own `prepare`, models and
+    state) unless the stage type sets this: then the N threads share one instance, whose `run`
+    must be safe to call from several threads at once."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -19,7 +19,7 @@ from stages.runtime.channels import STOP, AnyInbox, Channel, Empty, JoinInbox
 from stages.runtime.completion import FAILED, IDLE_WAKE_S, Completion
 from stages.runtime.query import ERROR, OK, Query
 from stages.runtime.recorder import CHUNK_ROWS, Recorder
-from stages.runtime.stage import Route
+from stages.runtime.stage import Route, Stage
 from stages.runtime.wiring import RuntimeNode
 
 JOIN_SWEEP_NS = 100_000_000
@@ -38,6 +38,13 @@ class VisitLimitError(Exception):
     """A query visited a stage more often than its `max_visits`; the text is the error row."""
 
 
+def failure_text(error: Exception) -> str:
+    """The `errors` row text of a failed visit."""
+    if isinstance(error, VisitLimitError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
 class Outcome:
     """What a stage that `records_outcome` reported for its latest visit (the stage row's
     outcome columns); stays all None for the other stages."""
@@ -53,10 +60,20 @@ class Outcome:
 
 
 class StageThread:
-    """The body of one stage's thread (`run`), with its row buffer and tally."""
+    """The body of one stage thread (`run`), with its row buffer and tally; a stage with
+    `concurrency: N` has N of them taking from its one inbox, each with its own stage
+    instance (unless the type is `thread_safe`), row buffer, tally and outcome."""
 
-    def __init__(self, node: RuntimeNode, completion: Completion, recorder: Recorder) -> None:
+    def __init__(
+        self,
+        node: RuntimeNode,
+        completion: Completion,
+        recorder: Recorder,
+        stage: Stage[Any] | None = None,
+    ) -> None:
+        """`stage`: the instance this thread runs (one of `node.stages`; default the first)."""
         self.node = node
+        self.stage = node.stage if stage is None else stage
         self.completion = completion
         self.buffer = recorder.buffer()
         self.tally = completion.new_tally()
@@ -180,10 +197,10 @@ class StageThread:
 
     def _stage_call(self) -> Callable[[Query], Route]:
         """The stage's `run`, wrapped for the rare features the loop has no branch for."""
-        run: Callable[[Query], Route] = self.node.stage.run
+        run: Callable[[Query], Route] = self.stage.run
         if self.node.max_visits is not None:
             run = functools.partial(self._run_within_visit_limit, self.node.max_visits, run)
-        if self.node.stage.records_outcome:
+        if self.stage.records_outcome:
             run = functools.partial(self._run_recording_outcome, run)
         return run
 
@@ -210,8 +227,4 @@ class StageThread:
             outcome.loss, query.loss = query.loss, None
 
     def _note_failure(self, query: Query, error: Exception) -> None:
-        if isinstance(error, VisitLimitError):
-            text = str(error)
-        else:
-            text = f"{type(error).__name__}: {error}"
-        self.completion.errors.note(self.node.index, query.query_id, text)
+        self.completion.errors.note(self.node.index, query.query_id, failure_text(error))

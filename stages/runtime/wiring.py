@@ -1,6 +1,7 @@
-"""A pipeline's stages as the runtime holds them: each stage's instance, inbox and resolved output
-channels, built from the stage graph. `PipelineRuntime` builds them once; stage threads and the
-routing read them."""
+"""A pipeline's stages as the runtime holds them: each stage's instances (one per thread of its
+`concurrency`, or one shared by a `thread_safe` type), inbox and resolved output channels, built
+from the stage graph. `PipelineRuntime` builds them once; stage threads and the routing read
+them."""
 
 from __future__ import annotations
 
@@ -25,35 +26,55 @@ Output = tuple[str, Channel, bool]
 
 
 class RuntimeNode:
-    """A stage's runtime state: its instance, inbox and resolved output channels."""
+    """A stage's runtime state: its instances, inbox and resolved output channels."""
 
-    def __init__(self, node: StageNode, stage: Stage[Any], inbox: Inbox) -> None:
+    def __init__(
+        self,
+        node: StageNode,
+        stage: Stage[Any],
+        inbox: Inbox,
+        replicas: list[Stage[Any]] | None = None,
+    ) -> None:
+        """`replicas`: the instance of each of the stage's threads (default: `stage` alone)."""
         self.graph_node = node
         self.index = node.index
         self.name = node.id
         self.stage = stage
+        """The first thread's instance (the only one unless `concurrency` > 1)."""
+        self.replicas: list[Stage[Any]] = replicas or [stage]
+        """Each thread's instance, in thread order (the same object N times if shared)."""
         self.inbox = inbox
         self.max_visits = node.spec.max_visits
         self.outputs: list[Output] = []
         self.output_by_name: dict[str, Output] = {}
         self.join: JoinBuffer | None = None
-        self.thread: threading.Thread | None = None
+        self.threads: list[threading.Thread] = []
+
+    def distinct_stages(self) -> list[Stage[Any]]:
+        """Each instance once (prepared and closed once)."""
+        return list({id(stage): stage for stage in self.replicas}.values())
 
 
 def build_nodes(
     graph: StageGraph,
     registry: StageRegistry,
-    context_of: Callable[[StageNode], StageContext],
+    context_of: Callable[[StageNode, int], StageContext],
     capacity: int,
 ) -> list[RuntimeNode]:
-    """One runtime node per graph node, its stage built from the registry with its validated
-    config and `context_of(node)`, its outputs connected to the targets' inboxes."""
+    """One runtime node per graph node, its stage instances built from the registry with its
+    validated config and `context_of(node, replica)`, its outputs connected to the targets'
+    inboxes."""
     nodes = []
     for node in graph.nodes:
         stage_class = registry.get(node.spec.type)
         config = stage_class.config_model.model_validate(node.spec.config)
-        stage = stage_class(config, context_of(node))
-        nodes.append(RuntimeNode(node, stage, _make_inbox(node, graph, capacity)))
+        first = stage_class(config, context_of(node, 0))
+        replicas = [first]
+        for replica in range(1, node.spec.concurrency):
+            shared = stage_class.thread_safe
+            replicas.append(first if shared else stage_class(config, context_of(node, replica)))
+        inbox = _make_inbox(node, graph, capacity)
+        nodes.append(RuntimeNode(node, first, inbox, replicas))
     loop_edges = back_edges(graph)
     for runtime_node in nodes:
         _connect(runtime_node, nodes, loop_edges)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from stages.runtime.async_stage import AsyncStage
 from stages.runtime.graph import StageGraph, StageNode
 from stages.runtime.registry import StageRegistry, default_registry
 from stages.spec.models import BenchmarkSpec, PipelineSpec, StageSpec
@@ -17,6 +18,7 @@ from stages.spec.problems import SpecProblem as SpecProblem
 from stages.spec.problems import did_you_mean, format_location
 from stages.spec.problems import one_line as one_line
 from stages.spec.problems import problems_from_validation_error as problems_from_validation_error
+from stages.spec.service_checks import check_services
 
 MAX_PIPELINES_ALL_SUBSETS = 6  # `collocation.subsets: all` runs 2^n - n - 2 subset phases
 
@@ -34,10 +36,18 @@ def _check_stage_config(stage: StageSpec, at: Where, registry: StageRegistry) ->
         config = stage_class.config_model.model_validate(stage.config)
     except ValidationError as error:
         return problems_from_validation_error(error, (*at, "config"), stage_class.config_model)
-    return [
+    problems = [
         SpecProblem(format_location((*at, "outputs")), message)
         for message in stage_class.check_outputs(config, stage.outputs)
     ]
+    if issubclass(stage_class, AsyncStage) and stage.input_policy != "any":
+        problems.append(
+            SpecProblem(
+                format_location((*at, "input_policy")),
+                f"asynchronous stage type '{stage.type}' needs input_policy 'any'",
+            )
+        )
+    return problems
 
 
 def _check_outputs(stage: StageSpec, at: Where, stage_ids: list[str]) -> list[SpecProblem]:
@@ -203,4 +213,4 @@ def check_spec(spec: BenchmarkSpec, registry: StageRegistry | None = None) -> li
                 f"{MAX_PIPELINES_ALL_SUBSETS} pipelines: use 'pairs'",
             )
         )
-    return problems
+    return problems + check_services(spec.services)

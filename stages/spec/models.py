@@ -14,14 +14,17 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 # Re-exported (`X as X`): code imports every spec model from here.
 from stages.spec.base import StrictModel as StrictModel
 from stages.spec.loadgen import LoadgenSpec as LoadgenSpec
 from stages.spec.loadgen import SingleStreamLoadgen
+from stages.spec.services import ServiceSpec as ServiceSpec
 
 STAGE_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+MAX_STAGE_CONCURRENCY = 256
 
 
 class PlacementSpec(StrictModel):
@@ -70,6 +73,35 @@ class StageSpec(StrictModel):
     max_visits: int | None = Field(
         None, ge=1, description="Bound on visits per query; required for a stage on a cycle."
     )
+    concurrency: int = Field(
+        1,
+        ge=1,
+        le=MAX_STAGE_CONCURRENCY,
+        description="Threads that share the stage's input queue, each with its own stage "
+        "instance (one shared instance for a stage type that declares itself thread-safe); "
+        "an asynchronous stage type runs one event loop per thread. More than 1 needs "
+        "input_policy `any`.",
+    )
+
+    @model_validator(mode="after")
+    def _concurrency_needs_one_queue(self) -> StageSpec:
+        if self.concurrency > 1 and self.input_policy != "any":
+            raise ValueError(
+                f"concurrency {self.concurrency} needs input_policy 'any' (a {self.input_policy} "
+                "input is served by one thread)"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_default_concurrency(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, object]:
+        """Leave `concurrency: 1` out of the dump: the normal form, and so the spec hash, of
+        every spec written before the field existed is unchanged."""
+        data: dict[str, object] = handler(self)
+        if data.get("concurrency") == 1:
+            data.pop("concurrency")
+        return data
 
 
 class PipelineSpec(StrictModel):
@@ -154,6 +186,11 @@ class BenchmarkSpec(StrictModel):
     collocation: CollocationSpec = Field(default_factory=CollocationSpec)
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     pipelines: list[PipelineSpec] = Field(..., min_length=1, description="Pipelines to run.")
+    services: list[ServiceSpec] = Field(
+        default_factory=list,
+        description="Servers the benchmark starts before the first phase and stops at the end "
+        "(or, `external`, only uses); stages name them by `name`.",
+    )
     nightly: bool = Field(
         False,
         # When a spec runs is not what it measures: left out of the normal form, so toggling it
@@ -163,3 +200,12 @@ class BenchmarkSpec(StrictModel):
         "(cron `0 2 * * *` unless $COLLOBENCH_NIGHTLY_CRON says otherwise). Not part of the "
         "spec hash.",
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_no_services(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Leave an empty `services` out of the dump, so the spec hash of every spec written
+        before services existed is unchanged."""
+        data: dict[str, object] = handler(self)
+        if data.get("services") == []:
+            data.pop("services")
+        return data

@@ -57,11 +57,21 @@ def file_fields(spec: BenchmarkSpec) -> Iterator[tuple[str, str, tuple[int, int 
                     yield f"pipelines[{p}].stages[{s}].config.{name}", value, (p, s, name)
 
 
+def service_model_paths(spec: BenchmarkSpec) -> Iterator[tuple[str, str, int]]:
+    """(YAML path, value, service index) of every `services[].model.path`."""
+    for index, service in enumerate(spec.services):
+        if service.model is not None and service.model.path is not None:
+            yield f"services[{index}].model.path", service.model.path, index
+
+
 def check_file_paths(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem]:
-    """One problem per file field that resolves outside the allowed roots."""
+    """One problem per file field (service model paths too) that resolves outside the allowed
+    roots."""
     roots = allowed_roots(spec_dir)
     problems = []
-    for where, value, _ in file_fields(spec):
+    named = [(where, value) for where, value, _ in file_fields(spec)]
+    named += [(where, value) for where, value, _ in service_model_paths(spec)]
+    for where, value in named:
         try:
             resolved = resolve_file(value, spec_dir)
         except (OSError, ValueError, RuntimeError) as error:  # a NUL byte, a symlink loop
@@ -89,4 +99,11 @@ def with_resolved_files(spec: BenchmarkSpec, spec_dir: Path) -> BenchmarkSpec:
             pipeline.loadgen = pipeline.loadgen.model_copy(update={name: resolved})
         else:
             pipeline.stages[s].config = {**pipeline.stages[s].config, name: resolved}
-    return spec.model_copy(update={"pipelines": pipelines})
+    services = [service.model_copy(deep=True) for service in spec.services]
+    for _, value, index in service_model_paths(spec):
+        model = services[index].model
+        assert model is not None  # service_model_paths yields only services with a model path
+        services[index].model = model.model_copy(
+            update={"path": str(resolve_file(value, spec_dir))}
+        )
+    return spec.model_copy(update={"pipelines": pipelines, "services": services})

@@ -291,3 +291,33 @@ def test_latency_by_run_averages_trials_with_a_t_interval(tmp_path: Path, db_pat
     assert row["latency_p50_ci_high_ms"] == pytest.approx(mean + half)
     assert row["queries_per_s"] == pytest.approx((100 + 200 + 400) / 3)
     assert row["ci_method"] == "t_over_trials"
+
+
+def test_stage_concurrency_counts_overlapping_visits(tmp_path: Path, db_path: Path) -> None:
+    """Visits of `pool` at [0, 4), [1, 3), [2, 6), [6, 8) ms: three at once at 2 ms; the one
+    that starts as another finishes (6 ms) does not overlap it. `one` runs a visit at a time."""
+    run = RunBuilder(tmp_path, "20260110-000000-conc", {"a": "server"})
+    run.uniform_queries(0, "solo", "a", 4, 10 * MS_NS, start_ns=BASE_NS)
+    for query_id, (start_ms, end_ms) in enumerate([(0, 4), (1, 3), (2, 6), (6, 8)]):
+        for stage, offset_ms in (("pool", 0), ("one", 10 * query_id)):
+            run.add(
+                "stage_events",
+                0,
+                "solo",
+                "a",
+                query_id=query_id,
+                stage=stage,
+                visit=1,
+                enqueued_ns=BASE_NS,
+                started_ns=BASE_NS + (start_ms + offset_ms) * MS_NS,
+                finished_ns=BASE_NS + (end_ms + offset_ms) * MS_NS,
+                status="ok",
+            )
+    load_runs([run.write()], db_path)
+    pool = one(db_path, "SELECT * FROM stage_concurrency WHERE stage = 'pool'")
+    assert (pool["visits"], pool["in_flight_max"]) == (4, 3)
+    assert pool["busy_s"] == pytest.approx(0.008)
+    assert pool["service_s"] == pytest.approx(0.012)  # 4 + 2 + 4 + 2 ms
+    assert pool["in_flight_mean"] == pytest.approx(12 / 8)
+    alone = one(db_path, "SELECT * FROM stage_concurrency WHERE stage = 'one'")
+    assert (alone["in_flight_max"], alone["in_flight_mean"]) == (1, pytest.approx(1.0))

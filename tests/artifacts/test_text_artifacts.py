@@ -66,6 +66,39 @@ def test_tiny_lm_is_deterministic_and_loads_offline(
     assert out.shape[1] == encoded["input_ids"].shape[1] + 4
 
 
+def test_tiny_lm_has_a_chat_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chat completions (`transformers serve`) render messages with the tokenizer's template: it
+    is saved with tiny_lm, renders ChatML-like turns, and a chat prompt generates."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    built = ensure_artifact("tiny_lm", SMALL_LM, store=ArtifactStore(tmp_path))
+    assert built.metadata["builder_version"] == "2"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer: Any = AutoTokenizer.from_pretrained(built.path, local_files_only=True)
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is batching?"}]},
+    ]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|system|>\nBe brief.<|endoftext|>\n"
+        "<|user|>\nWhat is batching?<|endoftext|>\n"
+        "<|assistant|>\n"
+    )
+    without_prompt = tokenizer.apply_chat_template(messages[:1], tokenize=False)
+    assert without_prompt == "<|system|>\nBe brief.<|endoftext|>\n"
+    encoded = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+    )
+    eos_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert encoded["input_ids"][0].tolist().count(eos_id) == 2  # one special token per turn
+    model: Any = AutoModelForCausalLM.from_pretrained(built.path, local_files_only=True)
+    with torch.inference_mode():
+        out = model.generate(**encoded, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    assert out.shape[1] == encoded["input_ids"].shape[1] + 4
+
+
 def test_default_tiny_lm_size_is_small() -> None:
     from stages.artifacts.text import TinyLmParams
 

@@ -1,0 +1,1 @@
+"""Servers a benchmark starts beside its pipelines: registered types and their lifecycle."""

@@ -1,0 +1,164 @@
+"""Registry of service types: a spec's `services[].type` may name only what is registered here.
+
+A `ServiceType` turns a validated `ServiceSpec` into what the lifecycle needs: the argv of the
+server (always bound to 127.0.0.1), its environment, the health path polled for readiness and
+the warm-up request. The built-in types live in `stages.services.builders`; third-party types
+come in through the `collobench.services` entry point group (`name = "pkg.module:Class"`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+from stages.spec.services import ServiceSpec
+
+ENTRY_POINT_GROUP = "collobench.services"
+LOOPBACK_HOST = "127.0.0.1"
+ALLOW_COMMANDS_ENV = "COLLOBENCH_ALLOW_COMMANDS"
+HOST_FLAGS = ("--host", "--bind", "--listen")
+"""Flags that would move a server off loopback or off its port: refused in `args`."""
+PORT_FLAGS = ("--port",)
+
+
+def commands_allowed(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether `COLLOBENCH_ALLOW_COMMANDS=1`: a spec may then run a program of its own."""
+    return (os.environ if environ is None else environ).get(ALLOW_COMMANDS_ENV, "") == "1"
+
+
+class ServiceType(ABC):
+    """How to start, probe and warm one kind of server."""
+
+    name: ClassVar[str] = ""
+    default_ready_path: ClassVar[str] = "/health"
+    starts_process: ClassVar[bool] = True
+    needs_model: ClassVar[bool] = True
+    needs_opt_in: ClassVar[bool] = False
+
+    @abstractmethod
+    def command(self, spec: ServiceSpec, port: int, model: str | None) -> list[str]:
+        """The argv that starts the server on LOOPBACK_HOST:`port`, serving `model` (a resolved
+        path; None for a type that needs none), `spec.args` appended."""
+
+    def ready_path(self, spec: ServiceSpec) -> str:
+        return spec.ready.path or self.default_ready_path
+
+    def base_url(self, spec: ServiceSpec, port: int) -> str:
+        """Where clients reach the service: http://127.0.0.1:PORT for a started one."""
+        return f"http://{LOOPBACK_HOST}:{port}"
+
+    def environment(self, spec: ServiceSpec, environ: Mapping[str, str]) -> dict[str, str]:
+        """Variables set for the server on top of the launcher's: placement, `env`, `pass_env`
+        (taken from `environ`; a missing one is left unset)."""
+        placement = spec.placement
+        variables: dict[str, str] = {}
+        if spec.device.startswith("cuda"):
+            if placement.gpu is not None:
+                variables["CUDA_VISIBLE_DEVICES"] = str(placement.gpu)
+            elif ":" in spec.device:
+                variables["CUDA_VISIBLE_DEVICES"] = spec.device.split(":", 1)[1]
+            if placement.mps_thread_percentage is not None:
+                variables["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(
+                    placement.mps_thread_percentage
+                )
+        variables.update(spec.env)
+        variables.update({name: environ[name] for name in spec.pass_env if name in environ})
+        return variables
+
+    def device(self, spec: ServiceSpec) -> str:
+        """The device the server is told, once CUDA_VISIBLE_DEVICES narrowed its view."""
+        if not spec.device.startswith("cuda"):
+            return "cpu"
+        narrowed = spec.placement.gpu is not None or ":" in spec.device
+        return "cuda:0" if narrowed else "cuda"
+
+    def warmup_request(self, spec: ServiceSpec, model: str | None) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) of one warm-up request; an empty body means GET."""
+        return self.ready_path(spec), {}
+
+    def check(self, spec: ServiceSpec, environ: Mapping[str, str]) -> list[tuple[str, str]]:
+        """(field, message) for each way `spec` does not fit this type."""
+        problems: list[tuple[str, str]] = []
+        if self.needs_model and spec.model is None:
+            problems.append(("model", f"a {self.name} service needs `model`"))
+        if self.starts_process and spec.url is not None:
+            problems.append(("url", "only used by `external` services"))
+        if spec.command is not None and not self.needs_opt_in:
+            problems.append(("command", "only used by `command` services"))
+        for index, arg in enumerate(spec.args):
+            flag = arg.split("=", 1)[0]
+            if flag in HOST_FLAGS or flag in PORT_FLAGS:
+                problems.append(
+                    (
+                        f"args.{index}",
+                        f"{flag} is set by the benchmark (loopback host, `port`); remove it",
+                    )
+                )
+        return problems
+
+
+class UnknownServiceTypeError(KeyError):
+    """A spec named a service type that is not registered."""
+
+
+ServiceTypeT = TypeVar("ServiceTypeT", bound=type[ServiceType])
+
+
+class ServiceRegistry:
+    """Maps service type names to `ServiceType` instances."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, ServiceType] = {}
+
+    def register(self, service_class: type[ServiceType]) -> None:
+        name = service_class.name
+        existing = self._types.get(name)
+        if existing is not None and type(existing) is not service_class:
+            raise ValueError(f"service type {name!r} is already registered")
+        self._types[name] = service_class()
+
+    def get(self, name: str) -> ServiceType:
+        try:
+            return self._types[name]
+        except KeyError:
+            raise UnknownServiceTypeError(self.unknown_message(name)) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+    def unknown_message(self, name: str) -> str:
+        close = difflib.get_close_matches(name, self._types, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"unknown service type '{name}'{hint}; registered: {', '.join(self.names())}"
+
+
+_REGISTRY = ServiceRegistry()
+_loaded = False
+
+
+def service_type(service_class: ServiceTypeT) -> ServiceTypeT:
+    """Class decorator: register a `ServiceType` subclass (by its `name`) by default."""
+    _REGISTRY.register(service_class)
+    return service_class
+
+
+def default_service_registry() -> ServiceRegistry:
+    """The registry with the built-in types and every entry-point type loaded (once)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import stages.services.builders  # noqa: F401  (registers the built-in types)
+
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            loaded: Callable[..., Any] = entry_point.load()
+            if not (isinstance(loaded, type) and issubclass(loaded, ServiceType)):
+                raise TypeError(f"entry point {entry_point.name!r} is not a ServiceType")
+            _REGISTRY.register(loaded)
+    return _REGISTRY
