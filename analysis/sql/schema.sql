@@ -156,6 +156,23 @@ CREATE TABLE IF NOT EXISTS operator_spans (
     input_shapes VARCHAR            -- JSON list of input shapes, when the stage records them
 );
 
+-- Streamed tokens (`http.openai` stages with stream: true): one row per token chunk's arrival
+-- at the client, on the same monotonic clock as stage_events. token_index 0 is the first token
+-- (its ts_ns equals the visit's first_token_ns); the gap between consecutive token_index values
+-- of one (run_id, trial, phase, pipeline, query_id, stage, visit) is an inter-token latency.
+-- Empty unless a stage streamed.
+CREATE TABLE IF NOT EXISTS token_events (
+    run_id VARCHAR NOT NULL,
+    trial INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    pipeline VARCHAR,
+    query_id BIGINT NOT NULL,
+    stage VARCHAR NOT NULL,
+    visit INTEGER NOT NULL,
+    token_index INTEGER NOT NULL,   -- 0 = the first token of the visit
+    ts_ns BIGINT NOT NULL           -- when the client read it (monotonic clock)
+);
+
 -- Capacity searches (`collobench capacity`, stages/capacity): one row per search directory
 -- `<out>/<search_id>/`, from its search.json (what was asked) and capacity.json (the answer;
 -- the answer's columns are NULL while a search is unfinished). Loaded by

@@ -23,6 +23,7 @@ TABLES = (
     "gpu_samples",
     "gpu_process_samples",
     "operator_spans",
+    "token_events",
 )
 """The run directory's tables, in the order they are merged and loaded; `<table>.parquet` once
 merged. Their columns: stages.rundir.schemas.SCHEMAS (same keys, same order)."""

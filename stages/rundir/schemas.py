@@ -118,4 +118,17 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("input_shapes", pa.string()),  # JSON, only with record_shapes
         ]
     ),
+    # Streamed tokens (`http.openai` with `stream: true`): one row per token chunk's arrival at
+    # the client, on the run's monotonic clock; token_index 0 is the first token (its ts_ns is
+    # the visit's first_token_ns). Inter-token latency = the gap between consecutive indexes.
+    "token_events": pa.schema(
+        [
+            *_KEY_FIELDS,
+            pa.field("query_id", pa.int64(), nullable=False),
+            pa.field("stage", pa.string(), nullable=False),
+            pa.field("visit", pa.int32(), nullable=False),
+            pa.field("token_index", pa.int32(), nullable=False),
+            pa.field("ts_ns", pa.int64(), nullable=False),
+        ]
+    ),
 }

@@ -91,7 +91,7 @@ _QUERY_ROW_TYPES = (
 )
 # Tables a stage may write through `Recorder.write_rows` (StageContext.write_rows): the run
 # directory's tables that no one else in a worker writes.
-EXTRA_TABLES = frozenset({"operator_spans"})
+EXTRA_TABLES = frozenset({"operator_spans", "token_events"})
 _STATUS_STRINGS = pa.array(STATUS_NAMES, type=pa.string())
 SLICE_ROWS = 512  # rows converted per GIL hold in the writer thread (~0.15 ms here)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, cast, get_args
@@ -61,6 +61,9 @@ class StageContext:
     write_rows: RowSink = _drop_rows
     """Sink for rows of an extra table (e.g. `operator_spans`); the pipeline runtime wires it to
     its recorder (chunk files under `parts/<table>/`). A context built by hand drops the rows."""
+    service_urls: Mapping[str, str] = field(default_factory=dict)
+    """The spec's services that are up: name -> base URL (`http://127.0.0.1:PORT`, no trailing
+    slash); a stage whose config names a `service` finds its server here."""
     replica: int = 0
     """Which of the stage's `concurrency` threads this instance serves (0 for the first; the
     seed of replica r > 0 is offset by r * REPLICA_SEED_STRIDE)."""
