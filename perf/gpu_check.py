@@ -14,7 +14,8 @@ Checks:
 - cuda.sync: `device_synchronizer("cuda")`: matmuls timed without it (only queued) and with it.
 - sampler.end_to_end: a short cuda spec through the CLI; gpu_samples has nvml_counter rows.
 - mps: with an MPS daemon, a tiny mps spec runs; without, the launcher refuses it (as designed).
-- spec.<name>: shipped model specs with every pipeline on cuda: status, p99, queries/s.
+- spec.<name>: shipped model specs with every pipeline (and every started service) on cuda:
+  status, p99, queries/s.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ CHECK_NAMES = (
     "sampler.end_to_end",
     "mps",
 )
-MODEL_SPECS = ("demo", "vision_collocated", "llm_generate")
+MODEL_SPECS = ("demo", "vision_collocated", "llm_generate", "served_llm")
 # Energy counter vs the integral of power sampled every POWER_PERIOD_S over the same window.
 # The counter moves about every 100 ms (so ±0.1 s of power at each end of a ~4 s window) and an
 # averaged power field lags the load (the idle padding around the load lets its area catch up).
@@ -478,6 +479,10 @@ def check_model_spec(name: str, work: Path, duration_s: float) -> Check:
         loadgen = pipeline.get("loadgen") or {}
         if float(loadgen.get("duration_s", 10.0)) > duration_s:
             overrides.append(f"pipelines.{pipeline['name']}.loadgen.duration_s={duration_s}")
+    for service in document.get("services", []):
+        # A served model's server moves to the GPU too (an `external` one is the user's).
+        if service.get("type") != "external":
+            overrides.append(f"services.{service['name']}.device=cuda")
     if int(document.get("repeats", 1)) > 1:
         overrides.append("repeats=1")
     code, output, run_dir = run_cli(spec_path, work / name, overrides)

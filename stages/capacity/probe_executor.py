@@ -9,8 +9,8 @@ import itertools
 import math
 import secrets
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.capacity.clustering import design_effect, effective_counts
@@ -18,6 +18,7 @@ from stages.capacity.contract import PipelineProbe, ProbeRecord, SearchSettings,
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.early_abort import AbortMonitor, WatchedPipeline, watch
 from stages.capacity.probe_spec import pipelines_of, probe_spec, probe_window_s
+from stages.capacity.search_services import SharedService
 from stages.collocation.launcher import (
     LauncherInterruptedWithResult,
     ProgressEvent,
@@ -47,10 +48,12 @@ class ProbeExecutor:
     on_event: Callable[[ProgressEvent], None] | None = None
     environment: dict[str, object] | None = None
     """The environment the first probe captured, recorded as is by the later ones."""
+    shared_services: Mapping[str, SharedService] = field(default_factory=dict)
+    """The spec's services, up for the whole search (`search_services`)."""
 
     def __call__(self, request: ProbeRequest) -> ProbeRecord:
         index = self.next_index
-        spec = probe_spec(self.loaded, request, self.settings)
+        spec = probe_spec(self.loaded, request, self.settings, self.shared_services)
         monitor = AbortMonitor(self._watched(request), then=self.on_event)
         options = RunOptions(
             out_dir=self.probe_runs_dir,

@@ -8,10 +8,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from stages.capacity.contract import SearchSettings
 from stages.capacity.controller import ProbeRequest
+from stages.capacity.search_services import SharedService, as_external
 from stages.spec.loading import LoadedSpec, validate_document
 
 OPEN_LOOP_TYPES = ("server", "constant")
@@ -58,8 +60,14 @@ def check_searchable(loaded: LoadedSpec, settings: SearchSettings) -> None:
         )
 
 
-def probe_spec(loaded: LoadedSpec, request: ProbeRequest, settings: SearchSettings) -> LoadedSpec:
-    """The validated spec of one probe (raises ProbeSpecError when the search cannot run)."""
+def probe_spec(
+    loaded: LoadedSpec,
+    request: ProbeRequest,
+    settings: SearchSettings,
+    shared: Mapping[str, SharedService] | None = None,
+) -> LoadedSpec:
+    """The validated spec of one probe (raises ProbeSpecError when the search cannot run);
+    `shared`: the services up for the whole search, named as `external` ones."""
     check_searchable(loaded, settings)
     document = copy.deepcopy(loaded.normalized)
     rates = pipelines_of(settings)
@@ -71,6 +79,9 @@ def probe_spec(loaded: LoadedSpec, request: ProbeRequest, settings: SearchSettin
     if telemetry.get("idle_baseline_s"):
         telemetry["idle_baseline_s"] = 0.0
         overrides.append("telemetry.idle_baseline_s=0")
+    if shared and document.get("services"):
+        document["services"], named = as_external(document["services"], shared)
+        overrides += named
     document["pipelines"] = [p for p in document["pipelines"] if p["name"] in rates]
     for pipeline in document["pipelines"]:
         name = pipeline["name"]

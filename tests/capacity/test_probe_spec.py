@@ -109,3 +109,24 @@ def test_a_target_without_an_offered_rate_is_refused(kind: str) -> None:
 def test_an_unknown_pipeline_names_the_known_ones() -> None:
     with pytest.raises(ProbeSpecError, match=r"unknown pipeline 'nope' \(known: target, busy"):
         check_searchable(spec(), settings(pipeline="nope"))
+
+
+def test_services_up_for_the_search_are_external_in_every_probe() -> None:
+    from stages.capacity.search_services import SharedService
+
+    document = spec().normalized
+    document["services"] = [
+        {"name": "llm", "type": "transformers.serve", "model": {"artifact": "tiny_lm"}},
+        {"name": "theirs", "type": "external", "url": "http://127.0.0.1:9/"},
+    ]
+    loaded = validate_document(document)
+    shared = {"llm": SharedService("http://127.0.0.1:4321", "/health")}
+    probe = probe_spec(loaded, ProbeRequest("search", 10, 1, False), settings(), shared)
+    llm, theirs = probe.spec.services
+    assert (llm.type, llm.url, llm.ready.path) == ("external", "http://127.0.0.1:4321", "/health")
+    assert llm.warmup_requests == 0 and llm.model is None
+    assert theirs.url == "http://127.0.0.1:9/"  # the user's own: untouched
+    assert "services.llm.url=http://127.0.0.1:4321" in probe.overrides
+    # Without shared services (a spec the search does not start), the probe starts its own.
+    alone = probe_spec(loaded, ProbeRequest("search", 10, 1, False), settings())
+    assert alone.spec.services[0].type == "transformers.serve"

@@ -25,7 +25,7 @@ from stages.cli.commands.capacity_region import (
     refuse_region_conflicts,
 )
 from stages.cli.commands.spec import load_or_refuse
-from stages.cli.console import EXIT_INTERRUPTED, err, fail_input, out
+from stages.cli.console import EXIT_FAILED_PIPELINES, EXIT_INTERRUPTED, err, fail_input, out
 from stages.cli.options import DbOption
 from stages.spec.loading import LoadedSpec
 
@@ -369,6 +369,7 @@ def _search(loaded: LoadedSpec, search: Any, parent: Path, mlflow_uri: str | Non
     from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
     from stages.cli.capacity_output import log_search, slo_rule, verdict_latencies
     from stages.collocation.launcher import LauncherInterruptedWithResult, LaunchError
+    from stages.services.lifecycle import ServiceError
 
     options = SearchRunOptions(
         out_dir=parent,
@@ -384,6 +385,9 @@ def _search(loaded: LoadedSpec, search: Any, parent: Path, mlflow_uri: str | Non
         return run_capacity_search(loaded, search, options)
     except LaunchError as error:
         raise fail_input([f"{loaded.source}: {error}"]) from None
+    except ServiceError as error:  # a service up for the search failed to start, or died
+        err.print(f"capacity search stopped: {error}", markup=False)
+        raise typer.Exit(EXIT_FAILED_PIPELINES) from None
     except (KeyboardInterrupt, LauncherInterruptedWithResult):
         err.print(
             f"interrupted; the probes so far are kept: continue with "
