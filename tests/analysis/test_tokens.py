@@ -12,6 +12,10 @@ from typing import Any
 import pytest
 
 from analysis.loader import load_runs
+from analysis.report import report
+from analysis.report_catalogue import MARKDOWN_NUMBERS
+from analysis.report_file import write_report
+from stages.cli.commands.report import _worth_showing_after_run
 from stages.spec.loading import validate_document
 from tests.analysis.rundirs import MS_NS, RunBuilder, one, rows_of
 from tests.analysis.runs import BASE_NS
@@ -269,3 +273,31 @@ def test_token_slos_reach_pipeline_specs_from_a_validated_spec(
     row = one(db_path, "SELECT scenario, slo_ms, ttft_slo_ms, tpot_slo_ms FROM pipeline_specs")
     assert row == {"scenario": "server", "slo_ms": None, "ttft_slo_ms": 250.0, "tpot_slo_ms": 40.5}
     assert one(db_path, "SELECT good_queries FROM token_goodput")["good_queries"] == 10
+
+
+def test_report_shows_token_figures_and_token_goodput(tmp_path: Path, db_path: Path) -> None:
+    load_runs([streaming_run(tmp_path, {"ttft_slo_ms": 6, "tpot_slo_ms": 8}).write()], db_path)
+    text = write_report(db_path, out_dir=tmp_path / "out").report_md.read_text(encoding="utf-8")
+    window_s = one(db_path, "SELECT window_s FROM throughput")["window_s"]
+    number = MARKDOWN_NUMBERS
+    # TTFT p50/p99 7, 11; TPOT 7, 11; ITL 2, 30 ms; output tokens/s.
+    tokens_row = f"| 0 | solo | s | chat | 7 | 11 | 7 | 11 | 2 | 30 | {number(40 / window_s)} |"
+    assert "## Tokens per trial" in text and tokens_row in text.splitlines()
+    share = f"{number(2 / 12)} [{number(wilson95(2 / 12, 12, -1))}, "
+    share += f"{number(wilson95(2 / 12, 12, 1))}]"
+    goodput_row = (
+        f"| 0 | solo | s | chat | 6 | 8 | 12 | 2 | {share} | wilson_95 | "
+        f"{number(2 / window_s)} | {number(8 / window_s)} |"
+    )
+    assert "## Token goodput per trial" in text and goodput_row in text.splitlines()
+    frames = report(db_path)
+    assert _worth_showing_after_run("token_goodput", frames["token_goodput"])
+
+
+def test_report_leaves_token_goodput_out_without_a_token_slo(tmp_path: Path, db_path: Path) -> None:
+    load_runs([streaming_run(tmp_path).write()], db_path)
+    text = write_report(db_path, out_dir=tmp_path / "out").report_md.read_text(encoding="utf-8")
+    assert "## Tokens per trial" in text and "Token goodput" not in text
+    frames = report(db_path)
+    assert len(frames["token_goodput"]) == 1  # the row is there, with NULL figures
+    assert not _worth_showing_after_run("token_goodput", frames["token_goodput"])

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from stages.spec.loadgen import OfflineLoadgen, ServerLoadgen, SingleStreamLoadgen, loadgen_spec
-from stages.spec.loading import SpecError, validate_document
+from stages.spec.loading import LoadedSpec, SpecError, validate_document
 
 FLAT_FIELDS = {
     "type", "rate", "burstiness", "concurrency", "think_time_ms", "samples_per_query", "trace",
@@ -68,10 +68,10 @@ def test_unknown_type_is_reported_at_type() -> None:
 
 
 def test_token_slos_are_dumped_only_when_set_so_older_hashes_stay() -> None:
-    def loaded(**loadgen: object) -> object:
-        document = {"name": "b", "pipelines": [{"name": "p", "loadgen": {
-            "type": "server", "rate": 5, **loadgen}, "stages": [{"id": "s", "type": "noop"}]}]}  # fmt: skip
-        return validate_document(document)
+    def loaded(**loadgen: object) -> LoadedSpec:
+        pipeline = {"name": "p", "loadgen": {"type": "server", "rate": 5, **loadgen},
+                    "stages": [{"id": "s", "type": "noop"}]}  # fmt: skip
+        return validate_document({"name": "b", "pipelines": [pipeline]})
 
     plain = loaded()
     assert loaded(ttft_slo_ms=None, tpot_slo_ms=None).spec_hash == plain.spec_hash
