@@ -304,3 +304,25 @@ def test_report_leaves_token_goodput_out_without_a_token_slo(tmp_path: Path, db_
     frames = report(db_path)
     assert len(frames["token_goodput"]) == 1  # the row is there, with NULL figures
     assert not _worth_showing_after_run("token_goodput", frames["token_goodput"])
+
+
+def test_a_phase_where_the_stage_answered_nothing_has_goodput_zero(
+    tmp_path: Path, db_path: Path
+) -> None:
+    run = streaming_run(tmp_path, {"ttft_slo_ms": 6})
+    for query_id in range(3):  # collocated: the server refused every request, no first token
+        scheduled = BASE_NS + 5000 * MS_NS + query_id * 100 * MS_NS
+        run.add("stage_events", 0, "collocated", "s", query_id=query_id, stage="chat", visit=1,
+                enqueued_ns=scheduled, started_ns=scheduled, finished_ns=scheduled + MS_NS,
+                status="error")  # fmt: skip
+        run.add("queries", 0, "collocated", "s", query_id=query_id, scheduled_ns=scheduled,
+                issued_ns=scheduled, completed_ns=scheduled + MS_NS, status="error", samples=1,
+                warmup=False)  # fmt: skip
+    load_runs([run.write()], db_path)
+    row = one(db_path, "SELECT * FROM token_goodput WHERE phase = 'collocated'")
+    assert (row["stage"], row["queries"], row["failed_queries"]) == ("chat", 3, 3)
+    assert (row["good_queries"], row["goodput_share"], row["good_tokens"]) == (0, 0.0, 0)
+    assert row["goodput_share_ci_high"] == pytest.approx(wilson95(0.0, 3, 1))
+    assert one(db_path, "SELECT good_queries FROM token_goodput WHERE phase = 'solo'") == {
+        "good_queries": 5
+    }

@@ -1,7 +1,9 @@
 -- token_goodput: the share and the rate of measured queries that met the pipeline's token
 -- SLOs (loadgen.ttft_slo_ms, loadgen.tpot_slo_ms, read from `pipeline_specs`), per (run_id,
--- trial, phase, pipeline, stage) for every stage that generates tokens (a stage with at least
--- one visit, warm-up or failed included, that recorded first_token_ns). The served-LLM
+-- trial, phase, pipeline, stage) for every stage that generates tokens: a stage with at least
+-- one visit in the run (any trial or phase, warm-up or failed included) that recorded
+-- first_token_ns, so a phase in which its server answered nothing still has a row (goodput 0).
+-- The served-LLM
 -- counterpart of `goodput` (whose rules it follows): the denominator is every measured query
 -- of the pipeline, whatever became of it (ok, error, dropped, timeout, not_issued), so a
 -- failure is never good. A query is good when it completed ok, the stage answered it (an ok
@@ -26,12 +28,12 @@
 --                     scheduled measured query to last completion);
 --   good_tokens_per_s good_tokens / the same window: the output tokens/s that met the SLOs
 --                     (beside `tokens.tokens_per_s`, every output token/s).
--- Known limit: a stage none of whose visits ever produced a first token (a server down from
--- the start) is not recognised as a generating stage, so it has no row here; `goodput` and
--- `throughput` still count those queries as failed.
+-- Known limit: a stage none of whose visits in the whole run produced a first token (a server
+-- down from the start) is not recognised as a generating stage, so it has no row here;
+-- `goodput` and `throughput` still count those queries as failed.
 CREATE OR REPLACE VIEW token_goodput_from_rows AS
 WITH token_stages AS (
-    SELECT DISTINCT run_id, trial, phase, pipeline, stage
+    SELECT DISTINCT run_id, pipeline, stage
     FROM stage_events
     WHERE in_scope(run_id) AND first_token_ns IS NOT NULL
 ),
@@ -58,8 +60,8 @@ answered AS (
 judged AS (
     SELECT
         s.run_id,
-        s.trial,
-        s.phase,
+        q.trial,
+        q.phase,
         s.pipeline,
         s.stage,
         q.status,
@@ -73,13 +75,11 @@ judged AS (
     FROM token_stages AS s
     JOIN query_latency AS q
         ON s.run_id = q.run_id
-        AND s.trial = q.trial
-        AND s.phase = q.phase
         AND s.pipeline IS NOT DISTINCT FROM q.pipeline
     LEFT JOIN answered AS a
         ON s.run_id = a.run_id
-        AND s.trial = a.trial
-        AND s.phase = a.phase
+        AND q.trial = a.trial
+        AND q.phase = a.phase
         AND s.pipeline IS NOT DISTINCT FROM a.pipeline
         AND s.stage = a.stage
         AND q.query_id = a.query_id
