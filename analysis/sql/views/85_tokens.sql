@@ -1,7 +1,8 @@
--- tokens: token timings of generation stages (transformers.generate, http.openai), per (run_id, trial,
--- phase, pipeline, stage). Rows: the ok stage events that recorded first_token_ns and tokens,
--- of measured queries only (inner join on the query id to a non-warm-up `queries` row: warm-up
--- queries are left out, and only the window's scheduled arrivals have rows). A query that
+-- tokens: token timings of generation stages (transformers.generate, http.openai), per
+-- (run_id, trial, phase, pipeline, stage). Rows: the ok stage events that recorded
+-- first_token_ns and tokens, of measured queries only (inner join on the query id to a
+-- non-warm-up `queries` row: warm-up queries are left out, and only the window's scheduled
+-- arrivals have rows). A query that
 -- visits the stage several times (a loop) contributes every visit. Percentiles are LoadGen's
 -- (macro loadgen_quantiles: sorted[floor(N * p)], an observed value).
 --   ttft_p*_ms        time to first token AS A USER SEES IT: first_token_ns - scheduled_ns, from
@@ -17,11 +18,12 @@
 --                     that mean, not a p99 of single token gaps (that is itl_p99_ms).
 --   itl_p*_ms         inter-token latency: the gaps between consecutive chunks of a streamed
 --                     answer, from `token_events` (one row per chunk's arrival, written by
---                     streaming stages such as http.openai): ts_ns of token_index i minus
---                     ts_ns of token_index i - 1 within one visit, over every gap of the rows'
---                     visits (same population: ok visits of measured queries), LoadGen's
---                     percentile over all gaps pooled, so a long answer weighs more than a
---                     short one (as vLLM's bench serve reports ITL). itl_gaps counts them.
+--                     streaming stages such as http.openai): within one visit, the ts_ns of
+--                     each row minus that of the row before it in token_index order, over
+--                     every gap of the rows' visits (the same population: ok visits of
+--                     measured queries), LoadGen's percentile over all gaps pooled, so a long
+--                     answer weighs more than a short one (as vLLM's bench serve reports ITL).
+--                     itl_gaps counts them.
 --                     NULL (itl_gaps 0) when the stage wrote no token_events (a generation
 --                     stage inside the pipeline records only first_token_ns and tokens).
 --   tokens_per_s      new tokens of the measured events / the pipeline's throughput window
@@ -70,9 +72,7 @@ gaps AS (
         k.phase,
         k.pipeline,
         k.stage,
-        k.token_index,
-        (k.ts_ns - lag(k.ts_ns) OVER visit) / 1e6 AS itl_ms,
-        lag(k.token_index) OVER visit AS previous_index
+        (k.ts_ns - lag(k.ts_ns) OVER visit) / 1e6 AS itl_ms
     FROM token_events AS k
     JOIN events AS e
         ON k.run_id = e.run_id
@@ -98,7 +98,7 @@ itl AS (
         count(*) AS itl_gaps,
         loadgen_quantiles(itl_ms, [0.5, 0.99]) AS itl
     FROM gaps
-    WHERE token_index = previous_index + 1
+    WHERE itl_ms IS NOT NULL  -- the first chunk of a visit has no gap before it
     GROUP BY run_id, trial, phase, pipeline, stage
 ),
 summary AS (
