@@ -67,10 +67,12 @@ def cell_columns(cell: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Section:
-    """A view as a Markdown table in report.md."""
+    """A view as a Markdown table in report.md; with `rows_with`, only the rows where that
+    column is set (the section is left out when none is)."""
 
     title: str
     columns: MarkdownColumns
+    rows_with: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class ReportView:
         )
         for _, cell in markdown:
             named.update(cell_columns(cell))
+        if self.report_md is not None and self.report_md.rows_with is not None:
+            named.add(self.report_md.rows_with)
         return named
 
 
@@ -348,9 +352,54 @@ CATALOGUE: tuple[ReportView, ...] = (
         order_by=(*_RUN_KEYS, "stage"),
         terminal=names(
             "trial phase pipeline stage queries tokens ttft_p50_ms ttft_p99_ms "
-            "stage_ttft_p50_ms tpot_p50_ms tpot_p99_ms tokens_per_s"
+            "stage_ttft_p50_ms tpot_p50_ms tpot_p99_ms itl_p50_ms itl_p99_ms tokens_per_s"
         ),
-        after_run_title="tokens (TTFT from arrival and in the stage, TPOT; ms; tokens/s)",
+        after_run_title="tokens (TTFT from arrival and in the stage, TPOT, inter-token "
+        "latency; ms; output tokens/s)",
+        report_md=Section(
+            "Tokens per trial (ms; TTFT from the scheduled arrival; TPOT: mean time per output "
+            "token of a query; ITL: gaps between streamed chunks, '-' when not streamed; "
+            "LoadGen's percentiles)",
+            (
+                *_KEYS,
+                ("stage", "stage"),
+                ("TTFT p50", "ttft_p50_ms"),
+                ("TTFT p99", "ttft_p99_ms"),
+                ("TPOT p50", "tpot_p50_ms"),
+                ("TPOT p99", "tpot_p99_ms"),
+                ("ITL p50", "itl_p50_ms"),
+                ("ITL p99", "itl_p99_ms"),
+                ("tokens/s", "tokens_per_s"),
+            ),
+        ),
+    ),
+    ReportView(
+        "token_goodput",
+        order_by=(*_RUN_KEYS, "stage"),
+        terminal=names(
+            "trial phase pipeline stage ttft_slo_ms tpot_slo_ms queries good_queries "
+            "goodput_share goodput_share_ci_low goodput_share_ci_high goodput_per_s "
+            "good_tokens_per_s ci_method"
+        ),
+        after_run_title="token goodput (queries within ttft_slo_ms and tpot_slo_ms out of "
+        "every measured query; [Wilson 95% interval])",
+        report_md=Section(
+            "Token goodput per trial (ok queries within the token SLOs set, '-' for one not "
+            "set, out of every measured query, failures included)",
+            (
+                *_KEYS,
+                ("stage", "stage"),
+                ("TTFT SLO ms", "ttft_slo_ms"),
+                ("TPOT SLO ms", "tpot_slo_ms"),
+                ("queries", "queries"),
+                ("good", "good_queries"),
+                ("goodput share", "goodput_share|goodput_share_ci_low|goodput_share_ci_high"),
+                _METHOD,
+                ("good q/s", "goodput_per_s"),
+                ("good tokens/s", "good_tokens_per_s"),
+            ),
+            rows_with="ci_method",  # a token SLO is set
+        ),
     ),
     ReportView(
         "operator_summary",
@@ -389,7 +438,8 @@ CAPACITY_CATALOGUE: tuple[ReportView, ...] = (
 # The views shown after `collobench run` (each with its after_run_title), in that order: what
 # the run summary does not already say.
 AFTER_RUN: tuple[str, ...] = names(
-    "accuracy training tokens perf_per_watt energy_split contention contention_by_run interference"
+    "accuracy training tokens token_goodput perf_per_watt energy_split contention "
+    "contention_by_run interference"
 )
 
 # Warehouse views that are not reported per run, and why; views named `<x>_from_rows` are the

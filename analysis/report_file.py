@@ -122,9 +122,11 @@ def write_report(
     lines = _header(db_path, chosen)
     for view in CATALOGUE:
         frame = frames[view.view]
-        if view.report_md is None or frame.empty:
-            continue
         section = view.report_md
+        if section is not None and section.rows_with is not None:
+            frame = frame[frame[section.rows_with].notna()]
+        if section is None or frame.empty:
+            continue
         lines += [f"## {section.title}", "", markdown_table(frame, section.columns), ""]
     for plot in PLOTS:
         if plot.key in written:

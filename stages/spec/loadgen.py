@@ -16,8 +16,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     TypeAdapter,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -25,6 +27,9 @@ from stages.spec.base import StrictModel
 
 DEFAULT_LOADGEN_TYPE: Final = "single_stream"
 """The type of a `loadgen` block that names none."""
+
+_TOKEN_SLO_FIELDS: Final = ("ttft_slo_ms", "tpot_slo_ms")
+"""Optional fields left out of the normal form when unset (spec hashes unchanged)."""
 
 
 class LoadgenBase(StrictModel):
@@ -77,6 +82,30 @@ class LoadgenBase(StrictModel):
     slo_ms: float | None = Field(
         None, gt=0, description="Latency bound the target percentile is checked against."
     )
+    ttft_slo_ms: float | None = Field(
+        None,
+        gt=0,
+        description="Token SLO of a generating pipeline: time to first token (first token's "
+        "arrival - the query's scheduled arrival) a query must meet to count as good in "
+        "`token_goodput`; null = no TTFT bound.",
+    )
+    tpot_slo_ms: float | None = Field(
+        None,
+        gt=0,
+        description="Token SLO of a generating pipeline: time per output token after the "
+        "first ((finished - first token) / (tokens - 1)) a query must meet to count as good in "
+        "`token_goodput`; null = no TPOT bound.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_token_slos(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave unset token SLOs out of the dump: the normal form, and so the spec hash, of
+        every spec written before the fields existed is unchanged."""
+        data: dict[str, Any] = handler(self)
+        for name in _TOKEN_SLO_FIELDS:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     @model_validator(mode="after")
     def _window_is_consistent(self) -> LoadgenBase:

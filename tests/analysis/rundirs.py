@@ -30,6 +30,8 @@ class RunBuilder:
     status: str = "ok"
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     slo_ms: dict[str, float] = field(default_factory=dict)  # pipeline -> loadgen.slo_ms
+    # pipeline -> more loadgen fields of its manifest (e.g. ttft_slo_ms, tpot_slo_ms)
+    loadgen_fields: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
@@ -108,7 +110,7 @@ class RunBuilder:
 
     def _loadgen(self, name: str, kind: str) -> dict[str, Any]:
         slo = {"slo_ms": self.slo_ms[name]} if name in self.slo_ms else {}
-        return {"type": kind, **slo}
+        return {"type": kind, **slo, **self.loadgen_fields.get(name, {})}
 
     def manifest(self) -> dict[str, Any]:
         return {

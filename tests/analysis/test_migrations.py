@@ -18,6 +18,7 @@ from analysis.loader import TABLES, load_runs, table_files
 from analysis.migrations import CURRENT_VERSION, SchemaMismatch
 from stages.cli.app import app
 from tests.analysis.runs import collocated_run, single_pipeline_run
+from tests.analysis.test_tokens import generation_run, streaming_run
 
 runner = CliRunner()
 V1_SCHEMA = Path(__file__).parent / "data" / "schema_v1.sql"
@@ -203,3 +204,49 @@ def test_migrations_are_numbered_commented_and_reach_the_current_version() -> No
         assert sql_text(f"migrations/{name}").lstrip().startswith("--"), name
     assert "CREATE TABLE IF NOT EXISTS schema_info" in sql_text("schema.sql")
     assert view_files()  # the views are still found beside the migrations folder
+
+
+def test_v3_warehouse_gains_token_events_and_recomputes_its_token_figures(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """A warehouse as the collobench of issue 19 left it (version 3: no token_events, a tokens
+    summary without inter-token latency, no token_goodput) migrates on the next load: its
+    generation run's stored figures are recomputed with the new columns, equal to the same run
+    loaded fresh, and a streamed run loaded into it gets its inter-token latency."""
+    old_run = generation_run(tmp_path / "runs").write()
+    load_runs([old_run], db_path)
+    connection = duckdb.connect(str(db_path))
+    try:
+        for statement in (
+            "DROP VIEW token_goodput",
+            "DROP VIEW token_goodput_from_rows",
+            "DROP TABLE summary_token_goodput",
+            "DROP VIEW tokens",
+            "DROP VIEW tokens_from_rows",
+            "ALTER TABLE summary_tokens DROP COLUMN itl_gaps",
+            "ALTER TABLE summary_tokens DROP COLUMN itl_p50_ms",
+            "ALTER TABLE summary_tokens DROP COLUMN itl_p99_ms",
+            "CREATE VIEW tokens AS SELECT * FROM summary_tokens",
+            "DROP TABLE token_events",
+            "UPDATE schema_info SET version = 3",  # a new warehouse records its version once
+            "UPDATE summaries_version SET views_sha256 = 'issue 19'",
+        ):
+            connection.execute(statement)
+    finally:
+        connection.close()
+    with pytest.raises(SchemaMismatch, match=r"version 3 is older.*collobench load"):
+        connect_read_only(db_path)
+
+    said: list[str] = []
+    streamed = streaming_run(tmp_path / "runs", {"ttft_slo_ms": 6}).write()
+    load_runs([streamed], db_path, notify=said.append)
+
+    assert said == [f"{db_path}: upgraded the warehouse schema from version 3 to {CURRENT_VERSION}"]
+    fresh = tmp_path / "fresh.duckdb"
+    load_runs([old_run, streamed], fresh)
+    assert table_columns(db_path) == table_columns(fresh)
+    for view in ("tokens", "token_goodput", "pipeline_specs"):
+        query = f"SELECT * FROM {view} ORDER BY ALL"
+        assert run_query(db_path, query) == run_query(fresh, query), view
+    _, itl = run_query(db_path, "SELECT run_id, itl_gaps, itl_p99_ms FROM tokens ORDER BY run_id")
+    assert itl == [("20260103-000000-gen", 0, None), ("20260104-000000-stream", 30, 30.0)]

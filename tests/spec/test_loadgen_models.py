@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from stages.spec.loadgen import OfflineLoadgen, ServerLoadgen, SingleStreamLoadgen, loadgen_spec
-from stages.spec.loading import SpecError, validate_document
+from stages.spec.loading import LoadedSpec, SpecError, validate_document
 
 FLAT_FIELDS = {
     "type", "rate", "burstiness", "concurrency", "think_time_ms", "samples_per_query", "trace",
@@ -65,3 +65,22 @@ def test_unknown_type_is_reported_at_type() -> None:
     (problem,) = pipeline_loadgen_problems({"type": "servr"})
     assert problem.startswith("pipelines[0].loadgen.type: Input should be 'offline',")
     assert problem.endswith("got 'servr'")
+
+
+def test_token_slos_are_dumped_only_when_set_so_older_hashes_stay() -> None:
+    def loaded(**loadgen: object) -> LoadedSpec:
+        pipeline = {"name": "p", "loadgen": {"type": "server", "rate": 5, **loadgen},
+                    "stages": [{"id": "s", "type": "noop"}]}  # fmt: skip
+        return validate_document({"name": "b", "pipelines": [pipeline]})
+
+    plain = loaded()
+    assert loaded(ttft_slo_ms=None, tpot_slo_ms=None).spec_hash == plain.spec_hash
+    with_slos = loaded(ttft_slo_ms=200, tpot_slo_ms=25)
+    dumped = with_slos.normalized["pipelines"][0]["loadgen"]
+    assert (dumped["ttft_slo_ms"], dumped["tpot_slo_ms"]) == (200, 25)
+    assert with_slos.spec_hash != plain.spec_hash
+    only_ttft = loaded(ttft_slo_ms=200).normalized["pipelines"][0]["loadgen"]
+    assert "ttft_slo_ms" in only_ttft and "tpot_slo_ms" not in only_ttft
+    assert pipeline_loadgen_problems({"type": "server", "rate": 5, "tpot_slo_ms": 0}) == [
+        "pipelines[0].loadgen.tpot_slo_ms: Input should be greater than 0"
+    ]

@@ -73,6 +73,8 @@ def shown_tables(tables: dict[str, Any]) -> dict[str, Any]:
 def _worth_showing_after_run(name: str, frame: Any) -> bool:
     if name == "contention_by_run" and int(frame["trials"].max()) < 2:
         return False  # one trial: the per-trial table says it all
+    if name == "token_goodput" and frame["ci_method"].isna().all():
+        return False  # no token SLO set: nothing defines a good query
     # nothing measured energy (no NVML, RAPL or power model): no table
     return not (name == "perf_per_watt" and frame["energy_source"].isna().all())
 
@@ -80,8 +82,9 @@ def _worth_showing_after_run(name: str, frame: Any) -> bool:
 def load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> bool:
     """Load a finished run into DuckDB (as the Dagster warehouse asset does) and show what the
     summary does not (the catalogue's AFTER_RUN views): accuracy, training loss, tokens
-    (TTFT/TPOT), performance per watt, the energy split, contention and interference, each when
-    the run has it; a failure here is a warning, the run is on disk. True when it loaded."""
+    (TTFT/TPOT/ITL), token goodput, performance per watt, the energy split, contention and
+    interference, each when the run has it; a failure here is a warning, the run is on disk.
+    True when it loaded."""
     from analysis.loader import load_runs
     from analysis.report import report as build_report
     from analysis.report_catalogue import AFTER_RUN, entry
