@@ -29,7 +29,8 @@ def service_run(root: Path) -> Path:
         0.375 of 41.25 J;
       GPU 0, collocated: a's pid 101 sm 30; llm's server pid 300 (pipeline NULL: matched by its
         'service' host rows) sm 10 and its descendant 302 (named 'llm' by the sampler) sm 10;
-        foreign pid 999 sm 10 -> a 0.5, llm 1/3, other 1/6 of 200 J;
+        foreign pid 999 sm 10 -> a 0.5, llm 1/3, other 1/6 of 200 J; service `gpu_only`
+        (named in the manifest's spec only: no host rows) pid 400 sm 0 -> its row, share 0;
       host, solo a: a 100 %, llm 100 % -> 0.5 / 0.5 of 24.25 J;
       host, solo b: llm 50 % only (b has no process rows) -> b 0, llm 1 of 33.75 J.
     The manifest records 2 logical cores (host rows: 50 % of all cores = 1 core)."""
@@ -37,7 +38,8 @@ def service_run(root: Path) -> Path:
     together = BASE_NS + 40 * SECOND_NS
     for tick in range(1, 10):
         ts = together + tick * SECOND_NS
-        for pid, pipeline, util in ((101, "a", 30.0), (300, None, 10.0), (302, "llm", 10.0)):
+        uses = ((101, "a", 30.0), (300, None, 10.0), (302, "llm", 10.0), (400, "gpu_only", 0.0))
+        for pid, pipeline, util in uses:
             run.add(
                 "gpu_process_samples",
                 0,
@@ -62,6 +64,7 @@ def service_run(root: Path) -> Path:
     run_dir = run.write()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["environment"] = {"cpu": {"logical_cores": 2}}
+    manifest["spec"]["services"] = [{"name": "llm"}, {"name": "gpu_only"}]
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     return run_dir
 
@@ -84,6 +87,7 @@ def test_energy_split_gives_a_service_its_own_rows(tmp_path: Path, db_path: Path
         ("collocated", collocated, "gpu:0", "b", "pipeline"): approx((0.0, 0.0)),
         ("collocated", collocated, "gpu:0", "llm", "service"): approx((1 / 3, 200 / 3)),
         ("collocated", collocated, "gpu:0", None, "other"): approx((1 / 6, 100 / 3)),
+        ("collocated", collocated, "gpu:0", "gpu_only", "service"): approx((0.0, 0.0)),
         ("collocated", collocated, "host", "a", "pipeline"): approx((0.375, 41.25 * 0.375)),
         ("collocated", collocated, "host", "b", "pipeline"): approx((0.125, 41.25 * 0.125)),
         ("collocated", collocated, "host", "llm", "service"): approx((0.375, 41.25 * 0.375)),
