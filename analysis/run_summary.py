@@ -254,7 +254,8 @@ def headline_metrics(summary: PhaseSummary, *, finite_only: bool = True) -> dict
 
 def phase_warnings(run_dir: Path, trial: int, phase: str) -> list[str]:
     """Warnings about one phase's load windows, from the `host_load` view: CPU taken by
-    something other than the benchmark's workers and harness (`foreign_cpu_warning`)."""
+    something other than the benchmark's workers, harness and services
+    (`foreign_cpu_warning`)."""
     connection = _open(Path(run_dir), ("queries", "host_samples"))
     try:
         rows = connection.execute(
@@ -265,6 +266,7 @@ def phase_warnings(run_dir: Path, trial: int, phase: str) -> list[str]:
     return [
         f"trial {trial} {phase}{f' ({pipeline})' if pipeline else ''}: {foreign:.2f} cores of "
         f"foreign CPU load in the load window (host {host:.2f}, workers {workers:.2f}, harness "
-        f"{harness:.2f}); its figures may be disturbed"
-        for pipeline, host, workers, harness, foreign in rows
+        f"{harness:.2f}{f', services {services:.2f}' if services else ''}); its figures may "
+        "be disturbed"
+        for pipeline, host, workers, harness, services, foreign in rows
     ]

@@ -81,8 +81,9 @@ CREATE TABLE IF NOT EXISTS errors (
     error VARCHAR NOT NULL
 );
 
--- Host sampler rows: scope 'host' (pipeline NULL, host-wide CPU and energy) and scope 'process'
--- (one pipeline's worker process). energy_j is cumulative since the sampler started; one sampler
+-- Host sampler rows: scope 'host' (pipeline NULL, host-wide CPU and energy), scope 'process'
+-- (one pipeline's worker process), scope 'service' (a server of the spec's `services:` and its
+-- descendants; pipeline = the service's name) and scope 'harness'. energy_j is cumulative since the sampler started; one sampler
 -- runs per (trial, phase) and, in the solo phase, per solo baseline.
 CREATE TABLE IF NOT EXISTS host_samples (
     run_id VARCHAR NOT NULL,
@@ -90,7 +91,7 @@ CREATE TABLE IF NOT EXISTS host_samples (
     phase VARCHAR NOT NULL,
     pipeline VARCHAR,
     ts_ns BIGINT NOT NULL,
-    scope VARCHAR NOT NULL,         -- host | process (a pipeline) | harness (launcher, samplers)
+    scope VARCHAR NOT NULL,         -- host | process (a pipeline) | service | harness
     pid BIGINT,
     cpu_util DOUBLE,                -- percent of one core (process) / of all cores (host)
     rss_mib DOUBLE,
@@ -118,7 +119,8 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
     throttle_reasons BIGINT
 );
 
--- Per-process GPU use, so a device's energy can later be split between pipelines.
+-- Per-process GPU use, so a device's energy can later be split between pipelines and services
+-- (pipeline: the pipeline or service whose process or descendant the pid is; NULL: foreign).
 CREATE TABLE IF NOT EXISTS gpu_process_samples (
     run_id VARCHAR NOT NULL,
     trial INTEGER NOT NULL,

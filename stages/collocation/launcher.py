@@ -249,7 +249,7 @@ class Launcher:
         if not ready:
             return None
         start_ns = start_together(ready, timeouts_s)
-        self._supervisor.await_done(ready)
+        self._supervisor.await_done(ready, self._services.dead_users)
         return start_ns
 
     def _task(self, trial: int, phase: str, pipeline: PipelineSpec) -> WorkerTask:
@@ -262,6 +262,7 @@ class Launcher:
             spec_seed=self.spec.seed,
             collocation_mode=self.spec.collocation.mode,
             cache_dir=str(self.options.cache_dir),
+            service_urls=self._services.base_urls(),
         )
 
     def _start_samplers(self, trial: int, phase: str, pids: dict[str, int]) -> SamplerGroup:
@@ -270,7 +271,9 @@ class Launcher:
             self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
         )
         self._samplers = samplers
-        samplers.start(trial, phase, pids, harness_pid=os.getpid())
+        samplers.start(
+            trial, phase, pids, harness_pid=os.getpid(), service_pids=self._services.root_pids()
+        )
         return samplers
 
     def _measure_idle_baseline(self, idle_s: float) -> None:

@@ -1,7 +1,13 @@
 """The run's services, as the launcher sequences them: up after the idle baseline and before
 the first phase (ready and warmed outside every measured window), `per_phase` ones restarted
 between phases, a dead one failing the pipelines that use it, all stopped at the end, every
-start, ready, warm-up and stop span in the manifest's `timeline`."""
+start, ready, warm-up and stop span in the manifest's `timeline`.
+
+Each phase's workers get the services' base URLs (`base_urls`, in `WorkerTask.service_urls`),
+its samplers the servers' pids (`root_pids`: the host sampler follows each server's
+descendants, the GPU sampler attributes them to the service). A service that dies during a
+load window stops the pipelines that use it at once (`dead_users`, polled by the supervisor's
+wait), not only after the phase."""
 
 from __future__ import annotations
 
@@ -71,6 +77,28 @@ class RunServices:
             if name not in self._reported:
                 self._reported.add(name)
                 warnings.append(reason)
+
+    def base_urls(self) -> dict[str, str]:
+        """name -> base URL of every service up now (a `per_phase` one: this phase's port)."""
+        return self._group.base_urls()
+
+    def root_pids(self) -> dict[str, int]:
+        """name -> the server's pid, for every service whose process runs now (none for an
+        `external` one); the samplers follow its descendants themselves."""
+        roots: dict[str, int] = {}
+        for name, service in self._group.services.items():
+            if service.popen is not None and service.popen.poll() is None:
+                roots[name] = service.popen.pid
+        return roots
+
+    def dead_users(self) -> dict[str, str]:
+        """pipeline -> the reason of a dead service it uses (empty while every service is up);
+        cheap (one waitpid per service), so the supervisor polls it during the load window."""
+        stopped: dict[str, str] = {}
+        for name, reason in self._group.dead().items():
+            for pipeline in self._users.get(name, set()):
+                stopped.setdefault(pipeline, reason)
+        return stopped
 
     def stop(self) -> None:
         """Stop every service (idempotent); their spans join the timeline."""

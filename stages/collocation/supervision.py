@@ -20,6 +20,7 @@ from stages.collocation.worker import WorkerTask, worker_main
 
 PREPARE_TIMEOUT_S = 900.0  # loading a large model can take minutes
 TERMINATE_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
+AWAIT_POLL_S = 0.5  # how often a load window's wait checks deadlines and dead services
 
 
 class WorkerHandle:
@@ -85,14 +86,23 @@ class Supervisor:
                 return
             self.poll([w for w in workers if not w.ready], min(remaining, 1.0))
 
-    def await_done(self, workers: list[WorkerHandle]) -> None:
-        """Until every worker reported or ended; one past its deadline is terminated."""
+    def await_done(
+        self, workers: list[WorkerHandle], must_stop: Callable[[], dict[str, str]] | None = None
+    ) -> None:
+        """Until every worker reported or ended; one past its deadline is terminated, and so
+        is one `must_stop` names (pipeline -> reason: a service it uses died), failed with
+        the reason. Both are checked every AWAIT_POLL_S."""
         while any(not w.done for w in workers):
             now_ns = time.monotonic_ns()
+            stop = must_stop() if must_stop is not None else {}
             for worker in workers:
-                if not worker.done and worker.deadline_ns and now_ns > worker.deadline_ns:
+                if worker.done:
+                    continue
+                if worker.name in stop:
+                    self.terminate(worker, stop[worker.name], status="failed")
+                elif worker.deadline_ns and now_ns > worker.deadline_ns:
                     self.terminate(worker, "worker did not finish within timeout_s; terminated")
-            self.poll(workers, 0.5)
+            self.poll(workers, AWAIT_POLL_S)
 
     def poll(self, workers: list[WorkerHandle], timeout_s: float) -> None:
         """Wait for messages or deaths of `workers`, handling whatever arrives."""
@@ -162,8 +172,10 @@ class Supervisor:
         worker.outcome.error = worker.outcome.error or death_reason(worker.process.exitcode)
         self._emit_outcome(worker)
 
-    def terminate(self, worker: WorkerHandle, reason: str) -> None:
-        """SIGTERM (the worker flushes and reports), then SIGKILL after a grace period."""
+    def terminate(self, worker: WorkerHandle, reason: str, status: str | None = None) -> None:
+        """SIGTERM (the worker flushes and reports), then SIGKILL after a grace period; the
+        outcome's status is `status`, else 'timeout' when the reason says timeout, else
+        'failed'."""
         process = worker.process
         if process.is_alive():
             process.terminate()
@@ -178,7 +190,7 @@ class Supervisor:
                 process.join(timeout=TERMINATE_GRACE_S)
         worker.done = True
         outcome = worker.outcome
-        outcome.status = "timeout" if "timeout" in reason else "failed"
+        outcome.status = status or ("timeout" if "timeout" in reason else "failed")
         outcome.error = reason
         outcome.exit_code = process.exitcode
         self._emit_outcome(worker)

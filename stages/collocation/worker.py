@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
@@ -45,6 +45,9 @@ class WorkerTask:
     spec_seed: int
     collocation_mode: str
     cache_dir: str
+    service_urls: dict[str, str] = field(default_factory=dict)
+    """The spec's services up for this phase: name -> base URL (a `per_phase` service gets a
+    new port each phase); every stage's `StageContext.service_urls`."""
 
 
 class Interrupted(Exception):
@@ -165,6 +168,7 @@ def _runtime(task: WorkerTask, pipeline: PipelineSpec, recorder: Recorder) -> Pi
         recorder,
         seed=derive_seed(task.spec_seed, "stages", pipeline.name, task.trial),
         cache_dir=Path(task.cache_dir),
+        service_urls=task.service_urls,
     )
 
 

@@ -61,7 +61,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         [
             *_KEY_FIELDS,
             pa.field("ts_ns", pa.int64(), nullable=False),
-            # host | process (a pipeline's worker) | harness (launcher, samplers)
+            # host | process (a pipeline's worker) | service (a server of the spec, pipeline =
+            # its name) | harness (launcher, samplers)
             pa.field("scope", pa.string(), nullable=False),
             pa.field("pid", pa.int64()),
             pa.field("cpu_util", pa.float64()),  # percent of one core (process) / all cores (host)

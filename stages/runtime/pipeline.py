@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,14 @@ class PipelineRuntime:
         cache_dir: Path | None = None,
         registry: StageRegistry | None = None,
         on_complete: Callable[[Query], None] | None = None,
+        service_urls: Mapping[str, str] | None = None,
     ) -> None:
         self.spec = pipeline
         self.graph = StageGraph.from_pipeline(pipeline)
         self.recorder = recorder
         self._seed = seed
         self._cache_dir = cache_dir
+        self._service_urls = dict(service_urls or {})
         self.stop_event = threading.Event()
         self.stop_issuing = threading.Event()
         """Set when the pipeline must stop taking load (error budget spent, shutdown)."""
@@ -95,6 +97,7 @@ class PipelineRuntime:
             outputs=tuple(node.spec.outputs),
             stop_event=self.stop_event,
             write_rows=self.recorder.write_rows,
+            service_urls=self._service_urls,
             **({"cache_dir": self._cache_dir} if self._cache_dir else {}),
         )
 

@@ -213,4 +213,5 @@ def check_spec(spec: BenchmarkSpec, registry: StageRegistry | None = None) -> li
                 f"{MAX_PIPELINES_ALL_SUBSETS} pipelines: use 'pairs'",
             )
         )
-    return problems + check_services(spec.services)
+    pipelines = {pipeline.name for pipeline in spec.pipelines}
+    return problems + check_services(spec.services, pipeline_names=pipelines)

@@ -4,7 +4,7 @@ each type needs, and the `command` opt-in (`COLLOBENCH_ALLOW_COMMANDS=1`)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from stages.services.registry import ServiceRegistry, default_service_registry
 from stages.spec.problems import SpecProblem, format_location
@@ -15,8 +15,11 @@ def check_services(
     services: list[ServiceSpec],
     registry: ServiceRegistry | None = None,
     environ: Mapping[str, str] | None = None,
+    pipeline_names: Collection[str] = (),
 ) -> list[SpecProblem]:
-    """One problem per unknown type, duplicate name, or field a type does not accept."""
+    """One problem per unknown type, duplicate name (a pipeline's included: telemetry names a
+    service's processes by its name where it names a pipeline's), or field a type does not
+    accept."""
     registry = registry or default_service_registry()
     environ = os.environ if environ is None else environ
     problems: list[SpecProblem] = []
@@ -32,6 +35,14 @@ def check_services(
                 )
             )
         seen.setdefault(service.name, index)
+        if service.name in pipeline_names:
+            problems.append(
+                SpecProblem(
+                    format_location((*at, "name")),
+                    f"service name '{service.name}' is also a pipeline's name; "
+                    "telemetry names both alike",
+                )
+            )
         if service.type not in registry:
             message = registry.unknown_message(service.type)
             problems.append(SpecProblem(format_location((*at, "type")), message))

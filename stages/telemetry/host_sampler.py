@@ -4,9 +4,12 @@ Host rows (scope `host`, pipeline NULL): CPU busy % of all cores, memory in use,
 cumulative energy from RAPL package counters when readable (`rapl`), else from a
 `cpu_watts_per_core` model (`model_estimate`), else NULL (never invented). Process rows
 (scope `process`): CPU % of one core and RSS of a pipeline's process plus its children.
+Service rows (scope `service`, pipeline = the service's name, pid = the server's): the same
+for a server the benchmark started (`services:`) plus its descendants (workers it forks later
+are picked up at the next refresh).
 Harness rows (scope `harness`, pipeline NULL, pid = the launcher's), when a harness pid is
-given: the same for the launcher and its descendants that are not pipeline workers or theirs
-(samplers, probes, the resource tracker), so foreign CPU = host - workers - harness.
+given: the same for the launcher and its descendants that are not pipeline workers, servers
+or theirs (samplers, probes, the resource tracker), so foreign CPU = host - workers - harness.
 Process trees are re-discovered at most once per `children_refresh_s` (one scan of /proc for
 all trees); a process that appears in between is counted from the next refresh. A process that
 exits is dropped from sampling without error.
@@ -41,8 +44,8 @@ class _Tree:
     """A process tree (a pipeline's, or the harness's): the root and the members seen at the
     last refresh, with each one's CPU seconds at the previous sample."""
 
-    name: str | None  # the pipeline; None for the harness
-    scope: str  # process | harness
+    name: str | None  # the pipeline or service; None for the harness
+    scope: str  # process | service | harness
     root: ProcessReader
     members: dict[int, ProcessReader] = field(default_factory=dict)
     last_cpu_s: dict[int, float] = field(default_factory=dict)
@@ -77,7 +80,8 @@ class HostSamplerResult:
 
 
 class HostSampler:
-    """Host and per-pipeline CPU/RSS (+ energy); call `sample()` each period, then `close()`."""
+    """Host, per-pipeline and per-service CPU/RSS (+ energy); call `sample()` each period,
+    then `close()`."""
 
     def __init__(
         self,
@@ -86,6 +90,7 @@ class HostSampler:
         *,
         cpu_watts_per_core: float | None = None,
         harness_pid: int | None = None,
+        service_pids: dict[str, int] | None = None,
         powercap_root: Path = POWERCAP_ROOT,
         children_refresh_s: float = 1.0,
         flush_period_s: float = 1.0,
@@ -111,17 +116,20 @@ class HostSampler:
         self.samples = 0
         self.rows = 0
         self.dropped: list[str] = []
-        self._worker_pids = set(pipeline_pids.values())  # harness trees stop at these
+        services = service_pids or {}
+        # The harness tree stops at workers and servers (they have rows of their own).
+        self._worker_pids = set(pipeline_pids.values()) | set(services.values())
         self._next_refresh_ns = 0
         self._pipelines: list[_Tree] = []
-        for name, pid in pipeline_pids.items():
-            try:
-                reader = ProcessReader(psutil.Process(pid))
-            except psutil.Error:
-                log.warning("pipeline %s (pid %d) is not running; not sampled", name, pid)
-                self.dropped.append(name)
-                continue
-            self._pipelines.append(_Tree(name, "process", reader))
+        for scope, trees in (("process", pipeline_pids), ("service", services)):
+            for name, pid in trees.items():
+                try:
+                    reader = ProcessReader(psutil.Process(pid))
+                except psutil.Error:
+                    log.warning("%s %s (pid %d) is not running; not sampled", scope, name, pid)
+                    self.dropped.append(name)
+                    continue
+                self._pipelines.append(_Tree(name, scope, reader))
         self._harness: _Tree | None = None
         if harness_pid is not None:
             try:
@@ -224,7 +232,8 @@ class HostSampler:
         self.rows += 1
 
     def sample(self) -> bool:
-        """Take one sample of the host, every live pipeline and the harness; always True."""
+        """Take one sample of the host, every live pipeline and service, and the harness;
+        always True."""
         ts_ns = self._clock_ns()
         dt_s = None if self._last_ts_ns is None else (ts_ns - self._last_ts_ns) / 1e9
         cpu_util = self._host_cpu()
@@ -243,7 +252,12 @@ class HostSampler:
             self._refresh_trees(ts_ns)
         for pipeline in list(self._pipelines):
             if not self._sample_tree(pipeline, ts_ns, dt_s):
-                log.info("pipeline %s (pid %d) exited; dropped", pipeline.name, pipeline.root.pid)
+                log.info(
+                    "%s %s (pid %d) exited; dropped",
+                    pipeline.scope,
+                    pipeline.name,
+                    pipeline.root.pid,
+                )
                 pipeline.close()
                 self._pipelines.remove(pipeline)
                 assert pipeline.name is not None

@@ -45,6 +45,9 @@ class SamplerSettings:
     pipeline_pids: dict[str, int] = field(default_factory=dict)
     cpu_watts_per_core: float | None = None
     harness_pid: int | None = None  # the launcher: its non-worker descendants' CPU (host only)
+    service_pids: dict[str, int] = field(default_factory=dict)
+    """The spec's running servers: service name -> the server's pid (its descendants are
+    found by the samplers): host rows of scope `service`, GPU process rows named after it."""
 
 
 class StopEvent(Protocol):
@@ -151,7 +154,7 @@ def host_sampler_main(
     stop_event: StopEvent,
     on_first_sample: Callable[[], object] | None = None,
 ) -> HostSamplerResult:
-    """Sample host, pipeline and harness processes every `period_ms` until stopped;
+    """Sample host, pipeline, service and harness processes every `period_ms` until stopped;
     `on_first_sample` runs right after the first sample (the start barrier waits for it)."""
     writer = ChunkWriter(
         Path(settings.run_dir), "host_samples", _label("host", settings), _keys(settings)
@@ -162,6 +165,7 @@ def host_sampler_main(
         settings.pipeline_pids,
         cpu_watts_per_core=settings.cpu_watts_per_core,
         harness_pid=settings.harness_pid,
+        service_pids=settings.service_pids,
     )
     try:
         run_periodic(sampler.sample, stop_event, settings.period_ms, on_first_tick=on_first_sample)
@@ -205,7 +209,9 @@ def gpu_sampler_main(
             gpu_index,
             writers[0],
             writers[1],
-            pid_to_pipeline=PipelineOfPid(settings.pipeline_pids),
+            # Service and pipeline names never collide (spec check): a GPU process row's
+            # `pipeline` names either.
+            pid_to_pipeline=PipelineOfPid({**settings.pipeline_pids, **settings.service_pids}),
         )
         try:
             run_periodic(

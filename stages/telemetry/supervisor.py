@@ -65,9 +65,12 @@ class SamplerGroup:
         phase: str,
         pipeline_pids: dict[str, int],
         harness_pid: int | None = None,
+        service_pids: dict[str, int] | None = None,
     ) -> None:
-        """Spawn the samplers; `harness_pid` (the launcher) adds the harness CPU rows."""
+        """Spawn the samplers; `harness_pid` (the launcher) adds the harness CPU rows,
+        `service_pids` (service name -> server pid) the services' rows."""
         telemetry = self._telemetry
+        services = dict(service_pids or {})
         if telemetry.host.enabled:
             power_model = telemetry.power_model
             settings = SamplerSettings(
@@ -79,11 +82,18 @@ class SamplerGroup:
                 pipeline_pids,
                 power_model.cpu_watts_per_core if power_model else None,
                 harness_pid,
+                services,
             )
             self._spawn(host_sampler_main, (settings,), "collobench:host-sampler")
         if telemetry.gpu.enabled:
             settings = SamplerSettings(
-                self._run_dir, self._run_id, trial, phase, telemetry.gpu.period_ms, pipeline_pids
+                self._run_dir,
+                self._run_id,
+                trial,
+                phase,
+                telemetry.gpu.period_ms,
+                pipeline_pids,
+                service_pids=services,
             )
             for index in range(self._gpu_count):
                 self._spawn(gpu_sampler_main, (settings, index), f"collobench:gpu{index}-sampler")

@@ -96,8 +96,15 @@ def test_a_dead_service_fails_the_pipelines_that_use_it(tmp_path: Path) -> None:
     services = RunServices(spec, tmp_path, timeline)
     warnings: list[str] = []
     assert services.start(warnings) and services.before_phase(warnings)
+    assert services.dead_users() == {}
+    root = services._group.services["stub"].popen.pid  # type: ignore[union-attr]
+    assert services.root_pids() == {"stub": root}
+    assert services.base_urls()["stub"].startswith("http://127.0.0.1:")
     services._group.services["stub"].popen.kill()  # type: ignore[union-attr]
     services._group.services["stub"].popen.wait()  # type: ignore[union-attr]
+    assert services.root_pids() == {}
+    stopped = services.dead_users()
+    assert list(stopped) == ["user"] and "service stub killed by signal 9" in stopped["user"]
     outcomes = [PipelineOutcome(0, "collocated", name, status="ok") for name in ("user", "other")]
     services.after_phase(outcomes, warnings)
     services.after_phase(outcomes, warnings)

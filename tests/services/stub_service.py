@@ -5,11 +5,12 @@
 GET /health answers 503 until `--ready-after` seconds passed, then 200; POST /v1/completions
 answers 200 (500 with `--fail-warmup`). `--child` starts a sleeping child in the same process
 group; `--ignore-term` makes the server ignore SIGTERM (stop must escalate to SIGKILL);
-`--exit-after S` exits (status 1) after S seconds."""
+`--exit-after S` exits (status 1) after S seconds. Its log says its pid first."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -52,6 +53,7 @@ def main() -> None:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
+    print(f"stub service pid {os.getpid()}", flush=True)
     print("stub service listening", flush=True)
     ThreadingHTTPServer(("127.0.0.1", options.port), Handler).serve_forever()
 

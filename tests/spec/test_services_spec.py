@@ -120,6 +120,11 @@ BAD_SERVICES = [
         "services[1].name: duplicate service name 'lm' (also services[0])",
     ),
     (
+        "a pipeline's name",
+        "  - {name: p, type: vllm.serve, model: {path: model}}\n",
+        "services[0].name: service name 'p' is also a pipeline's name; telemetry names both alike",
+    ),
+    (
         "no model",
         "  - {name: lm, type: vllm.serve}\n",
         "services[0].model: a vllm.serve service needs `model`",

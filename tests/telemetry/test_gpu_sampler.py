@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pyarrow as pa
 import pytest
 
@@ -349,3 +350,67 @@ def test_instant_power_field_preferred_over_the_average(
     assert result.power_field == power_field
     assert power_w[1_250_000_000] == pytest.approx(power_at_1_25_s_w)
     assert power_w[2_000_000_000] == pytest.approx(300.0)
+
+
+def test_a_services_descendant_on_the_gpu_is_named_after_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server whose GPU work runs in a child (as vLLM's engine core does): the fake NVML lists
+    # the child's pid, and the spawned sampler, given the server's pid, names the rows after
+    # the service; a pid of no service nor pipeline stays NULL.
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+            "'import time; time.sleep(60)'])",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(server.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        engine = psutil.Process(server.pid).children()[0].pid
+        script = {
+            "start_ns": time.monotonic_ns(),
+            "devices": [
+                {
+                    "processes": [
+                        {"pid": engine, "sm_util_pct": 40},
+                        {"pid": 3_999_999, "sm_util_pct": 5},
+                    ]
+                }
+            ],
+        }
+        script_path = tmp_path / "fake_nvml.json"
+        script_path.write_text(json.dumps(script))
+        monkeypatch.setenv(ENV_VAR, str(script_path))
+        run_dir = tmp_path / "run"
+        settings = SamplerSettings(
+            str(run_dir),
+            "r9",
+            0,
+            "collocated",
+            50.0,
+            {"p": os.getpid()},
+            service_pids={"llm": server.pid},
+        )
+        context = multiprocessing.get_context("spawn")
+        stop = context.Event()
+        process = context.Process(target=gpu_sampler_main, args=(settings, 0, stop))
+        process.start()
+        parts = run_dir / "parts" / "gpu_process_samples"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(parts.glob("*.parquet")):
+            time.sleep(0.05)
+        stop.set()
+        process.join(10)
+    finally:
+        for child in psutil.Process(server.pid).children(recursive=True):
+            child.kill()
+        server.kill()
+        server.wait()
+    assert process.exitcode == 0
+    rows = read_table(run_dir, "gpu_process_samples").to_pylist()
+    named = {(row["pid"], row["pipeline"]) for row in rows}
+    assert named == {(engine, "llm"), (3_999_999, None)}

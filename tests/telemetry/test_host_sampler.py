@@ -302,3 +302,36 @@ def test_harness_rows_count_its_helpers_never_the_workers(tmp_path: Path) -> Non
     helping = [r for r in harness if helper_ns + 4e8 <= r["ts_ns"] <= helper_ns + 1.15e9]
     assert len(helping) >= 6
     assert sum(r["cpu_util"] or 0 for r in helping) / len(helping) > 50
+
+
+def test_a_service_tree_has_its_own_rows_and_late_children_count(tmp_path: Path) -> None:
+    # A server (a child of this process, the harness) that forks a worker 0.4 s after it
+    # started, which burns a core for 1 s: found at a refresh, counted in the service's rows
+    # (scope 'service', pipeline = the service's name, pid = the server's), never the harness's.
+    server = python(
+        "import subprocess, sys, time\ntime.sleep(0.4)\n"
+        f"subprocess.run([sys.executable, '-c', {BUSY.format(s=1.0)!r}])\ntime.sleep(5)"
+    )
+    try:
+        sampler = HostSampler(
+            writer(tmp_path),
+            {},
+            service_pids={"llm": server.pid},
+            harness_pid=os.getpid(),
+            children_refresh_s=0.1,
+            powercap_root=NO_RAPL,
+        )
+        sample_for(sampler, 1.6, period_ms=100)
+    finally:
+        for child in psutil.Process(server.pid).children(recursive=True):
+            child.kill()
+        server.kill()
+        server.wait()
+    rows = rows_of(tmp_path)
+    service = [r for r in rows if r["scope"] == "service"]
+    assert {(r["pipeline"], r["pid"]) for r in service} == {("llm", server.pid)}
+    assert len(service) == sum(r["scope"] == "host" for r in rows)
+    harness = {r["ts_ns"]: r["cpu_util"] or 0 for r in rows if r["scope"] == "harness"}
+    burning = [r for r in service if (r["cpu_util"] or 0) > 50]
+    assert burning, [r["cpu_util"] for r in service]
+    assert sum(harness[r["ts_ns"]] for r in burning) / len(burning) < 25

@@ -15,10 +15,18 @@
 --       (launcher, samplers) goes to consumer 'other'. CPU of processes outside the benchmark
 --       is not sampled per process (`host_load.foreign_cpu_cores` shows it), so its energy is
 --       spread over the sampled consumers.
+--   Services (the spec's `services:`, servers the benchmark started) are consumers of their
+--       own, consumer 'service' with `pipeline` = the service's name: on a GPU, the
+--       `gpu_process_samples` rows the sampler named after the service (the server or a
+--       descendant) or whose pid is the server's (`host_samples` scope 'service'); on the
+--       host, its `host_samples` scope 'service' rows (the server and its descendants). A
+--       server stays up across phases, so it has a row in every window, solo baselines
+--       included, on every device it was sampled on (share 0 when it idled). The run's
+--       services are the names in its manifest's spec.services and in its 'service' rows.
 -- Idle power is split the same way (a share of the whole energy, not of the dynamic part).
 -- Rows: one per pipeline of the window (solo: its own; collocated: every pipeline with
--- measured queries) and one with consumer 'other' (pipeline NULL) when something else used
--- the device. The shares of a window's rows add up to 1 and their energy_j to total_energy_j.
+-- measured queries), one per service sampled in the window, and one with consumer 'other'
+-- (pipeline NULL) when something else used the device. The shares of a window's rows add up to 1 and their energy_j to total_energy_j.
 -- share and energy_j are NULL when the device was not sampled per process in the window (or
 -- nothing used it); total_energy_j is NULL when the window's energy is (see `energy`).
 CREATE OR REPLACE VIEW energy_split AS
@@ -33,10 +41,19 @@ WITH window_pipelines AS (
 worker_pids AS (
     SELECT DISTINCT run_id, trial, phase, pid, pipeline
     FROM host_samples
-    WHERE scope = 'process' AND pid IS NOT NULL AND pipeline IS NOT NULL
+    WHERE scope IN ('process', 'service') AND pid IS NOT NULL AND pipeline IS NOT NULL
 ),
--- Every sampled use of a device, with its consumer: a pipeline's name, or NULL ('other').
-uses AS (
+services AS (
+    SELECT DISTINCT r.run_id, s ->> '$.name' AS service
+    FROM runs AS r, unnest(CAST(r.manifest -> '$.spec.services' AS JSON[])) AS t(s)
+    UNION
+    SELECT DISTINCT run_id, pipeline AS service
+    FROM host_samples
+    WHERE scope = 'service' AND pipeline IS NOT NULL
+),
+-- Every sampled use of a device, with its consumer: a pipeline's or a service's name, or
+-- NULL ('other').
+named_uses AS (
     SELECT
         g.run_id,
         g.trial,
@@ -56,13 +73,18 @@ uses AS (
         phase,
         'host' AS device,
         ts_ns,
-        CASE WHEN scope = 'process' THEN pipeline END AS pipeline,
+        CASE WHEN scope IN ('process', 'service') THEN pipeline END AS pipeline,
         cpu_util AS used
     FROM host_samples
-    WHERE scope IN ('process', 'harness') AND cpu_util IS NOT NULL
+    WHERE scope IN ('process', 'service', 'harness') AND cpu_util IS NOT NULL
+),
+uses AS (
+    SELECT u.*, s.service IS NOT NULL AS service
+    FROM named_uses AS u
+    LEFT JOIN services AS s ON u.run_id = s.run_id AND u.pipeline = s.service
 ),
 -- Use per window, device and consumer. In a solo window, another pipeline's rows (none are
--- expected: a baseline runs alone) would count as 'other'.
+-- expected: a baseline runs alone) would count as 'other'; a service's are its own.
 used AS (
     SELECT
         w.run_id,
@@ -71,8 +93,9 @@ used AS (
         w.pipeline AS window_pipeline,
         u.device,
         CASE
-            WHEN w.pipeline IS NULL OR u.pipeline = w.pipeline THEN u.pipeline
+            WHEN w.pipeline IS NULL OR u.pipeline = w.pipeline OR u.service THEN u.pipeline
         END AS pipeline,
+        u.service,
         sum(u.used) AS used
     FROM load_windows AS w
     JOIN uses AS u
@@ -80,15 +103,27 @@ used AS (
         AND u.ts_ns BETWEEN w.window_start_ns AND w.window_end_ns
     GROUP BY ALL
 ),
--- Consumers: the window's pipelines on every device measured in it, plus 'other' where used.
+-- Consumers: the window's pipelines on every device measured in it, the services sampled on
+-- a device in it, plus 'other' where used.
 consumers AS (
-    SELECT e.run_id, e.trial, e.phase, e.pipeline AS window_pipeline, e.device, p.pipeline
+    SELECT
+        e.run_id,
+        e.trial,
+        e.phase,
+        e.pipeline AS window_pipeline,
+        e.device,
+        p.pipeline,
+        FALSE AS service
     FROM energy AS e
     JOIN window_pipelines AS p
         ON e.run_id = p.run_id AND e.trial = p.trial AND e.phase = p.phase
         AND e.pipeline IS NOT DISTINCT FROM p.window_pipeline
     UNION
-    SELECT run_id, trial, phase, window_pipeline, device, NULL AS pipeline
+    SELECT run_id, trial, phase, window_pipeline, device, pipeline, TRUE AS service
+    FROM used
+    WHERE service
+    UNION
+    SELECT run_id, trial, phase, window_pipeline, device, NULL AS pipeline, FALSE AS service
     FROM used
     WHERE pipeline IS NULL AND used > 0
 ),
@@ -110,7 +145,9 @@ SELECT
     s.trial,
     s.phase,
     s.pipeline,
-    CASE WHEN s.pipeline IS NULL THEN 'other' ELSE 'pipeline' END AS consumer,
+    CASE
+        WHEN s.pipeline IS NULL THEN 'other' WHEN s.service THEN 'service' ELSE 'pipeline'
+    END AS consumer,
     s.device,
     CASE WHEN s.device = 'host' THEN 'cpu_util_share' ELSE 'gpu_sm_util_share' END AS method,
     coalesce(s.used, 0) / nullif(s.used_total, 0) AS share,

@@ -8,8 +8,10 @@
 --   workers_cpu_cores  mean over ticks of the summed `process` rows (percent of one core) of the
 --                      window's pipelines (its baseline's own, or every pipeline collocated) / 100;
 --   harness_cpu_cores  mean `harness` rows (launcher and samplers, one row a tick) / 100;
---   foreign_cpu_cores  host - workers - harness: what else ran (other processes, the kernel's
---                      own threads); NULL when any part is missing.
+--   services_cpu_cores mean over ticks of the summed `service` rows (the servers the benchmark
+--                      started, and their descendants) / 100; 0 when the run has none;
+--   foreign_cpu_cores  host - workers - harness - services: what else ran (other processes,
+--                      the kernel's own threads); NULL when any part is missing.
 -- foreign_cpu_warning: foreign_cpu_cores > 0.25, a quarter of a core held for the whole window.
 -- That is well above what sampling leaves behind (CPU time moves in 10 ms jiffies, so one 100 ms
 -- tick is off by up to 0.1 core, and a window's mean by far less) and well below a neighbour
@@ -56,6 +58,19 @@ workers AS (
     FROM worker_ticks
     GROUP BY run_id, trial, phase, pipeline
 ),
+service_ticks AS (
+    SELECT w.run_id, w.trial, w.phase, w.pipeline, v.ts_ns, sum(v.cpu_util) AS cpu_util
+    FROM load_windows AS w
+    JOIN host_samples AS v
+        ON w.run_id = v.run_id AND w.trial = v.trial AND w.phase = v.phase
+        AND v.scope = 'service' AND v.ts_ns BETWEEN w.window_start_ns AND w.window_end_ns
+    GROUP BY w.run_id, w.trial, w.phase, w.pipeline, v.ts_ns
+),
+services AS (
+    SELECT run_id, trial, phase, pipeline, avg(cpu_util) AS cpu_util
+    FROM service_ticks
+    GROUP BY run_id, trial, phase, pipeline
+),
 harness AS (
     SELECT w.run_id, w.trial, w.phase, w.pipeline, avg(r.cpu_util) AS cpu_util
     FROM load_windows AS w
@@ -76,7 +91,8 @@ loads AS (
         c.logical_cores,
         h.cpu_util / 100 * c.logical_cores AS host_cpu_cores,
         k.cpu_util / 100 AS workers_cpu_cores,
-        r.cpu_util / 100 AS harness_cpu_cores
+        r.cpu_util / 100 AS harness_cpu_cores,
+        coalesce(v.cpu_util, 0) / 100 AS services_cpu_cores
     FROM load_windows AS w
     JOIN host AS h
         ON w.run_id = h.run_id AND w.trial = h.trial AND w.phase = h.phase
@@ -88,9 +104,14 @@ loads AS (
     LEFT JOIN harness AS r
         ON w.run_id = r.run_id AND w.trial = r.trial AND w.phase = r.phase
         AND w.pipeline IS NOT DISTINCT FROM r.pipeline
+    LEFT JOIN services AS v
+        ON w.run_id = v.run_id AND w.trial = v.trial AND w.phase = v.phase
+        AND w.pipeline IS NOT DISTINCT FROM v.pipeline
 )
 SELECT
     *,
-    host_cpu_cores - workers_cpu_cores - harness_cpu_cores AS foreign_cpu_cores,
-    host_cpu_cores - workers_cpu_cores - harness_cpu_cores > 0.25 AS foreign_cpu_warning
+    host_cpu_cores - workers_cpu_cores - harness_cpu_cores - services_cpu_cores
+        AS foreign_cpu_cores,
+    host_cpu_cores - workers_cpu_cores - harness_cpu_cores - services_cpu_cores > 0.25
+        AS foreign_cpu_warning
 FROM loads;
