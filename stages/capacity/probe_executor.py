@@ -9,7 +9,7 @@ import itertools
 import math
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from stages.capacity.contract import PipelineProbe, ProbeRecord, SearchSettings,
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.early_abort import AbortMonitor, WatchedPipeline, watch
 from stages.capacity.probe_spec import pipelines_of, probe_spec, probe_window_s
-from stages.capacity.search_services import SharedService
+from stages.capacity.search_services import SearchServices
 from stages.collocation.launcher import (
     LauncherInterruptedWithResult,
     ProgressEvent,
@@ -48,12 +48,12 @@ class ProbeExecutor:
     on_event: Callable[[ProgressEvent], None] | None = None
     environment: dict[str, object] | None = None
     """The environment the first probe captured, recorded as is by the later ones."""
-    shared_services: Mapping[str, SharedService] = field(default_factory=dict)
+    services: SearchServices = field(default_factory=lambda: SearchServices({}))
     """The spec's services, up for the whole search (`search_services`)."""
 
     def __call__(self, request: ProbeRequest) -> ProbeRecord:
         index = self.next_index
-        spec = probe_spec(self.loaded, request, self.settings, self.shared_services)
+        spec = probe_spec(self.loaded, request, self.settings, self.services.shared)
         monitor = AbortMonitor(self._watched(request), then=self.on_event)
         options = RunOptions(
             out_dir=self.probe_runs_dir,
@@ -70,6 +70,7 @@ class ProbeExecutor:
                 raise  # Ctrl-C or SIGTERM: the search stops, this probe is not recorded
             result = stopped.result
         duration_s = time.monotonic() - started
+        self.services.raise_if_dead()  # before anything is recorded: this probe is not kept
         self.next_index += 1
         if self.environment is None:
             self.environment = _environment_of(result.run_dir)

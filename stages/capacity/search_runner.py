@@ -5,7 +5,7 @@ controller is a function of the recorded probes) and loses nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +13,7 @@ from stages.capacity.contract import CapacityResult, ProbeRecord, SearchSettings
 from stages.capacity.controller import run_search
 from stages.capacity.probe_executor import ProbeExecutor
 from stages.capacity.probe_spec import check_searchable
-from stages.capacity.search_services import SharedService, search_services
+from stages.capacity.search_services import SearchServices, search_services
 from stages.capacity.store import SearchStore
 from stages.collocation.launcher import LauncherInterruptedWithResult
 from stages.spec.loading import LoadedSpec
@@ -47,8 +47,8 @@ def run_capacity_search(
     check_searchable(loaded, settings)
     store = SearchStore(search_dir_of(options, settings.search_id))
     probes = _resume(store, settings)
-    with search_services(loaded, store.search_dir / "services") as shared:
-        result = _search(loaded, settings, options, store, probes, shared)
+    with search_services(loaded, store.search_dir / "services") as services:
+        result = _search(loaded, settings, options, store, probes, services)
     if options.log_search is not None and options.mlflow_uri:
         mlflow_run_id = options.log_search(store.search_dir, options.mlflow_uri)
         if mlflow_run_id and options.progress is not None:
@@ -62,7 +62,7 @@ def _search(
     options: SearchRunOptions,
     store: SearchStore,
     probes: list[ProbeRecord],
-    shared: Mapping[str, SharedService],
+    services: SearchServices,
 ) -> CapacityResult:
     """The controller's loop over real probes; the result written to capacity.json."""
     executor = ProbeExecutor(
@@ -73,7 +73,7 @@ def _search(
         rule=options.rule,
         verdict_latencies=options.verdict_latencies,
         next_index=len(probes),
-        shared_services=shared,
+        services=services,
     )
 
     def on_probe(probe: ProbeRecord) -> None:

@@ -28,21 +28,37 @@ class SharedService:
     ready_path: str
 
 
+@dataclass
+class SearchServices:
+    """The services up for one search (none: `shared` is empty and nothing can die)."""
+
+    shared: dict[str, SharedService]
+    group: ServiceGroup | None = None
+
+    def raise_if_dead(self) -> None:
+        """Raise ServiceError (with the exit status and the log's last line) when one of them
+        ended: a probe that ran against a dead server measured the failure, not the load, so
+        the search stops instead of recording it."""
+        if self.group is not None:
+            self.group.raise_if_dead()
+
+
 @contextmanager
-def search_services(loaded: LoadedSpec, log_dir: Path) -> Iterator[dict[str, SharedService]]:
-    """Start the spec's services (not `external` ones: the user runs those) for the search;
-    yields them by name, and stops them all by process group on the way out."""
+def search_services(loaded: LoadedSpec, log_dir: Path) -> Iterator[SearchServices]:
+    """Start the spec's services (not `external` ones: the user runs those) for the search,
+    and stop them all by process group on the way out."""
     started = [service for service in loaded.spec.services if service.type != "external"]
     if not started:
-        yield {}
+        yield SearchServices({})
         return
     registry = default_service_registry()
     with ServiceGroup(started, log_dir=log_dir) as group:
         urls = group.base_urls()
-        yield {
+        shared = {
             spec.name: SharedService(urls[spec.name], registry.get(spec.type).ready_path(spec))
             for spec in started
         }
+        yield SearchServices(shared, group)
 
 
 def as_external(

@@ -1,0 +1,178 @@
+"""Against the real server: `transformers serve` (Hugging Face's OpenAI-compatible server)
+serving `tiny_lm`, started by the benchmark on 127.0.0.1 with a free port. One run of two
+trials: the first measures (requests overlap, TTFT, tokens, token_events, the server's process
+in the host samples); in the second the server is killed mid-window, so the pipeline fails with
+the reason and its earlier rows still load. One server start for the whole module."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import psutil
+import pytest
+
+from analysis.loader import load_runs
+from stages.collocation.results import ProgressEvent
+from tests.helpers import run
+
+pytestmark = pytest.mark.slow
+
+KILL_AFTER_MEASURED = 8
+"""The server is killed once the second trial has recorded this many measured queries."""
+
+
+def served_doc() -> dict[str, Any]:
+    return {
+        "name": "served-real",
+        "seed": 0,
+        "repeats": 2,
+        "collocation": {"solo_baselines": False},
+        "telemetry": {"host": {"period_ms": 100}},
+        "services": [
+            {
+                "name": "llm",
+                "type": "transformers.serve",
+                "model": {"artifact": "tiny_lm"},
+                "ready": {"timeout_s": 180},
+                "warmup_requests": 2,
+            }
+        ],
+        "pipelines": [
+            {
+                "name": "chat",
+                "loadgen": {
+                    "type": "server",
+                    "rate": 8,
+                    "duration_s": 6,
+                    "warmup_queries": 2,
+                    "timeout_s": 60,
+                    "ttft_slo_ms": 2000,
+                    "tpot_slo_ms": 250,
+                },
+                "stages": [
+                    {"id": "prompts", "type": "dataset.prompts", "outputs": ["llm"]},
+                    {
+                        "id": "llm",
+                        "type": "http.openai",
+                        "config": {
+                            "service": "llm",
+                            "api": "chat",
+                            "max_tokens": 8,
+                            "max_in_flight": 8,
+                            "timeout_s": 30,
+                        },
+                    },
+                ],
+            }
+        ],
+    }
+
+
+def server_processes() -> list[psutil.Process]:
+    """Running `transformers serve` processes started from this test process."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if "serve" in process.cmdline() and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            pass
+    return found
+
+
+class KillInSecondTrial:
+    """A progress callback that kills the server's process group once the second trial has
+    measured queries done (so the trial has rows from before the kill)."""
+
+    def __init__(self) -> None:
+        self.killed_pid: int | None = None
+        self.server_pid: int | None = None
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.kind == "phase_start" and event.trial == 0 and self.server_pid is None:
+            (server,) = server_processes()
+            self.server_pid = server.pid
+        measured = event.data.get("measured", 0) if event.kind == "progress" else 0
+        if event.trial == 1 and measured >= KILL_AFTER_MEASURED and self.killed_pid is None:
+            assert self.server_pid is not None
+            self.killed_pid = self.server_pid
+            os.killpg(os.getpgid(self.server_pid), signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def served_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, KillInSecondTrial]:
+    tmp_path = tmp_path_factory.mktemp("served")
+    killer = KillInSecondTrial()
+    started = time.monotonic()
+    result = run(served_doc(), tmp_path, progress=killer)
+    elapsed_s = time.monotonic() - started
+    db = tmp_path / "results.duckdb"
+    load_runs([result.run_dir], db)
+    print(f"served run: {elapsed_s:.1f} s")
+    return result, db, killer
+
+
+def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with duckdb.connect(str(db), read_only=True) as connection:
+        return connection.execute(sql).fetchall()
+
+
+def test_the_first_trial_measures_the_served_model(served_run: Any) -> None:
+    result, db, _ = served_run
+    first = next(o for o in result.results if o.trial == 0)
+    assert first.status == "ok", (first.error, result.warnings)
+    # More than one request in flight: some visits of the stage overlap.
+    (overlapping,) = query(
+        db,
+        "SELECT count(*) FROM stage_events a JOIN stage_events b ON a.trial = b.trial "
+        "AND a.stage = b.stage AND a.query_id < b.query_id AND b.started_ns < a.finished_ns "
+        "AND a.started_ns < b.finished_ns WHERE a.trial = 0 AND a.stage = 'llm'",
+    )[0]
+    assert overlapping > 0
+    ((max_in_flight,),) = query(
+        db, "SELECT max(max_in_flight) FROM stage_concurrency WHERE trial = 0 AND stage = 'llm'"
+    )
+    assert max_in_flight > 1
+    ((ttft_p50, tokens, itl_p50),) = query(
+        db, "SELECT ttft_p50_ms, tokens, itl_p50_ms FROM tokens WHERE trial = 0 AND stage = 'llm'"
+    )
+    assert ttft_p50 > 0 and tokens > 0 and itl_p50 is not None and itl_p50 >= 0
+    ((token_rows, visits),) = query(
+        db,
+        "SELECT count(*), count(DISTINCT query_id) FROM token_events WHERE trial = 0",
+    )
+    assert token_rows > visits > 0
+    ((goodput_share,),) = query(db, "SELECT goodput_share FROM token_goodput WHERE trial = 0")
+    assert goodput_share is not None and 0 <= goodput_share <= 1
+
+
+def test_the_server_process_is_in_the_host_samples(served_run: Any) -> None:
+    _, db, killer = served_run
+    sampled = {
+        pid
+        for (pid,) in query(
+            db, "SELECT DISTINCT pid FROM host_samples WHERE scope = 'service' AND trial = 0"
+        )
+    }
+    assert killer.server_pid in sampled
+
+
+def test_a_killed_server_fails_its_pipeline_and_keeps_its_rows(served_run: Any) -> None:
+    result, db, killer = served_run
+    assert killer.killed_pid is not None
+    second = next(o for o in result.results if o.trial == 1)
+    assert second.status == "failed"
+    assert second.error is not None and "service llm killed by signal 9" in second.error
+    ((ok_before_kill,),) = query(
+        db, "SELECT count(*) FROM queries WHERE trial = 1 AND status = 'ok'"
+    )
+    assert ok_before_kill > 0
+    assert server_processes() == []
+    assert not psutil.pid_exists(killer.killed_pid) or (
+        psutil.Process(killer.killed_pid).status() == psutil.STATUS_ZOMBIE
+    )
