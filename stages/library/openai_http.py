@@ -208,7 +208,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
                 await self._request(self._body(texts[0]), completion)
         except TimeoutError:
             raise OpenAIRequestError(
-                f"no complete response from {self.url} within timeout_s {self.config.timeout_s:g}"
+                f"{self.url}: no complete response within timeout_s {self.config.timeout_s:g}"
                 f" ({len(completion.pieces)} content chunks received)"
             ) from None
         except (aiohttp.ClientError, StreamError, OSError) as error:

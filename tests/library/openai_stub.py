@@ -8,7 +8,7 @@ a last chunk with `finish_reason`, a usage chunk when the request asked for it (
 completion_tokens = tokens x `tokens_per_chunk`), then `[DONE]`. The stub notes when it
 actually wrote each chunk (`time.monotonic_ns()` after the write: on one machine the client's
 arrival stamps are on the same clock), per request keyed by the prompt, and how many connections
-it accepted; `GET /stats` returns them as JSON.
+it accepted; `GET /stats` returns them as JSON (`GET /stats/take` also forgets the timings).
 
 Hostile `mode`s: `ok`, `bad_json` (a data line that is not JSON), `no_data` (a line that is
 not SSE), `http_500`, `truncate` (the connection closed mid-stream), `no_done` (a clean end of
@@ -28,6 +28,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 HUGE_BYTES = 16 << 20
@@ -109,8 +110,11 @@ class StubServer:
                 headers[name.strip().lower()] = value.strip()
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         self.stats.requests += 1
-        if method == "GET" and path == "/stats":
+        if method == "GET" and path in ("/stats", "/stats/take"):
             self._reply(writer, 200, json.dumps(self._stats_document()).encode())
+            if path == "/stats/take":  # the timings handed over are forgotten
+                self.stats.sent_ns.clear()
+                self.stats.read_ns.clear()
             return True
         if "authorization" in headers:
             self.stats.authorization.append(headers["authorization"])
@@ -160,21 +164,26 @@ class StubServer:
     def _whole(self, chat: bool) -> dict[str, Any]:
         script = self.script
         text = "".join(f"t{index} " for index in range(script.tokens))
-        choice = {"index": 0, "finish_reason": "length"}
-        choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})  # fmt: skip
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
         document: dict[str, Any] = {"choices": [choice]}
         if script.usage:
             document["usage"] = {"completion_tokens": script.tokens * script.tokens_per_chunk}
         return document
 
     @staticmethod
-    def _content(chat: bool, text: str, finish: str | None) -> dict[str, Any]:
+    @lru_cache(maxsize=4096)
+    def _content(chat: bool, text: str, finish: str | None) -> bytes:
+        """A content chunk's HTTP chunk (made once: the stub's own cost stays small)."""
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
         if chat:
             choice["delta"] = {"content": text}
         else:
             choice["text"] = text
-        return {"choices": [choice]}
+        return _event({"choices": [choice]})
 
     async def _stream(
         self,
@@ -192,7 +201,7 @@ class StubServer:
                 await asyncio.sleep(delay_s)
             if script.mode == "huge" and index == 1:
                 return await self._huge(writer)
-            writer.write(_event(self._content(chat, f"t{index} ", None)))
+            writer.write(self._content(chat, f"t{index} ", None))
             sent.append(time.monotonic_ns())
             if script.mode == "bad_json" and index == 1:
                 writer.write(_chunk(b"data: {not json\n\n"))
@@ -209,7 +218,7 @@ class StubServer:
     ) -> bool:
         script = self.script
         if script.mode != "no_done":
-            writer.write(_event(self._content(chat, "", "length")))
+            writer.write(self._content(chat, "", "length"))
             wants_usage = (request.get("stream_options") or {}).get("include_usage")
             if script.usage and wants_usage:
                 usage = {"completion_tokens": script.tokens * script.tokens_per_chunk}
