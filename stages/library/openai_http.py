@@ -1,10 +1,11 @@
 """`http.openai`: a client of an OpenAI-compatible server (`/v1/completions`,
 `/v1/chat/completions`), streamed (SSE) or not, many requests in flight on the stage's loop.
 
-Connections: one aiohttp connection pool per stage instance, made in `start_async` and closed
-in `stop_async` on the stage's event loop; connections are kept alive and reused. A streamed
-response is read as it arrives (`readany`), each read stamped with `time.monotonic_ns()`, and
-its SSE events parsed by `stages.library.openai_stream` with a bound on an event's size.
+Connections: one pool of keep-alive connections per stage instance (`stages.library.http_wire`,
+a minimal HTTP/1.1 client on asyncio), made in `start_async` and closed in `stop_async` on the
+stage's event loop. A streamed response is read as it arrives, each received segment stamped
+with `time.monotonic_ns()` when the socket gave it, and its SSE events parsed by
+`stages.library.openai_stream` with a bound on an event's size.
 Every failure (HTTP status >= 400, timeout, refused connection, malformed or truncated stream)
 raises `OpenAIRequestError` with a one-line reason: the runtime records an `error` row and the
 reason in `errors`. The API key (`api_key_env`) is sent, and is never in a reason.
@@ -17,10 +18,11 @@ import json
 import os
 import time
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-import aiohttp
 from pydantic import Field, model_validator
 
+from stages.library.http_wire import ConnectionPool, HttpError, Response
 from stages.library.openai_stream import Completion, SseReader, StreamError, excerpt
 from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
@@ -31,8 +33,6 @@ MAX_EVENT_BYTES = 1 << 20
 """The largest SSE line or event accepted (1 MiB); a larger one fails the visit, unbuffered."""
 MAX_BODY_BYTES = 16 << 20
 """The largest body of a response that is not streamed (16 MiB)."""
-READ_BUFFER_BYTES = 1 << 18
-"""aiohttp's read buffer: it stops reading the socket at twice this much unconsumed."""
 ERROR_BODY_BYTES = 512
 """How much of an error response's body is read for its reason."""
 
@@ -145,7 +145,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
             self._secret = secret
             self.headers["Authorization"] = f"Bearer {secret}"
         self.request_fields = self._request_fields()
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: ConnectionPool | None = None
 
     def _request_fields(self) -> dict[str, Any]:
         """The fields every request carries besides the prompt."""
@@ -163,18 +163,16 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         return fields
 
     async def start_async(self) -> None:
-        connector = aiohttp.TCPConnector(limit=self.config.max_in_flight, limit_per_host=0)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None),
-            read_bufsize=READ_BUFFER_BYTES,
-            skip_auto_headers=("Accept-Encoding",),  # an uncompressed stream: chunks as sent
-        )
+        self._pool = ConnectionPool(self.url)
+        target = urlsplit(self.url).path
+        fixed = [f"POST {target} HTTP/1.1", f"Host: {self._pool.host_header.decode()}"]
+        fixed += [f"{name}: {value}" for name, value in self.headers.items()]
+        self._head_start = ("\r\n".join(fixed) + "\r\nContent-Length: ").encode("latin-1")
 
     async def stop_async(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def run(self, query: Query) -> Route:
         """One visit outside the runtime: the pool is made and closed around it."""
@@ -211,7 +209,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
                 f"{self.url}: no complete response within timeout_s {self.config.timeout_s:g}"
                 f" ({len(completion.pieces)} content chunks received)"
             ) from None
-        except (aiohttp.ClientError, StreamError, OSError) as error:
+        except (StreamError, OSError) as error:
             raise OpenAIRequestError(self._reason(error)) from None
         self._record(query, visit, completion)
         payload["text"] = "".join(completion.pieces)
@@ -221,21 +219,28 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
 
     def _reason(self, error: Exception) -> str:
         """One line, without the API key whatever the error's text holds."""
-        text = str(error) if isinstance(error, StreamError) else f"{type(error).__name__}: {error}"
+        own = isinstance(error, StreamError | HttpError)
+        text = str(error) if own else f"{type(error).__name__}: {error}"
         text = f"{self.url}: {excerpt(text)}"
         return text.replace(self._secret, "***") if self._secret else text
 
     async def _request(self, body: bytes, completion: Completion) -> None:
-        assert self._session is not None, "start_async makes the connection pool"
-        async with self._session.post(self.url, data=body, headers=self.headers) as response:
+        assert self._pool is not None, "start_async makes the connection pool"
+        head = self._head_start + b"%d\r\n\r\n" % len(body)
+        response = await self._pool.request(head, body)
+        complete = False
+        try:
             if response.status >= 400:
-                start = await response.content.read(ERROR_BODY_BYTES)
+                start = await _read_start(response, ERROR_BODY_BYTES)
                 raise StreamError(f"HTTP {response.status}: {excerpt(start)}")
             if self.config.stream:
-                await _read_stream(response.content, completion)
+                await _read_stream(response, completion)
             else:
-                document = await _read_body(response.content)
+                document = await _read_body(response)
                 completion.add_document(document, time.monotonic_ns())
+            complete = True
+        finally:
+            self._pool.release(response, complete)
 
     def _record(self, query: Query, visit: int, completion: Completion) -> None:
         arrivals = completion.arrivals_ns
@@ -253,26 +258,36 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         self.context.write_rows("token_events", rows)
 
 
-async def _read_stream(content: aiohttp.StreamReader, completion: Completion) -> None:
-    """Parse a streamed response as it arrives; one timestamp per read."""
+async def _read_stream(response: Response, completion: Completion) -> None:
+    """Parse a streamed response as it arrives; events carry their segment's arrival time."""
     reader = SseReader(MAX_EVENT_BYTES)
-    monotonic_ns, readany = time.monotonic_ns, content.readany
-    while chunk := await readany():
-        arrived_ns = monotonic_ns()
-        for data in reader.feed(chunk):
-            completion.add_event(data, arrived_ns)
+    feed, add_event, piece = reader.feed, completion.add_event, response.piece
+    while (received := await piece()) is not None:
+        arrived_ns, data = received
+        for event in feed(data):
+            add_event(event, arrived_ns)
     completion.check_complete()
 
 
-async def _read_body(content: aiohttp.StreamReader) -> Any:
+async def _read_start(response: Response, limit: int) -> bytes:
+    """Up to `limit` bytes of the body (an error's reason)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit and (received := await response.piece()) is not None:
+        parts.append(received[1])
+        size += len(received[1])
+    return b"".join(parts)[:limit]
+
+
+async def _read_body(response: Response) -> Any:
     """A whole JSON body, refused past `MAX_BODY_BYTES`."""
     parts: list[bytes] = []
     size = 0
-    while chunk := await content.readany():
-        size += len(chunk)
+    while (received := await response.piece()) is not None:
+        size += len(received[1])
         if size > MAX_BODY_BYTES:
             raise StreamError(f"the response body exceeds {MAX_BODY_BYTES} bytes")
-        parts.append(chunk)
+        parts.append(received[1])
     body = b"".join(parts)
     try:
         return json.loads(body)
