@@ -96,6 +96,9 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
 class ChunkedDecoder:
     """`Transfer-Encoding: chunked` bodies, fed as received: the data out, without buffering a
     chunk whole; `done` after the last chunk and its trailers; `rest` = bytes past the end."""
@@ -140,10 +143,10 @@ class ChunkedDecoder:
     def _end_line(self) -> None:
         line, self.line = self.line.rstrip(b"\r"), b""
         if self.state == "size":
-            try:
-                size = int(line.split(b";", 1)[0], 16)
-            except ValueError:
-                raise HttpError(f"malformed chunk size {line[:40]!r}") from None
+            digits = line.split(b";", 1)[0].strip()
+            if not digits or digits.strip(_HEX_DIGITS):
+                raise HttpError(f"malformed chunk size {line[:40]!r}")
+            size = int(digits, 16)
             self.state, self.remaining = ("trailer", 0) if size == 0 else ("data", size)
         elif self.state == "crlf":
             if line:
