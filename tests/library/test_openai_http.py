@@ -362,17 +362,23 @@ def _calibration_errors_us() -> dict[str, float]:
     try:
         assert stub.stdout is not None
         url = f"http://127.0.0.1:{int(stub.stdout.readline())}"
-        written: list[dict[str, Any]] = []
-        stage = make_stage(written, base_url=url, max_in_flight=200, timeout_s=30)
+        written: list[tuple[int, int]] = []  # tuples the collector stops tracking
+
+        def keep(_: str, batch: list[dict[str, Any]]) -> None:
+            written.extend([(row["query_id"], row["ts_ns"]) for row in batch])
+
+        config = OpenAIConfig(base_url=url, max_in_flight=200, timeout_s=30)
+        stage = OpenAIStage(config, StageContext(stage_id="llm", write_rows=keep))
+        stage.prepare()
         started = asyncio.run(_two_hundred_at_once(stage))
         stats = asyncio.run(_stats(url))
     finally:
         stub.kill()
         stub.wait()
     arrived: dict[int, list[int]] = {}
-    for row in written:
-        if row["query_id"] < 1000:  # not the warm-up round
-            arrived.setdefault(row["query_id"], []).append(row["ts_ns"])
+    for query_id, ts_ns in written:
+        if query_id < 1000:  # not the warm-up round
+            arrived.setdefault(query_id, []).append(ts_ns)
     assert sorted(arrived) == list(range(200)) and len(started) == 200
     lags, gap_errors, ttft_errors = [], [], []
     for query_id, stamps in arrived.items():
@@ -397,6 +403,7 @@ async def _two_hundred_at_once(stage: OpenAIStage) -> dict[int, int]:
     await stage.start_async()
     warm_up = (make_query(1000 + query_id) for query_id in range(200))
     await asyncio.gather(*(stage.run_async(query) for query in warm_up))
+    gc.collect()
     gc.freeze()  # as the runtime does for a measured window (stages.runtime.driver.run_load)
     started: dict[int, int] = {}
 
