@@ -5,26 +5,35 @@ Prints ONE JSON line on stdout (progress on stderr).
 
 Set-up: the scripted stub server (`tests/library/openai_stub.py`) runs in its own process,
 pinned to the last CPU; this process (the client) is pinned to CPU 0, so the client has one core.
-Each of S streams is a user issuing streamed completions back to back on one loop for a window;
-the stub sends each request's first token `ttft_ms` after reading it, then one every `gap_ms`
-(`tokens` per request), and notes when it wrote each chunk (`time.monotonic_ns()`, the clock the
-client stamps arrivals with). A token's timestamp error = the client's arrival stamp minus the
-stub's write time (>= 0: the loopback transit plus the client's lateness in reading).
+Each of S users opens its connection with one warm-up request (not measured), then, its start
+offset by its number x gap / S (arrivals spread over one token gap, not in lockstep), issues
+streamed completions back to back for the window; the collector's generations are frozen over
+the window, as the runtime does (stages.runtime.driver.run_load). The stub sends each
+request's first token `ttft_ms` (5) after reading it, then one every `gap_ms` (32 tokens per
+request), and notes when it wrote each chunk (`time.monotonic_ns()`, the clock the client
+stamps arrivals with). A token's timestamp error = |the client's arrival stamp - the stub's
+write time| (the loopback transit plus the client's lateness in reading, or the stub's
+lateness in stamping when it was descheduled). tokens/s = measured tokens / (last measured
+arrival - first).
 
 1. Capacity: S in a rising ladder at a realistic decode pace (`gap_ms` 20, 50 tokens/s per
-   stream); per S, tokens/s received and the p50/p99 timestamp error. The stage's figure is the
-   largest S whose p99 error is <= 1 ms (target >= 500 streams).
-2. Throughput: 64 streams with no gap between tokens (the stub sends as fast as it can): tokens
-   per second received, the stage against the bare client (target >= 0.8x).
+   stream); per S, tokens/s received and the timestamp error's p50/p99. A client's figure is
+   the largest S whose p99 error is <= 1 ms (target for the stage: >= 500 streams).
+2. Throughput: 64 streams with no gap between tokens (the stub sends as fast as it can, on its
+   own core): tokens per second received, the stage against the bare client (target >= 0.8x).
+   When the stub is the bottleneck both read the same rate: the ratio is then a lower bound.
 
 The stage side is `OpenAIStage` itself (`start_async`, `run_async` per request, token rows to
-a list), on one event loop as the runtime's async stage thread runs it, without the runtime's
-per-visit recording (its cost is per request, not per token: perf/stage_overhead.py). The bare
-client: one `asyncio.open_connection` per stream, kept alive; it writes the request, reads with
-`StreamReader.read`, stamps each read, splits lines and decodes each `data:` line's JSON: the
-least work that yields the same timestamps and text.
+a list as (query_id, ts_ns) tuples), on one event loop as the runtime's async stage thread
+runs it, without the runtime's per-visit recording (its cost is per request, not per token:
+perf/stage_overhead.py). The bare client: one `asyncio.open_connection` per stream, kept alive;
+it writes the request, reads with `StreamReader.read`, stamps each read, splits lines and
+decodes each `data:` line's JSON: the least work that yields the same timestamps and text.
 
-`--quick`: shorter windows and a shorter ladder (~30 s in all).
+The machine is shared: `background_cpu_pct` says how busy it was; a busy neighbour shows as
+millisecond p99 errors on both clients.
+
+`--quick`: 2 s windows, a ladder of 200, 500, 1000 (~1 min in all).
 """
 
 from __future__ import annotations
