@@ -217,7 +217,8 @@ class ConnectionPool:
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if secure else 80)
         self.ssl = ssl.create_default_context() if secure else None
-        self.host_header = f"{self.host}:{self.port}".encode()
+        literal = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        self.host_header = f"{literal}:{self.port}".encode()
         self.idle: list[_Connection] = []
         self.opened = 0
         """Connections opened so far (tests, diagnostics)."""
