@@ -13,7 +13,10 @@ it accepted; `GET /stats` returns them as JSON (`GET /stats/take` also forgets t
 Hostile `mode`s: `ok`, `bad_json` (a data line that is not JSON), `no_data` (a line that is
 not SSE), `http_500`, `truncate` (the connection closed mid-stream), `no_done` (a clean end of
 the body without `[DONE]` or `finish_reason`), `never` (reads the request, never answers),
-`huge` (a 16 MiB data line without a newline, written 64 KiB at a time).
+`huge` (a 16 MiB data line without a newline, written 64 KiB at a time), `error_event` (an
+`{"error": ...}` chunk mid-stream, as `transformers serve` reports a failure), `one_shot` (a
+complete answer, then the kept-alive connection is closed), `drop_reused` (a second request
+on a connection is read and the connection closed without an answer).
 
 Run as a process: `python -m tests.library.openai_stub --ttft-ms 5 --gap-ms 2 --tokens 16
 [--cpu N]` prints `PORT` on its first line and serves until killed.
@@ -88,9 +91,15 @@ class StubServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
+        served = 0
         try:
-            while await self._one_request(reader, writer):
-                pass
+            while True:
+                if self.script.mode == "drop_reused" and served:
+                    await reader.readuntil(b"\r\n\r\n")  # a second request: closed unanswered
+                    break
+                if not await self._one_request(reader, writer):
+                    break
+                served += 1
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass  # the client went away, or the stub is shutting down
         finally:
@@ -207,6 +216,8 @@ class StubServer:
                 writer.write(_chunk(b"data: {not json\n\n"))
             if script.mode == "no_data" and index == 1:
                 writer.write(_chunk(b"hello, this is not SSE\n\n"))
+            if script.mode == "error_event" and index == 1:
+                writer.write(_event({"error": "CUDA out of memory"}))
             if script.mode == "truncate" and index == 2:
                 await writer.drain()
                 writer.transport.abort()
@@ -226,7 +237,7 @@ class StubServer:
             writer.write(_chunk(b"data: [DONE]\n\n"))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
-        return True
+        return script.mode != "one_shot"  # one_shot: close the kept-alive connection
 
     async def _huge(self, writer: asyncio.StreamWriter) -> bool:
         writer.write(b"%x\r\ndata: " % (HUGE_BYTES + 6))

@@ -204,6 +204,39 @@ def test_sequential_requests_reuse_one_connection() -> None:
         assert stub.stats.connections == 1
 
 
+def test_a_server_that_closes_kept_alive_connections_is_served_on_new_ones() -> None:
+    async def five(stage: OpenAIStage) -> list[str]:
+        await stage.start_async()
+        texts = []
+        for query_id in range(5):
+            query = make_query(query_id)
+            await stage.run_async(query)
+            texts.append(query.payload["text"])
+            await asyncio.sleep(0.01)
+        await stage.stop_async()
+        return texts
+
+    with ThreadedStub(Script(tokens=2, ttft_ms=0, gap_ms=0, mode="one_shot")) as stub:
+        assert asyncio.run(five(make_stage(base_url=stub.url))) == ["t0 t1 "] * 5
+        assert stub.stats.connections == 5
+
+
+def test_a_reused_connection_closed_unanswered_is_retried_once_on_a_new_one() -> None:
+    async def three(stage: OpenAIStage) -> list[str]:
+        await stage.start_async()
+        texts = []
+        for query_id in range(3):
+            query = make_query(query_id)
+            await stage.run_async(query)
+            texts.append(query.payload["text"])
+        await stage.stop_async()
+        return texts
+
+    with ThreadedStub(Script(tokens=2, ttft_ms=0, gap_ms=0, mode="drop_reused")) as stub:
+        assert asyncio.run(three(make_stage(base_url=stub.url))) == ["t0 t1 "] * 3
+        assert stub.stats.connections == 3
+
+
 # --------------------------------------------------------------------------- hostile servers
 
 
@@ -217,6 +250,7 @@ def test_sequential_requests_reuse_one_connection() -> None:
         ("no_done", "the stream ended without [DONE] or a finish_reason (8 content chunks"),
         ("huge", "an SSE line exceeds 1048576 bytes"),
         ("never", "within timeout_s 0.5 (0 content chunks received)"),
+        ("error_event", "the server reported an error: CUDA out of memory"),
     ],
 )
 def test_a_hostile_server_fails_the_visit_with_a_reason_in_bounded_time(
