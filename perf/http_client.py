@@ -6,7 +6,8 @@ Prints ONE JSON line on stdout (progress on stderr).
 Set-up: the scripted stub server (`tests/library/openai_stub.py`) runs in its own process,
 pinned to the last CPU; this process (the client) is pinned to CPU 0, so the client has one core.
 Each of S users opens its connection with one warm-up request (not measured), then, its start
-offset by its number x gap / S (arrivals spread over one token gap, not in lockstep), issues
+offset by its number x span / S (span = one request's scripted duration, ttft + tokens x gap:
+the phases of independent users, not lockstep), issues
 streamed completions back to back for the window; the collector's generations are frozen over
 the window, as the runtime does (stages.runtime.driver.run_load). The stub sends each
 request's first token `ttft_ms` (5) after reading it, then one every `gap_ms` (32 tokens per
@@ -70,7 +71,7 @@ class Stub:
         cpu = max(0, (os.cpu_count() or 1) - 1)
         argv = [sys.executable, "-m", "tests.library.openai_stub", "--ttft-ms", str(TTFT_MS)]
         argv += ["--gap-ms", str(gap_ms), "--tokens", str(tokens), "--cpu", str(cpu)]
-        self.gap_ms = gap_ms
+        self.gap_ms, self.tokens = gap_ms, tokens
         self.process = subprocess.Popen(argv, cwd=common.REPO_ROOT, stdout=subprocess.PIPE)
         assert self.process.stdout is not None
         self.port = int(self.process.stdout.readline())
@@ -128,7 +129,7 @@ async def _users(
     streams: int, window_s: float, spread_s: float, one: Callable[[int, int], Awaitable[None]]
 ) -> None:
     """S users: each opens its connection with a warm-up request (request 0, not measured),
-    then, its start offset by number x spread_s (arrivals spread in time, not in lockstep),
+    then, its start offset by number x spread_s (phases spread in time, not in lockstep),
     issues requests back to back until the window ends. The collector's generations are
     frozen over the window, as the runtime does (stages.runtime.driver.run_load)."""
     await asyncio.gather(*(one(number, 0) for number in range(streams)))
@@ -207,7 +208,10 @@ async def _bare_response(reader: asyncio.StreamReader) -> list[int]:
 def _measure(client: str, stub: Stub, streams: int, window_s: float) -> dict[str, Any]:
     """One run of S streams: tokens/s and the timestamp error against the stub's writes, over
     the measured requests (not the warm-up ones)."""
-    spread_s = stub.gap_ms / 1e3 / streams
+    # Users' phases spread over one request's span, as independent users' would be; spread
+    # over one token gap only, every stream's request boundary falls in the same 20 ms, and
+    # the burst of S request ends and starts is what the p99 then measures.
+    spread_s = (TTFT_MS + stub.tokens * stub.gap_ms) / 1e3 / streams
 
     async def run() -> tuple[dict[str, list[int]], dict[str, Any]]:
         if client == "stage":

@@ -33,11 +33,15 @@ class HttpError(ConnectionError):
 
 
 class _Connection(asyncio.Protocol):
-    """One TCP connection: what it receives is queued as (arrival ns, bytes) segments."""
+    """One TCP connection: what it receives is queued as segments beside their arrival times
+    (two deques: no tuple per segment, less for the collector to track)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.segments: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.segments: collections.deque[bytes] = collections.deque()
+        self.stamps: collections.deque[int] = collections.deque()
+        self.stamp_ns = 0
+        """The arrival time of the segment `segment` returned last."""
         self.buffered = 0
         self.closed = False
         self.paused = False
@@ -48,7 +52,8 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.segments.append((time.monotonic_ns(), data))
+        self.stamps.append(time.monotonic_ns())
+        self.segments.append(data)
         self.buffered += len(data)
         if self.buffered > PAUSE_BYTES and not self.paused and self.transport is not None:
             self.paused = True
@@ -69,8 +74,9 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def segment(self) -> tuple[int, bytes] | None:
-        """The next received segment with its arrival time; None once the peer has closed."""
+    async def segment(self) -> bytes | None:
+        """The next received segment (its arrival time in `stamp_ns`); None once the peer has
+        closed."""
         while not self.segments:
             if self.closed:
                 return None
@@ -79,15 +85,17 @@ class _Connection(asyncio.Protocol):
                 await self.waiter
             finally:
                 self.waiter = None
-        stamp_ns, data = self.segments.popleft()
+        self.stamp_ns = self.stamps.popleft()
+        data = self.segments.popleft()
         self.buffered -= len(data)
         if self.paused and self.buffered < PAUSE_BYTES // 2 and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()
-        return stamp_ns, data
+        return data
 
     def push_back(self, stamp_ns: int, data: bytes) -> None:
-        self.segments.appendleft((stamp_ns, data))
+        self.stamps.appendleft(stamp_ns)
+        self.segments.appendleft(data)
         self.buffered += len(data)
 
     def abort(self) -> None:
@@ -176,9 +184,9 @@ class Response:
             self.keep_alive = False  # the body ends when the server closes
         self.finished = self._left == 0
 
-    async def piece(self) -> tuple[int, bytes] | None:
-        """The body's next bytes with the arrival time of the segment that held them; None at
-        the end of the body."""
+    async def piece(self) -> bytes | None:
+        """The body's next bytes (`connection.stamp_ns`: the arrival time of the segment that
+        held them); None at the end of the body."""
         while not self.finished:
             segment = await self.connection.segment()
             if segment is None:
@@ -186,10 +194,9 @@ class Response:
                     self.finished = True
                     return None
                 raise HttpError("the server closed the connection before the body ended")
-            stamp_ns, data = segment
-            data = self._unframe(data)
+            data = self._unframe(segment)
             if data:
-                return stamp_ns, data
+                return data
         return None
 
     def _unframe(self, data: bytes) -> bytes:
@@ -279,8 +286,8 @@ async def _read_head(connection: _Connection) -> Response:
             if not buffer:
                 raise _ClosedUnanswered
             raise HttpError("the server closed the connection inside the response head")
-        stamp_ns, data = segment
-        buffer += data
+        stamp_ns = connection.stamp_ns
+        buffer += segment
         end = buffer.find(b"\r\n\r\n")
         if end >= 0:
             break

@@ -262,8 +262,9 @@ async def _read_stream(response: Response, completion: Completion) -> None:
     """Parse a streamed response as it arrives; events carry their segment's arrival time."""
     reader = SseReader(MAX_EVENT_BYTES)
     feed, add_event, piece = reader.feed, completion.add_event, response.piece
-    while (received := await piece()) is not None:
-        arrived_ns, data = received
+    connection = response.connection
+    while (data := await piece()) is not None:
+        arrived_ns = connection.stamp_ns
         for event in feed(data):
             add_event(event, arrived_ns)
     completion.check_complete()
@@ -273,9 +274,9 @@ async def _read_start(response: Response, limit: int) -> bytes:
     """Up to `limit` bytes of the body (an error's reason)."""
     parts: list[bytes] = []
     size = 0
-    while size < limit and (received := await response.piece()) is not None:
-        parts.append(received[1])
-        size += len(received[1])
+    while size < limit and (data := await response.piece()) is not None:
+        parts.append(data)
+        size += len(data)
     return b"".join(parts)[:limit]
 
 
@@ -283,11 +284,11 @@ async def _read_body(response: Response) -> Any:
     """A whole JSON body, refused past `MAX_BODY_BYTES`."""
     parts: list[bytes] = []
     size = 0
-    while (received := await response.piece()) is not None:
-        size += len(received[1])
+    while (data := await response.piece()) is not None:
+        size += len(data)
         if size > MAX_BODY_BYTES:
             raise StreamError(f"the response body exceeds {MAX_BODY_BYTES} bytes")
-        parts.append(received[1])
+        parts.append(data)
     body = b"".join(parts)
     try:
         return json.loads(body)
