@@ -71,8 +71,16 @@ class _Connection(asyncio.Protocol):
 
     def _wake(self) -> None:
         waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def arrival(self) -> asyncio.Future[None]:
+        """A future done when more data (or the end) arrives: awaited directly, not through a
+        coroutine, so waiting allocates one object a token."""
+        waiter = self.waiter = asyncio.get_running_loop().create_future()
+        return waiter
 
     async def segment(self) -> bytes | None:
         """The next received segment (its arrival time in `stamp_ns`); None once the peer has
@@ -80,11 +88,11 @@ class _Connection(asyncio.Protocol):
         while not self.segments:
             if self.closed:
                 return None
-            self.waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self.waiter
-            finally:
-                self.waiter = None
+            await self.arrival()
+        return self.pop()
+
+    def pop(self) -> bytes:
+        """The next received segment, which must be there (`stamp_ns`: its arrival time)."""
         self.stamp_ns = self.stamps.popleft()
         data = self.segments.popleft()
         self.buffered -= len(data)
@@ -107,6 +115,14 @@ class _Connection(asyncio.Protocol):
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 
 
+def _chunk_size(line: bytes) -> int:
+    """The size a chunk-size line (without its line end) gives; extensions ignored."""
+    digits = line.split(b";", 1)[0].strip()
+    if not digits or digits.strip(_HEX_DIGITS):
+        raise HttpError(f"malformed chunk size {line[:40]!r}")
+    return int(digits, 16)
+
+
 class ChunkedDecoder:
     """`Transfer-Encoding: chunked` bodies, fed as received: the data out, without buffering a
     chunk whole; `done` after the last chunk and its trailers; `rest` = bytes past the end."""
@@ -124,6 +140,11 @@ class ChunkedDecoder:
         out: list[bytes] = []
         position, end = 0, len(data)
         while position < end and not self.done:
+            if self.state == "size" and not self.line:  # the common case, in one step
+                after = self._whole_chunk(data, position, out)
+                if after > position:
+                    position = after
+                    continue
             if self.state == "data":
                 taken = min(self.remaining, end - position)
                 out.append(data[position : position + taken])
@@ -143,6 +164,20 @@ class ChunkedDecoder:
             self.rest = data[position:]
         return out
 
+    def _whole_chunk(self, data: bytes, position: int, out: list[bytes]) -> int:
+        """Where `data` goes on after a chunk that lies whole in it from `position` (size line,
+        data, CRLF), its data appended to `out`; `position` itself when it does not."""
+        newline = data.find(b"\n", position, position + 32)
+        if newline < 0:
+            return position
+        size = _chunk_size(data[position:newline].rstrip(b"\r"))
+        start = newline + 1
+        stop = start + size
+        if size == 0 or data[stop : stop + 2] != b"\r\n":
+            return position  # the last chunk, or one that continues in a later segment
+        out.append(data[start:stop])
+        return stop + 2
+
     def _grow_line(self, part: bytes) -> None:
         self.line += part
         if len(self.line) > MAX_CHUNK_LINE_BYTES:
@@ -151,10 +186,7 @@ class ChunkedDecoder:
     def _end_line(self) -> None:
         line, self.line = self.line.rstrip(b"\r"), b""
         if self.state == "size":
-            digits = line.split(b";", 1)[0].strip()
-            if not digits or digits.strip(_HEX_DIGITS):
-                raise HttpError(f"malformed chunk size {line[:40]!r}")
-            size = int(digits, 16)
+            size = _chunk_size(line)
             self.state, self.remaining = ("trailer", 0) if size == 0 else ("data", size)
         elif self.state == "crlf":
             if line:
@@ -187,14 +219,24 @@ class Response:
     async def piece(self) -> bytes | None:
         """The body's next bytes (`connection.stamp_ns`: the arrival time of the segment that
         held them); None at the end of the body."""
+        while (data := self.piece_nowait()) == b"":
+            await self.connection.arrival()
+        return data
+
+    def piece_nowait(self) -> bytes | None:
+        """The body's next bytes if some have arrived, b"" when none have yet (await
+        `connection.arrival()`), None at the end of the body. The hot path of a stream: no
+        coroutine per token."""
+        connection = self.connection
         while not self.finished:
-            segment = await self.connection.segment()
-            if segment is None:
+            if not connection.segments:
+                if not connection.closed:
+                    return b""
                 if self._decoder is None and self._left is None:
                     self.finished = True
                     return None
                 raise HttpError("the server closed the connection before the body ended")
-            data = self._unframe(segment)
+            data = self._unframe(connection.pop())
             if data:
                 return data
         return None

@@ -261,9 +261,12 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
 async def _read_stream(response: Response, completion: Completion) -> None:
     """Parse a streamed response as it arrives; events carry their segment's arrival time."""
     reader = SseReader(MAX_EVENT_BYTES)
-    feed, add_event, piece = reader.feed, completion.add_event, response.piece
+    feed, add_event, piece = reader.feed, completion.add_event, response.piece_nowait
     connection = response.connection
-    while (data := await piece()) is not None:
+    while (data := piece()) is not None:
+        if not data:
+            await connection.arrival()
+            continue
         arrived_ns = connection.stamp_ns
         for event in feed(data):
             add_event(event, arrived_ns)

@@ -70,9 +70,12 @@ class SseReader:
         self._data.append(value)
 
 
+_decode_json = json.JSONDecoder().decode
+
+
 def _json(data: bytes) -> Any:
-    try:
-        return json.loads(data)
+    try:  # UTF-8 (what SSE is), decoded here: json.loads(bytes) would first guess the encoding
+        return _decode_json(data.decode())
     except ValueError:
         raise StreamError(f"malformed SSE (data is not JSON): {excerpt(data)!r}") from None
 
