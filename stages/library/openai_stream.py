@@ -93,8 +93,8 @@ def _choice_text(choice: dict[str, Any], chat: bool) -> Any:
     `message.content` (chat, not streamed)."""
     if not chat:
         return choice.get("text")
-    part = choice.get("delta") or choice.get("message") or {}
-    return part.get("content") if isinstance(part, dict) else None
+    part = choice.get("delta") or choice.get("message")
+    return part.get("content") if type(part) is dict else None
 
 
 class Completion:
@@ -120,22 +120,28 @@ class Completion:
 
     def add_document(self, document: Any, arrived_ns: int) -> None:
         """One stream chunk, or the whole body of a response that was not streamed."""
-        _server_error(document)
-        if not isinstance(document, dict):
+        if type(document) is not dict:
+            _server_error(document)
             raise StreamError(f"malformed response (not a JSON object): {excerpt(str(document))}")
+        if "error" in document:
+            _server_error(document)
         usage = document.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self.usage_tokens = usage["completion_tokens"]
+        if usage:
+            self._add_usage(usage)
         for choice in document.get("choices") or ():
-            if not isinstance(choice, dict):
+            if type(choice) is not dict:
                 what = excerpt(str(choice))
                 raise StreamError(f"malformed response (a choice is not an object): {what}")
             text = _choice_text(choice, self.chat)
             if text:
-                self.pieces.append(str(text))
+                self.pieces.append(text if type(text) is str else str(text))
                 self.arrivals_ns.append(arrived_ns)
             if choice.get("finish_reason"):
                 self.finished = True
+
+    def _add_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
 
     def check_complete(self) -> None:
         """At the end of a stream: it must have said it was done (`[DONE]`, or a choice with a

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from stages.library.http_wire import ChunkedDecoder, HttpError
 from stages.library.openai_http import OpenAIConfig, OpenAIRequestError, OpenAIStage
-from stages.library.openai_stream import SseReader, StreamError
+from stages.library.openai_stream import Completion, SseReader, StreamError
 from stages.runtime.driver import prepare_load, run_load
 from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.query import Query
@@ -113,6 +113,23 @@ def test_the_sse_reader_refuses_an_event_past_its_bound() -> None:
     reader.feed(b"data: " + b"x" * 40 + b"\n")
     with pytest.raises(StreamError, match="event exceeds 64 bytes"):
         reader.feed(b"data: " + b"x" * 40 + b"\n")
+
+
+def test_chunks_that_are_not_completions_are_malformed_or_the_servers_error() -> None:
+    completion = Completion(chat=True)
+    with pytest.raises(StreamError, match="not a JSON object"):
+        completion.add_event(b"[1, 2]", 0)
+    with pytest.raises(StreamError, match="a choice is not an object"):
+        completion.add_event(b'{"choices": [3]}', 0)
+    with pytest.raises(StreamError, match="the server reported an error: boom"):
+        completion.add_event(b'{"error": {"message": "boom"}}', 0)
+    with pytest.raises(StreamError, match="data is not JSON"):
+        completion.add_event(b"\xff\xfe", 0)
+    completion.add_event(b'{"choices": [{"delta": {"content": "hi"}, "finish_reason": null}]}', 5)
+    completion.add_event(b'{"choices": [], "usage": {"completion_tokens": 4}}', 6)
+    assert (completion.pieces, completion.arrivals_ns, completion.tokens) == (["hi"], [5], 4)
+    with pytest.raises(StreamError, match="ended without"):
+        completion.check_complete()
 
 
 def test_a_chunked_body_decodes_whatever_the_segment_boundaries() -> None:
