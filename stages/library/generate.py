@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from stages.library.profiling import OperatorProfiler
 from stages.library.text_models import load_text_model, model_reference, to_device
-from stages.library.text_payloads import PROMPT_FIELD, as_dict, document_text
+from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
 from stages.library.torch_common import ModelStageConfig, device_synchronizer
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage
@@ -191,20 +191,10 @@ class GenerateStage(Stage[GenerateConfig]):
             counted = generated.numel()
         return generated, first_token_ns, counted
 
-    def _prompt_texts(self, payload: dict[str, Any]) -> tuple[list[str], bool]:
-        texts = payload[self.config.text_field]
-        batched = isinstance(texts, list)
-        texts = list(texts) if batched else [str(texts)]
-        documents = payload.get("documents") if self.config.use_documents else None
-        if documents:
-            context = " ".join(document_text(doc) for doc in documents)
-            texts = [f"Context: {context}\nQuestion: {text}\nAnswer:" for text in texts]
-        return texts, batched
-
     def run(self, query: Query) -> Route:
         torch = self.torch
         payload = as_dict(query.payload, self.config.text_field)
-        texts, batched = self._prompt_texts(payload)
+        texts, batched = prompt_texts(payload, self.config.text_field, self.config.use_documents)
         generator = None
         if self.config.sampling == "sample":
             generator = torch.Generator(device=self.context.device)

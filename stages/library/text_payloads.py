@@ -35,6 +35,22 @@ def as_dict(payload: Any, field: str) -> dict[str, Any]:
     raise KeyError(f"payload has no '{field}' field (keys: {', '.join(map(str, payload))})")
 
 
+def prompt_texts(
+    payload: dict[str, Any], text_field: str, use_documents: bool
+) -> tuple[list[str], bool]:
+    """The prompts a payload holds (`text_field`: a text or a list of texts) and whether it was
+    a list; with `use_documents`, retrieved `documents` in the payload are put before each
+    prompt as context (a RAG prompt)."""
+    texts = payload[text_field]
+    batched = isinstance(texts, list)
+    texts = [str(text) for text in texts] if batched else [str(texts)]
+    documents = payload.get("documents") if use_documents else None
+    if documents:
+        context = " ".join(document_text(doc) for doc in documents)
+        texts = [f"Context: {context}\nQuestion: {text}\nAnswer:" for text in texts]
+    return texts, batched
+
+
 def document_text(document: Any) -> str:
     """The text of one retrieved document: a dict with `text`, a (doc_id, score, text) tuple,
     or a string."""
