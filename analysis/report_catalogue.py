@@ -243,12 +243,31 @@ CATALOGUE: tuple[ReportView, ...] = (
     ),
     ReportView(
         "energy_split",
-        order_by=("trial", "phase", "device", "pipeline"),
+        order_by=("trial", "phase", "window_pipeline", "device", "consumer", "pipeline"),
         terminal=names(
-            "trial phase device pipeline method share energy_j total_energy_j energy_source"
+            "trial phase window_pipeline device consumer pipeline method share energy_j "
+            "total_energy_j energy_source"
         ),
         after_run_title="energy split (an attribution by utilisation share, method named; "
-        "total_energy_j measured)",
+        "total_energy_j measured; window_pipeline: whose solo window)",
+        report_md=Section(
+            "Energy and CPU share per consumer (each window's device energy attributed by "
+            "utilisation share, the method named: a pipeline, a service the benchmark started, "
+            "or other; window: whose solo baseline, '-' when collocated)",
+            (
+                ("trial", "trial"),
+                ("phase", "phase"),
+                ("window", "window_pipeline"),
+                ("device", "device"),
+                ("consumer", "consumer"),
+                ("name", "pipeline"),
+                ("share", "share"),
+                ("energy J", "energy_j"),
+                ("window energy J", "total_energy_j"),
+                ("method", "method"),
+                ("energy source", "energy_source"),
+            ),
+        ),
     ),
     ReportView(
         "perf_per_watt",

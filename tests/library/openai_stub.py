@@ -19,7 +19,8 @@ complete answer, then the kept-alive connection is closed), `drop_reused` (a sec
 on a connection is read and the connection closed without an answer).
 
 Run as a process: `python -m tests.library.openai_stub --ttft-ms 5 --gap-ms 2 --tokens 16
-[--cpu N]` prints `PORT` on its first line and serves until killed.
+[--cpu N] [--port P]` prints `PORT` on its first line and serves until killed (as a `command`
+service: `--port {port}`, ready path `/stats`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class Script:
     mode: str = "ok"
     usage: bool = True
     tokens_per_chunk: int = 1
+    max_streams: int = 0
+    """Answers served at once (the others wait, as requests queue for a busy server's
+    batch slots); 0 = no limit."""
 
 
 @dataclass
@@ -76,6 +80,7 @@ class StubServer:
         self._server: asyncio.Server | None = None
 
     async def start(self, port: int = 0) -> int:
+        self._slots = asyncio.Semaphore(self.script.max_streams or 1_000_000_000)
         self._server = await asyncio.start_server(self._connection, "127.0.0.1", port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -129,7 +134,10 @@ class StubServer:
             self.stats.authorization.append(headers["authorization"])
         request = json.loads(body)
         self.stats.bodies.append(request)
-        return await self._answer(request, path, read_ns, writer)
+        async with self._slots:
+            if self.script.max_streams:  # a queued request's script starts when it is served
+                read_ns = time.monotonic_ns()
+            return await self._answer(request, path, read_ns, writer)
 
     def _stats_document(self) -> dict[str, Any]:
         stats = self.stats
@@ -278,9 +286,9 @@ class ThreadedStub:
         return self.server.stats
 
 
-async def _serve_forever(script: Script) -> None:
+async def _serve_forever(script: Script, port: int = 0) -> None:
     server = StubServer(script)
-    port = await server.start()
+    port = await server.start(port)
     print(port, flush=True)
     await asyncio.Event().wait()
 
@@ -292,11 +300,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--mode", default="ok")
     parser.add_argument("--cpu", type=int, default=None, help="pin the stub to this CPU")
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
+    parser.add_argument("--max-streams", type=int, default=0, help="0: no limit")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    script = Script(ttft_ms=args.ttft_ms, gap_ms=args.gap_ms, tokens=args.tokens, mode=args.mode)
-    asyncio.run(_serve_forever(script))
+    script = Script(
+        ttft_ms=args.ttft_ms,
+        gap_ms=args.gap_ms,
+        tokens=args.tokens,
+        mode=args.mode,
+        max_streams=args.max_streams,
+    )
+    asyncio.run(_serve_forever(script, args.port))
 
 
 if __name__ == "__main__":

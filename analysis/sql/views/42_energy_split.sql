@@ -156,7 +156,10 @@ SELECT
     e.energy_source,
     e.window_start_ns,
     e.window_end_ns,
-    e.window_s
+    e.window_s,
+    -- Whose window: the solo pipeline of a solo baseline's window, NULL for a collocated one
+    -- (a solo phase has one window per pipeline, and a service has a row in each).
+    s.window_pipeline
 FROM shares AS s
 JOIN energy AS e
     ON s.run_id = e.run_id AND s.trial = e.trial AND s.phase = e.phase
