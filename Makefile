@@ -53,6 +53,7 @@ perf: install
 	$(BIN)/python perf/fidelity.py
 	$(BIN)/python perf/analysis_speed.py
 	$(BIN)/python perf/capacity.py
+	$(BIN)/python perf/http_client.py
 
 # The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through
 # dagster dev and the CLI) and the 1M-query runtime flatness run (perf/stage_overhead.py --soak),

@@ -114,11 +114,11 @@ def _open_loop(loadgen: dict[str, Any], rate_qps: float, window_s: float) -> dic
 
 def _closed_loop(pipeline: dict[str, Any], settings: SearchSettings) -> dict[str, Any]:
     """The ceiling probe's loadgen: closed loop, no think time, enough clients to fill the
-    pipeline (CEILING_CONCURRENCY, or one per stage when longer; at most its queue depth)."""
+    pipeline (CEILING_CONCURRENCY, or one per stage when longer, or as many as its widest stage
+    serves at once; at most its queue depth)."""
     loadgen = pipeline["loadgen"]
-    concurrency = min(
-        int(loadgen["queue_depth"]), max(CEILING_CONCURRENCY, len(pipeline["stages"]))
-    )
+    wanted = max(CEILING_CONCURRENCY, len(pipeline["stages"]), widest_stage(pipeline))
+    concurrency = min(int(loadgen["queue_depth"]), wanted)
     kept = (
         "samples_per_query",
         "warmup_queries",
@@ -136,6 +136,21 @@ def _closed_loop(pipeline: dict[str, Any], settings: SearchSettings) -> dict[str
     )
     changed["timeout_s"] = max(float(loadgen["timeout_s"]), _needed_s(changed) + DRAIN_ALLOWANCE_S)
     return changed
+
+
+def widest_stage(pipeline: dict[str, Any]) -> int:
+    """Visits the pipeline's widest stage runs at once: its `concurrency` threads times, for an
+    asynchronous stage type, its `max_in_flight` (a served model's client keeps that many
+    requests at the server, whose batching is what the ceiling must fill)."""
+    from stages.runtime.registry import default_registry
+
+    registry = default_registry()
+    widest = 1
+    for stage in pipeline["stages"]:
+        config = registry.get(stage["type"]).config_model.model_validate(stage.get("config", {}))
+        in_flight = int(getattr(config, "max_in_flight", 1))
+        widest = max(widest, int(stage.get("concurrency", 1)) * in_flight)
+    return widest
 
 
 def _needed_s(loadgen: dict[str, Any]) -> float:

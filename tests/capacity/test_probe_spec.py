@@ -130,3 +130,19 @@ def test_services_up_for_the_search_are_external_in_every_probe() -> None:
     # Without shared services (a spec the search does not start), the probe starts its own.
     alone = probe_spec(loaded, ProbeRequest("search", 10, 1, False), settings())
     assert alone.spec.services[0].type == "transformers.serve"
+
+
+def test_the_ceiling_fills_an_asynchronous_stage() -> None:
+    document = spec().normalized
+    document["pipelines"][0]["stages"] = [
+        {"id": "a", "type": "async_sleep", "concurrency": 2, "config": {"max_in_flight": 12}},
+    ]
+    probe = probe_spec(
+        validate_document(document), ProbeRequest("ceiling", 0, 0, False), settings()
+    )
+    assert probe.spec.pipelines[0].loadgen.concurrency == 24  # 2 threads x 12 in flight
+    document["pipelines"][0]["stages"] = [{"id": "a", "type": "async_sleep"}]
+    probe = probe_spec(
+        validate_document(document), ProbeRequest("ceiling", 0, 0, False), settings()
+    )
+    assert probe.spec.pipelines[0].loadgen.concurrency == 64  # the default max_in_flight
