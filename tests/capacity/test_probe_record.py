@@ -148,3 +148,15 @@ def test_the_pipeline_that_stopped_a_ray_probe_reads_missed() -> None:
     record = probe_executor._missed_by(stopped, "b")
     assert record.verdict == "missed"
     assert (record.pipelines["a"].verdict, record.pipelines["b"].verdict) == ("met", "missed")
+
+
+def test_a_closed_loop_ceiling_counts_its_drain() -> None:
+    """64 clients on a 36 ms server over a 4 s window: every query issued completes, the last
+    64 after the window (latency ~2.3 s); the ceiling is ~27.7 q/s, not 172 / 4 = 43."""
+    latencies = [36.0 * (k + 1) for k in range(64)] + [2304.0] * 108
+    naive = probe_executor._throughput(latencies, 4.0, None)
+    ceiling = probe_executor._throughput(latencies, 4.0, 64)
+    assert naive == 43.0
+    assert ceiling is not None and 26.5 < ceiling < 28.0
+    assert probe_executor._throughput([math.inf], 4.0, 64) == 0.0
+    assert probe_executor._throughput(latencies, None, 64) is None

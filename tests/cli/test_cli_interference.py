@@ -50,11 +50,12 @@ def test_report_prints_the_energy_split_when_the_run_has_energy(tmp_path: Path) 
     load_runs([split_run(tmp_path)], db)
     output = report_output(db, tmp_path / "report")
     rows = table_rows(output, "energy_split")
-    # trial, phase, device, pipeline, method, share, energy_j, total_energy_j, energy_source
-    assert ["0", "collocated", "host", "a", "cpu_util_share", "0.6", "24.75", "41.25", "rapl"] in (
-        rows
-    )
-    assert ["0", "solo", "host", "b", "cpu_util_share", "-", "-", "33.75", "rapl"] in rows
+    # trial, phase, window_pipeline, device, consumer, pipeline, method, share, energy_j,
+    # total_energy_j, energy_source
+    collocated_a = ["0", "collocated", "-", "host", "pipeline", "a", "cpu_util_share"]
+    assert [*collocated_a, "0.6", "24.75", "41.25", "rapl"] in rows
+    solo_b = ["0", "solo", "b", "host", "pipeline", "b", "cpu_util_share"]
+    assert [*solo_b, "-", "-", "33.75", "rapl"] in rows
     assert len(rows) == 8
     assert "interference" not in titles(output)  # no subset phases: contention says it all
 
