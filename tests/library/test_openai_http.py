@@ -409,5 +409,3 @@ def test_timestamps_are_within_a_millisecond_of_the_script_at_200_streams() -> N
         if max(errors_us.values()) <= 1_000:
             break
     assert max(attempts[-1].values()) <= 1_000, attempts
-
-
