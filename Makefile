@@ -39,7 +39,7 @@ typecheck: install
 	$(BIN)/mypy
 
 unit: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30  # the slowest tests, to keep `make test` under 25 min
 
 test: lint typecheck unit
 
