@@ -16,7 +16,8 @@ reads, then say where everything is and how to open the UI.
 Both jobs run in this process (`execute_in_process`) on `DagsterInstance.get()`, so the runs
 and materialisations are recorded where `dagster dev` (`make ui`) finds them; the benchmark
 itself still runs in its own Pipes child process group, whose output is copied here as it
-comes. Exit status: 0 done, 1 a step failed (its error is printed), 2 invalid spec.
+comes. Exit status: 0 done, 1 a step failed (its error is printed), 2 invalid spec or pools
+file.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import dagster as dg
 
 from bench_defs.artifacts import ARTIFACT_NAMES, ARTIFACTS_GROUP
 from bench_defs.definitions import build_definitions
-from bench_defs.pools import default_pool, write_instance_config
+from bench_defs.pools import PoolError, default_pool, write_instance_config
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
     SPEC_PARTITIONS,
@@ -218,7 +219,10 @@ def run_demo(
     """Materialise the spec `partition`'s artefacts and benchmark on `DagsterInstance.get()`
     (after `prepare_dagster_home`); raises DemoError with the reason when a step fails."""
     home = dagster_home()
-    prepare_dagster_home(home)
+    try:
+        prepare_dagster_home(home)
+    except PoolError as error:
+        raise DemoError(str(error), EXIT_INVALID) from None
     os.environ[DAGSTER_HOME_ENV] = str(home)
     resource = CollobenchResource(specs_dir=str(specs_dir.absolute()) if specs_dir else None)
     spec = _valid_spec(resource, partition)

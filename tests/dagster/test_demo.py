@@ -61,7 +61,13 @@ def test_prepare_dagster_home_keeps_a_users_config(tmp_path: Path) -> None:
     own = tmp_path / "own"
     own.mkdir()
     (own / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    assert prepare_dagster_home(own).read_text() == "telemetry:\n  enabled: false\n"
+    # the user's settings stay; only the pool limits are written into it
+    assert yaml.safe_load(prepare_dagster_home(own).read_text()) == {
+        "telemetry": {"enabled": False},
+        "concurrency": {
+            "runs": {"tag_concurrency_limits": [{"key": POOL_TAG, "value": "local", "limit": 1}]}
+        },
+    }
     empty = tmp_path / "empty"  # what the old `make demo` left (touch)
     empty.mkdir()
     (empty / "dagster.yaml").write_text("")
