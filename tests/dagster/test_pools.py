@@ -15,7 +15,7 @@ import yaml
 from dagster._core.test_utils import create_run_for_test
 
 from bench_defs.benchmark import benchmark_run
-from bench_defs.capacity import capacity
+from bench_defs.capacity import CAPACITY_PARTITIONS, CapacitySearchResource, capacity
 from bench_defs.capacity_region import (
     RegionRequest,
     add_region_partitions,
@@ -181,3 +181,18 @@ def test_a_run_on_an_unknown_pool_fails_with_one_line(
     assert "run tag collobench/gpu-pool='h100' names no pool (pools: local)" in error.message
     assert len(error.message.strip().splitlines()) == 1
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())  # nothing ran
+
+    # a capacity search too, before its search folder is made
+    instance.add_dynamic_partitions(CAPACITY_PARTITIONS, ["tiny|p"])
+    search = dg.materialize(
+        [capacity],
+        partition_key="tiny|p",
+        instance=instance,
+        resources=resources | {"capacity_search": CapacitySearchResource()},
+        tags={POOL_TAG: "h100"},
+        raise_on_error=False,
+    )
+    assert not search.success
+    failure = next(e for e in search.all_events if e.is_step_failure)
+    assert "names no pool (pools: local)" in str(failure.step_failure_data.error)
+    assert not (home / "capacity").exists()
