@@ -33,6 +33,7 @@ from bench_defs.pools import (
 )
 from bench_defs.resources import GroupPipesClient
 from tests.dagster.specs import tiny_spec, write_spec
+from tests.dagster.test_instance_config import run_limits
 from tests.dagster.test_sensor import tick
 from tests.helpers import REPO
 
@@ -155,13 +156,12 @@ def test_the_job_body_of_a_benchmark_run(
 
 
 @pytest.mark.usefixtures("on_kubernetes")
-def test_runs_are_limited_per_pool_not_per_device_index(tmp_path: Path) -> None:
+def test_runs_are_limited_per_pool_not_per_device_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pools = load_pools()
     write_instance_config(tmp_path, pools)
-    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
-        queue = instance.get_concurrency_config().run_queue_config
-    assert queue is not None
-    limits = list(queue.tag_concurrency_limits)
+    limits = run_limits(tmp_path, monkeypatch)
     assert (
         limits
         == pool_limits(pools)

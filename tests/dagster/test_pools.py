@@ -12,6 +12,11 @@ from typing import Any
 import dagster as dg
 import pytest
 import yaml
+from dagster._core.remote_origin import (
+    RegisteredCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
 from dagster._core.test_utils import create_run_for_test
 
 from bench_defs.benchmark import benchmark_run
@@ -41,6 +46,10 @@ from tests.dagster.test_sensor import tick
 
 A = Pool(name="host-a", queue="host-a", host="host-a", devices=1)
 B = Pool(name="host-b", queue="host-b", host="host-b", devices=2)
+REMOTE_ORIGIN = RemoteJobOrigin(
+    RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("collobench"), "__repository__"),
+    "benchmark_job",
+)
 
 
 @pytest.fixture
@@ -90,7 +99,13 @@ def test_the_chooser_takes_the_least_loaded_pool(instance: dg.DagsterInstance) -
     ]
     # the instance's queued and running runs count; finished ones do not
     for status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTED):
-        create_run_for_test(instance, job_name="benchmark_job", tags=pool_tags(A), status=status)
+        create_run_for_test(
+            instance,
+            job_name="benchmark_job",
+            tags=pool_tags(A),
+            status=status,
+            remote_job_origin=REMOTE_ORIGIN,  # a queued run needs one
+        )
     create_run_for_test(
         instance, job_name="benchmark_job", tags=pool_tags(B), status=dg.DagsterRunStatus.SUCCESS
     )
