@@ -25,10 +25,10 @@ demo: install
 	$(BIN)/collobench validate specs/*.yaml
 	$(BIN)/python -m bench_defs.demo
 
-# The Dagster UI on the instance `make demo` wrote (loopback only).
+# The Dagster UI on the instance `make demo` wrote (loopback only); its dagster.yaml gets one run
+# limit per device pool of the pools file (none: the pool `local`, one run at a time).
 ui: install
-	mkdir -p $(DAGSTER_HOME)
-	test -s $(DAGSTER_HOME)/dagster.yaml || cp bench_defs/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/python -m bench_defs.pools --write-instance $(DAGSTER_HOME)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 lint: install

@@ -14,9 +14,9 @@ from typing import Any
 import dagster as dg
 
 from bench_defs.artifacts import ARTIFACT_NAMES, default_params
+from bench_defs.pools import check_run_pool
 from bench_defs.resources import CollobenchResource, GroupPipesClient
 from bench_defs.specs import (
-    DEVICE_TAG,
     BenchmarkRunConfig,
     artifacts_used,
     devices_of,
@@ -64,6 +64,7 @@ def benchmark_run(
     pipes_client: GroupPipesClient,
 ) -> dg.MaterializeResult:
     key = context.partition_key
+    pool = check_run_pool(context)  # an unknown pool fails here, before anything runs
     spec_path = collobench.spec_file(key)
     state = read_spec_state(key, spec_path)
     if not spec_path.is_file():
@@ -72,13 +73,6 @@ def benchmark_run(
         raise dg.Failure("invalid spec: " + "; ".join(state.problems))
     overrides = config.overrides(len(state.normalized["pipelines"]))
     devices = devices_of(state.normalized, config.device)
-    tagged = context.run.tags.get(DEVICE_TAG)
-    if tagged != devices:
-        context.log.warning(
-            f"this run is tagged {DEVICE_TAG}={tagged!r} but the benchmark uses {devices!r}: "
-            "Dagster may start it beside another benchmark on that device, and then it waits "
-            "for the device lock `collobench run` holds; set the tag when launching"
-        )
     run_id = collobench_run_id(key, context.run.run_id)
     runs = collobench.runs_path()
     runs.mkdir(parents=True, exist_ok=True)
@@ -102,7 +96,7 @@ def benchmark_run(
     metadata: dict[str, Any] = {
         **(reported.metadata or {}),
         "devices_used": devices,
-        "device_tag": str(tagged),
+        "gpu_pool": pool,
         "launchpad_overrides": dg.MetadataValue.json(config.model_dump(exclude_none=True)),
         "artifacts_used": dg.MetadataValue.json(_artifact_hashes(collobench, used)),
     }

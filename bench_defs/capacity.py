@@ -10,10 +10,11 @@ the scale s along ray k of the region of A and B (`--region A,B --rays n --ray k
 A=QPS,B=QPS --search-id REGION_ID`, in `<REGION_ID>-ray<k>`); it needs A's and B's solo
 capacities: certified_qps, else estimate_qps, of the latest materialisation of `<spec>|A`
 and `<spec>|B`. The rays of one region share REGION_ID through the region request's run tag
-(or the backfill id). Each partition is its own run, tagged with the spec's devices
-(`collobench/device`), so the run queue gives every search one device at a time and the rays
-of a region queue for the devices as separate runs. A re-executed run resumes its search
-(same root run id, same tags: the probes recorded so far are kept).
+(or the backfill id). Each partition is its own run, tagged with a device pool
+(`collobench/gpu-pool`, bench_defs/pools.py), so the run queue runs at most a pool's device
+count of searches at once and the rays of a region, spread over the pools, run on several hosts
+at once. A re-executed run resumes its search (same root run id, same tags: the probes recorded
+so far are kept).
 """
 
 from collections.abc import Mapping
@@ -39,8 +40,9 @@ from bench_defs.capacity_keys import (
     search_id_of,
 )
 from bench_defs.capacity_region_file import write_region_summary
+from bench_defs.pools import check_run_pool, default_pool
 from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
-from bench_defs.specs import DEFAULT_DEVICE, DEVICE_TAG, devices_of, read_spec_state, run_tags
+from bench_defs.specs import DEFAULT_DEVICE, read_spec_state, run_tags
 from stages import settings
 from stages.capacity.contract import CAPACITY_FILE, SEARCH_FILE, CapacityResult, SearchSettings
 
@@ -242,8 +244,7 @@ def plan_search(
 
 
 def _check_spec(context: dg.AssetExecutionContext, target: CapacityTarget, spec_path: Path) -> None:
-    """Fail with the reason when the spec is missing, invalid or lacks the target's pipelines;
-    warn when the run's device tag is not the spec's devices."""
+    """Fail with the reason when the spec is missing, invalid or lacks the target's pipelines."""
     if not spec_path.is_file():
         raise dg.Failure(f"{spec_path}: no such spec file (partition {context.partition_key!r})")
     state = read_spec_state(target.spec, spec_path)
@@ -254,13 +255,6 @@ def _check_spec(context: dg.AssetExecutionContext, target: CapacityTarget, spec_
     if missing:
         raise dg.Failure(
             f"{spec_path.name} has no pipeline {', '.join(missing)} (it has {sorted(names)})"
-        )
-    devices, tagged = devices_of(state.normalized), context.run.tags.get(DEVICE_TAG)
-    if tagged != devices:
-        context.log.warning(
-            f"this run is tagged {DEVICE_TAG}={tagged!r} but the search uses {devices!r}: the "
-            "run queue may start it beside another run on that device (each probe then waits "
-            "for the device lock); set the tag when launching"
         )
 
 
@@ -316,6 +310,7 @@ def capacity(
     duckdb_warehouse: WarehouseResource,
     pipes_client: GroupPipesClient,
 ) -> dg.MaterializeResult:
+    pool = check_run_pool(context)  # an unknown pool fails here, before anything runs
     command, plan = search_command(context, config, collobench, capacity_search, duckdb_warehouse)
     context.log.info(f"capacity search {context.partition_key} in {plan.search_dir}")
     pipes_client.run(context=context, command=command, env=collobench.child_env())
@@ -334,7 +329,7 @@ def capacity(
             )
         except Exception as error:  # the ray's own result stands without the summary
             context.log.warning(f"region summary not written: {type(error).__name__}: {error}")
-    metadata["device_tag"] = str(context.run.tags.get(DEVICE_TAG))
+    metadata["gpu_pool"] = pool
     return dg.MaterializeResult(
         metadata=metadata,
         data_version=dg.DataVersion(result.search_id),
@@ -345,9 +340,9 @@ def capacity(
 capacity_job = dg.define_asset_job(
     "capacity_job",
     selection=dg.AssetSelection.assets(capacity),
-    # capacity_region_sensor tags each run with its spec's devices; a Launchpad run or a
-    # backfill gets this default unless its tags say otherwise (one run per device value).
-    tags=run_tags(DEFAULT_DEVICE),
+    # capacity_region_sensor spreads a region's runs over the pools; a Launchpad run or a
+    # backfill goes to the first pool unless its tags say otherwise.
+    tags=run_tags(DEFAULT_DEVICE, default_pool()),
     description="One capacity search per partition (<spec>|<pipeline> or "
     "<spec>|<A>+<B>@ray<k>of<n>). Launchpad config: ops.capacity.config {slo_ms, percentile, "
     "precision, max_probes, probe_s, with_rates}.",

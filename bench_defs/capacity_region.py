@@ -11,9 +11,11 @@ the `capacity_region_job` (Launchpad config: ops.plan_capacity_region.config) or
   solo capacity already found is reused: materialise it again by hand to refresh it);
 - once both solo partitions are materialised it requests one run per ray.
 Run keys are `<request id>:<partition>` (request id = file name and content hash), so a tick
-never requests a run twice and an edited request runs again. Every run carries the spec's
-devices as `collobench/device`: the run queue (bench_defs/dagster.yaml) then starts at most one
-search per device at a time and the rays wait for a free one.
+never requests a run twice and an edited request runs again. The runs go round-robin over the
+device pools (bench_defs/pools.py) by their index: solo A on the first pool, solo B on the
+second, ray k on pool k-1 (modulo the number of pools), so both solo searches and the rays run
+on several hosts at once; a request asked again on a later tick gets the same pools. The run
+queue then runs at most a pool's device count of searches at once.
 """
 
 import hashlib
@@ -36,6 +38,7 @@ from bench_defs.capacity import (
     search_config,
 )
 from bench_defs.capacity_keys import region_keys
+from bench_defs.pools import Pool, PoolError, load_pools, round_robin
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import devices_of, read_spec_state, run_tags
 
@@ -107,19 +110,23 @@ class RegionTick:
 
     existing: set[str]
     materialized: set[str]
+    pools: list[Pool]
     to_add: list[str] = field(default_factory=list)
     requests: list[dg.RunRequest] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
 
-    def visit(self, identifier: str, request: RegionRequest, tags: dict[str, str]) -> None:
-        """Plan one request: its missing partitions, its solo runs, then its rays."""
+    def visit(self, identifier: str, request: RegionRequest, devices: str) -> None:
+        """Plan one request: its missing partitions, its solo runs, then its rays (each on the
+        pool of its index in its group)."""
         keys = request.keys()
         self.to_add += [key for key in keys if key not in self.existing and key not in self.to_add]
         run_config = {"ops": {capacity.op.name: {"config": request.search}}}
         solos, rays = keys[:2], keys[2:]
         pending = [key for key in solos if key not in self.materialized]
-        for key in pending if pending else rays:
+        planned = [(solos.index(key), key) for key in pending] if pending else list(enumerate(rays))
+        for index, key in planned:
+            tags = run_tags(devices, round_robin(self.pools, index))
             self.requests.append(
                 dg.RunRequest(
                     run_key=f"{identifier}:{key}",
@@ -151,6 +158,7 @@ def plan_tick(
     tick = RegionTick(
         existing=set(instance.get_dynamic_partitions(CAPACITY_PARTITIONS)),
         materialized=set(instance.get_materialized_partitions(capacity.key)),
+        pools=load_pools(),
     )
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         found = _read_request(path, tick)
@@ -161,7 +169,7 @@ def plan_tick(
         if state.normalized is None:
             tick.problems += [f"{path.name}: {problem}" for problem in state.problems]
             continue
-        tick.visit(identifier, request, run_tags(devices_of(state.normalized)))
+        tick.visit(identifier, request, devices_of(state.normalized))
     return tick
 
 
@@ -179,7 +187,10 @@ def capacity_region_sensor(
     capacity_search: CapacitySearchResource,
 ) -> dg.SensorResult:
     folder = capacity_search.out_path(collobench) / REGIONS_FOLDER
-    tick = plan_tick(context.instance, collobench, folder)
+    try:
+        tick = plan_tick(context.instance, collobench, folder)
+    except PoolError as error:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"pools file: {error}"))
     for note in tick.waiting + tick.problems:
         context.log.info(note)
     added = (

@@ -4,8 +4,9 @@ reads, then say where everything is and how to open the UI.
     python -m bench_defs.demo [--partition demo] [--specs-dir specs]
 
 1. `$DAGSTER_HOME` (default `$COLLOBENCH_HOME/dagster`, made absolute) is created with the
-   instance configuration of `bench_defs/dagster.yaml` (telemetry off, one run per device tag)
-   unless it already has a non-empty `dagster.yaml`.
+   instance configuration of `bench_defs/dagster.yaml` (telemetry off) and one run limit per
+   device pool (`bench_defs.pools.write_instance_config`; no pools file: the pool `local`,
+   limit 1); a non-empty `dagster.yaml` already there keeps everything but those limits.
 2. The spec file `<specs-dir>/<partition>.yaml` is validated (a bad one: its problems, exit 2)
    and its partition of `spec_files` is added.
 3. `artifacts_job` materialises the artefact assets the spec uses, and their upstream ones.
@@ -15,7 +16,8 @@ reads, then say where everything is and how to open the UI.
 Both jobs run in this process (`execute_in_process`) on `DagsterInstance.get()`, so the runs
 and materialisations are recorded where `dagster dev` (`make ui`) finds them; the benchmark
 itself still runs in its own Pipes child process group, whose output is copied here as it
-comes. Exit status: 0 done, 1 a step failed (its error is printed), 2 invalid spec.
+comes. Exit status: 0 done, 1 a step failed (its error is printed), 2 invalid spec or pools
+file.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import dagster as dg
 
 from bench_defs.artifacts import ARTIFACT_NAMES, ARTIFACTS_GROUP
 from bench_defs.definitions import build_definitions
+from bench_defs.pools import PoolError, default_pool, write_instance_config
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
     SPEC_PARTITIONS,
@@ -46,8 +49,6 @@ from bench_defs.warehouse import metadata_value
 from stages import settings
 
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
-INSTANCE_CONFIG = Path(__file__).with_name("dagster.yaml")
-"""The instance configuration `make demo` installs (telemetry off, one run per device)."""
 UI_HINT = "open the UI: make ui  (dagster dev on http://127.0.0.1:3000)"
 QUIET_LOGGERS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 """Run config keeping Dagster's console logger to warnings: the demo prints its own progress
@@ -100,13 +101,10 @@ def dagster_home(collobench_home: Path | None = None) -> Path:
 
 
 def prepare_dagster_home(folder: Path) -> Path:
-    """Create the instance folder and install `bench_defs/dagster.yaml` into it, unless it has
-    a non-empty `dagster.yaml` of its own (a user's edits are kept). Returns the config file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "dagster.yaml"
-    if not config.is_file() or not config.read_text(encoding="utf-8").strip():
-        config.write_text(INSTANCE_CONFIG.read_text(encoding="utf-8"), encoding="utf-8")
-    return config
+    """Create the instance folder and write `dagster.yaml` there: `bench_defs/dagster.yaml`
+    when there is none, with one run limit per device pool (a user's own file keeps everything
+    but the pool limits). Returns the config file."""
+    return write_instance_config(folder)
 
 
 def _failure_lines(result: dg.ExecuteInProcessResult) -> list[str]:
@@ -186,16 +184,16 @@ def _materialise_benchmark(
 ) -> None:
     """Step 2: `benchmark_job` for the partition; records the run, its folder and the checks."""
     partition = result.partition
-    devices = devices_of(spec)
+    devices, pool = devices_of(spec), default_pool()
     echo(
         f"[2/2] benchmark_job[{partition}]: benchmark_run (Pipes child) -> warehouse "
-        f"-> throughput, latency, perf_per_watt, contention; device tag {devices}"
+        f"-> throughput, latency, perf_per_watt, contention; pool {pool.name}"
     )
     started = time.monotonic()
     benchmark = defs.resolve_job_def("benchmark_job").execute_in_process(
         instance=instance,
         partition_key=partition,
-        tags=run_tags(devices),
+        tags=run_tags(devices, pool),
         run_config=QUIET_LOGGERS,
         raise_on_error=False,
     )
@@ -221,7 +219,10 @@ def run_demo(
     """Materialise the spec `partition`'s artefacts and benchmark on `DagsterInstance.get()`
     (after `prepare_dagster_home`); raises DemoError with the reason when a step fails."""
     home = dagster_home()
-    prepare_dagster_home(home)
+    try:
+        prepare_dagster_home(home)
+    except PoolError as error:
+        raise DemoError(str(error), EXIT_INVALID) from None
     os.environ[DAGSTER_HOME_ENV] = str(home)
     resource = CollobenchResource(specs_dir=str(specs_dir.absolute()) if specs_dir else None)
     spec = _valid_spec(resource, partition)

@@ -7,6 +7,7 @@ import dagster as dg
 
 from bench_defs.artifacts import ARTIFACTS_GROUP
 from bench_defs.benchmark import benchmark_run
+from bench_defs.pools import default_pool
 from bench_defs.reports import report_assets
 from bench_defs.specs import DEFAULT_DEVICE, run_tags
 from bench_defs.warehouse import warehouse
@@ -20,10 +21,10 @@ artifacts_job = dg.define_asset_job(
 benchmark_job = dg.define_asset_job(
     "benchmark_job",
     selection=dg.AssetSelection.assets(benchmark_run, warehouse, *report_assets),
-    # The sensor and the schedule tag each run with its spec's devices; a Launchpad run gets
-    # this default unless its tags say otherwise (bench_defs/dagster.yaml limits one run per
-    # value at a time).
-    tags=run_tags(DEFAULT_DEVICE),
+    # A Launchpad run goes to the first pool unless its tags say otherwise; the sensor and the
+    # schedule pick the least-loaded pool (bench_defs/pools.py). The instance runs at most the
+    # pool's device count at once (bench_defs/dagster.yaml, written by bench_defs.pools).
+    tags=run_tags(DEFAULT_DEVICE, default_pool()),
     description="One spec file's benchmark: run it (Pipes child), load it into DuckDB, check "
     "it and write its reports. Launchpad config: ops.benchmark_run.config "
     "{rate, duration_s, repeats, device}.",

@@ -5,6 +5,8 @@ The cron is `0 2 * * *` (02:00) in UTC unless `$COLLOBENCH_NIGHTLY_CRON` and
 `$COLLOBENCH_NIGHTLY_TIMEZONE` say otherwise (read when the code location loads). A plain
 schedule, not one built from the partitioned job: Dagster refuses dynamic partitions there.
 A spec whose partition does not exist yet (the sensor adds partitions) is skipped and logged.
+Each run goes to the least-loaded device pool (bench_defs/pools.py), counting the runs this
+evaluation requested, so a night's specs spread over every pool.
 """
 
 import os
@@ -12,6 +14,7 @@ import os
 import dagster as dg
 
 from bench_defs.jobs import benchmark_job
+from bench_defs.pools import PoolChooser, PoolError, load_pools
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
     SPEC_HASH_TAG,
@@ -38,6 +41,10 @@ DEFAULT_CRON = "0 2 * * *"
 def nightly_benchmarks(
     context: dg.ScheduleEvaluationContext, collobench: CollobenchResource
 ) -> list[dg.RunRequest] | dg.SkipReason:
+    try:
+        chooser = PoolChooser.from_instance(context.instance, load_pools())
+    except PoolError as error:
+        return dg.SkipReason(f"pools file: {error}")
     partitions = set(context.instance.get_dynamic_partitions(SPEC_PARTITIONS))
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     requests = []
@@ -52,7 +59,10 @@ def nightly_benchmarks(
             dg.RunRequest(
                 run_key=f"nightly:{key}:{day}",
                 partition_key=key,
-                tags={**run_tags(devices_of(state.normalized)), SPEC_HASH_TAG: state.content_hash},
+                tags={
+                    **run_tags(devices_of(state.normalized), chooser.take()),
+                    SPEC_HASH_TAG: state.content_hash,
+                },
             )
         )
     return requests or dg.SkipReason("no spec file opts in with `nightly: true`")

@@ -12,6 +12,10 @@ repeated tick does nothing twice:
 On the first tick (no cursor) the files already there are taken as the baseline: their
 partitions are added, but nothing runs, so turning the sensor on never launches every shipped
 benchmark at once. Launch those from the UI.
+
+Each requested run goes to the least-loaded device pool (bench_defs/pools.py: queued and
+running runs per device, ties in the pools file's order); a pools file that cannot be read
+skips the tick with its error.
 """
 
 import json
@@ -21,6 +25,7 @@ from pathlib import Path
 import dagster as dg
 
 from bench_defs.jobs import benchmark_job
+from bench_defs.pools import PoolChooser, PoolError, load_pools
 from bench_defs.resources import CollobenchResource
 from bench_defs.specs import (
     SPEC_HASH_TAG,
@@ -43,6 +48,7 @@ class _Tick:
     seen: dict[str, str]  # the previous cursor
     existing: set[str]  # the partitions there now
     first_tick: bool
+    chooser: PoolChooser
     cursor: dict[str, str] = field(default_factory=dict)
     to_add: list[str] = field(default_factory=list)
     requests: list[dg.RunRequest] = field(default_factory=list)
@@ -75,7 +81,10 @@ class _Tick:
             dg.RunRequest(
                 run_key=f"{key}:{digest[:16]}",
                 partition_key=key,
-                tags={**run_tags(devices_of(state.normalized)), SPEC_HASH_TAG: digest},
+                tags={
+                    **run_tags(devices_of(state.normalized), self.chooser.take()),
+                    SPEC_HASH_TAG: digest,
+                },
             )
         )
 
@@ -105,9 +114,13 @@ def spec_files_sensor(
     context: dg.SensorEvaluationContext, collobench: CollobenchResource
 ) -> dg.SensorResult:
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    try:
+        chooser = PoolChooser.from_instance(context.instance, load_pools())
+    except PoolError as error:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"pools file: {error}"))
     existing = set(context.instance.get_dynamic_partitions(SPEC_PARTITIONS))
     files = spec_files(collobench.specs_path())
-    tick = _Tick(seen, existing, first_tick=context.cursor is None)
+    tick = _Tick(seen, existing, first_tick=context.cursor is None, chooser=chooser)
     for key, path in files.items():
         tick.visit(key, path)
     partition_requests = _partition_requests(tick.to_add, sorted(existing - files.keys()))

@@ -14,14 +14,14 @@ import dagster as dg
 from pydantic import Field
 
 from bench_defs.k8s import k8s_run_tags
+from bench_defs.pools import Pool, pool_tags
 
 SPEC_PARTITIONS = "spec_files"
 spec_partitions = dg.DynamicPartitionsDefinition(name=SPEC_PARTITIONS)
 """`benchmark_run` and everything downstream: one partition per `specs/<stem>.yaml`."""
 
-DEVICE_TAG = "collobench/device"
-"""Run tag naming the device a benchmark uses (`cpu`, `cuda:0`; several joined by `+`)."""
 DEFAULT_DEVICE = "cpu"
+"""The devices of a Launchpad run's default tags (what its Kubernetes pod requests)."""
 SPEC_HASH_TAG = "collobench/spec_file_hash"
 
 # Stage types that read a dataset artefact (their config has no artefact name).
@@ -152,7 +152,8 @@ def read_spec_state(key: str, path: Path) -> SpecState:
     return SpecState(key, path, digest, loaded.normalized | {"nightly": loaded.spec.nightly}, [])
 
 
-def run_tags(devices: str) -> dict[str, str]:
-    """The tags of a benchmark run on `devices`: the device tag (one run per device at a time)
-    and, under `$COLLOBENCH_K8S`, the pod configuration (bench_defs/k8s.py)."""
-    return {DEVICE_TAG: devices, **k8s_run_tags(devices)}
+def run_tags(devices: str, pool: Pool) -> dict[str, str]:
+    """The tags of a benchmark or capacity run on `devices` in `pool`: the pool and its queue
+    (bench_defs/pools.py: the instance runs at most the pool's device count at once) and, under
+    `$COLLOBENCH_K8S`, the pod configuration (bench_defs/k8s.py)."""
+    return {**pool_tags(pool), **k8s_run_tags(devices, pool)}

@@ -12,6 +12,12 @@ import pytest
 import tests.helpers  # noqa: F401 - registers the test stage types
 from tests.noop_run import NoopCollocatedRun, run_noop_collocated
 
+# The checkout's pools file (`.collobench/cluster/pools.yaml`, which `make cluster` writes) must
+# not decide the pools the tests see, not even in the job tags fixed when bench_defs loads: no
+# pools file (os.devnull is no regular file), so the implicit pool `local`. A test of its own
+# pools sets $COLLOBENCH_POOLS_FILE itself (bench_defs/pools.py).
+os.environ["COLLOBENCH_POOLS_FILE"] = os.devnull
+
 
 @pytest.fixture(autouse=True)
 def _isolated_home(

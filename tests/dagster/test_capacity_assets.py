@@ -29,7 +29,7 @@ from bench_defs.capacity_region import (
     write_region_request,
 )
 from bench_defs.definitions import build_definitions
-from bench_defs.specs import DEVICE_TAG
+from bench_defs.pools import POOL_TAG
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
@@ -228,7 +228,7 @@ def test_a_region_runs_as_separate_runs_solo_first_then_one_per_ray(
     for request, result in done:
         assert result.success
         assert request.run_config == {"ops": {"capacity": {"config": {"probe_s": 3.0}}}}
-        assert request.tags[DEVICE_TAG] == "cpu"  # the run queue's one-per-device key
+        assert request.tags[POOL_TAG] == "local"  # the run queue's limit: one pool, one run
         assert request.tags[TARGET_TAG] == request.partition_key
         assert request.tags[REGION_TAG] == done[0][0].tags[REGION_TAG]
         record = instance.get_run_by_id(result.run_id)

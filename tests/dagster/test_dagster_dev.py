@@ -164,7 +164,7 @@ def test_launch_rerun_sensor_then_cancel(
     (sensor_run,) = sensor_runs
     tags = {tag["key"]: tag["value"] for tag in sensor_run["tags"]}
     assert tags["dagster/sensor_name"] == "spec_files_sensor"
-    assert tags["collobench/device"] == "cpu"
+    assert tags["collobench/gpu-pool"] == "local"  # the sensor's pick: the only pool
     assert server.wait_for_run(client, sensor_run["runId"], server.ENDED, 300) == "SUCCESS"
 
     long_id = server.launch_benchmark(client, "long")

@@ -49,8 +49,9 @@ def test_the_capacity_names_users_and_docs_rely_on() -> None:
     assert repository.get_job("capacity_region_job").name == "capacity_region_job"
     sensor = repository.get_sensor_def("capacity_region_sensor")
     assert sensor.job_name == "capacity_job"
-    # every capacity run carries the device tag the run queue limits to one run per device
-    assert repository.get_job("capacity_job").tags["collobench/device"] == "cpu"
+    # every capacity run carries the pool tag the run queue limits (no pools file: `local`)
+    assert repository.get_job("capacity_job").tags["collobench/gpu-pool"] == "local"
+    assert "collobench/device" not in repository.get_job("capacity_job").tags
 
 
 def test_launchpad_overrides_become_set_options() -> None:

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from bench_defs.demo import UI_HINT, main, prepare_dagster_home
-from bench_defs.specs import DEVICE_TAG, SPEC_PARTITIONS
+from bench_defs.pools import POOL_TAG
+from bench_defs.specs import SPEC_PARTITIONS
 from tests.dagster.demo_run import DemoRun
 from tests.dagster.specs import tiny_spec, write_spec
 
@@ -48,7 +49,7 @@ def test_demo_materialises_through_dagster(demo_run: DemoRun) -> None:
         assert sorted(r.job_name for r in runs) == ["artifacts_job", "benchmark_job"]
         assert all(r.is_success for r in runs)
         benchmark = next(r for r in runs if r.job_name == "benchmark_job")
-        assert benchmark.tags[DEVICE_TAG] == "cpu"
+        assert benchmark.tags[POOL_TAG] == "local"
         assert benchmark.tags["dagster/partition"] == "tiny"
         # only what the spec uses (and its upstream) was built: not the digits CNN
         assert instance.get_latest_materialization_event(dg.AssetKey("digits_cnn")) is None
@@ -60,7 +61,13 @@ def test_prepare_dagster_home_keeps_a_users_config(tmp_path: Path) -> None:
     own = tmp_path / "own"
     own.mkdir()
     (own / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    assert prepare_dagster_home(own).read_text() == "telemetry:\n  enabled: false\n"
+    # the user's settings stay; only the pool limits are written into it
+    assert yaml.safe_load(prepare_dagster_home(own).read_text()) == {
+        "telemetry": {"enabled": False},
+        "concurrency": {
+            "runs": {"tag_concurrency_limits": [{"key": POOL_TAG, "value": "local", "limit": 1}]}
+        },
+    }
     empty = tmp_path / "empty"  # what the old `make demo` left (touch)
     empty.mkdir()
     (empty / "dagster.yaml").write_text("")

@@ -1,6 +1,8 @@
 """deploy/k8s/ (never run on a cluster here): every YAML file parses, a benchmark run pod
-requests a GPU, storage is Postgres and the runs bucket, and no value is a password, a key or
-a loopback address; bench_defs.k8s renders the per-run `dagster-k8s/config` tag."""
+requests a GPU, storage is Postgres and the runs bucket, the run queue limits runs per device
+pool (the pools of deploy/k8s/pools.yaml), run monitoring never resumes a run, and no value is a
+password, a key or a loopback address; bench_defs.k8s renders the per-run `dagster-k8s/config`
+tag (tests/dagster/test_k8s_job.py renders the Job body with dagster-k8s itself)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 import yaml
 
 from bench_defs.k8s import K8S_CONFIG_TAG, gpus_for, k8s_run_config, k8s_run_tags
-from bench_defs.specs import DEVICE_TAG
+from bench_defs.pools import OLD_DEVICE_TAG, POOL_TAG, Pool, load_pools, pool_limits
 from tests.helpers import REPO
 
 DEPLOY = REPO / "deploy" / "k8s"
@@ -62,7 +64,7 @@ def env_of(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_every_file_parses_and_nothing_is_secret_or_loopback() -> None:
     files = sorted(path.name for path in DEPLOY.glob("*.yaml"))
-    assert files == ["postgres.yaml", "runs-bucket.yaml", "values.yaml"]
+    assert files == ["pools.yaml", "postgres.yaml", "runs-bucket.yaml", "values.yaml"]
     for name in files:
         docs = documents(name)
         assert docs, name
@@ -124,17 +126,32 @@ def test_helm_values_launch_each_run_as_a_gpu_pod_on_postgres() -> None:
     assert volume["spec"]["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
     assert "ReadWriteMany" in volume["spec"]["accessModes"]
 
-    limits = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
-    assert [limit["key"] for limit in limits["tagConcurrencyLimits"]] == [DEVICE_TAG]
+
+def test_runs_queue_per_pool_and_are_never_resumed() -> None:
+    (values,) = documents("values.yaml")
+    daemon = values["dagsterDaemon"]
+    queue = daemon["runCoordinator"]["config"]["queuedRunCoordinator"]
+    pools = load_pools(DEPLOY / "pools.yaml")
+    assert [pool.name for pool in pools] == ["h100", "a10"]
+    # one limit per pool of the pools file the image carries, none per device index
+    assert queue["tagConcurrencyLimits"] == pool_limits(pools)
+    assert all(limit["key"] == POOL_TAG for limit in queue["tagConcurrencyLimits"])
+    assert OLD_DEVICE_TAG not in (DEPLOY / "values.yaml").read_text()
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    assert env_of(deployment["env"])["COLLOBENCH_POOLS_FILE"] == "/opt/collobench/pools.yaml"
+    # a benchmark is never resumed mid-measurement: a dead pod fails its run
+    monitoring = daemon["runMonitoring"]
+    assert monitoring["enabled"] is True and monitoring["maxResumeRunAttempts"] == 0
 
 
 def test_run_tag_helper() -> None:
-    assert k8s_run_tags("cuda:0", {}) == {}
-    assert k8s_run_tags("cuda:0", {"COLLOBENCH_K8S": "0"}) == {}
-    tags = k8s_run_tags("cpu+cuda:0+cuda:1", {"COLLOBENCH_K8S": "1"})
+    h100 = Pool(name="h100", queue="h100", host="h100-nodes", devices=8)
+    assert k8s_run_tags("cuda:0", h100, environ={}) == {}
+    assert k8s_run_tags("cuda:0", h100, environ={"COLLOBENCH_K8S": "0"}) == {}
+    tags = k8s_run_tags("cpu+cuda:0+cuda:1", h100, environ={"COLLOBENCH_K8S": "1"})
     assert list(tags) == [K8S_CONFIG_TAG]
     config = json.loads(tags[K8S_CONFIG_TAG])
-    assert config == k8s_run_config("cpu+cuda:0+cuda:1")
+    assert config == k8s_run_config("cpu+cuda:0+cuda:1", h100)
     resources = config["container_config"]["resources"]
     assert resources["requests"]["nvidia.com/gpu"] == "2"
     assert resources["limits"] == {"nvidia.com/gpu": "2"}
@@ -143,6 +160,20 @@ def test_run_tag_helper() -> None:
         "pod_spec_config"
     ]["tolerations"]
     assert gpus_for("cpu") == 1 and gpus_for("cuda:3") == 1 and gpus_for("cuda:0+cuda:0") == 1
+    (term,) = config["pod_spec_config"]["affinity"]["node_affinity"][
+        "required_during_scheduling_ignored_during_execution"
+    ]["node_selector_terms"]
+    assert term["match_expressions"] == [
+        {"key": "nvidia.com/gpu.sharing-strategy", "operator": "In", "values": ["none"]},
+        {"key": POOL_TAG, "operator": "In", "values": ["h100"]},
+    ]
+    # the implicit local pool names no nodes: unshared GPUs only
+    (local,) = k8s_run_config("cuda:0")["pod_spec_config"]["affinity"]["node_affinity"][
+        "required_during_scheduling_ignored_during_execution"
+    ]["node_selector_terms"]
+    assert [expression["key"] for expression in local["match_expressions"]] == [
+        "nvidia.com/gpu.sharing-strategy"
+    ]
 
 
 def test_runs_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from typing import Any
 
 import dagster as dg
 
+from bench_defs.pools import POOL_TAG
 from bench_defs.schedules import nightly_benchmarks
-from bench_defs.specs import DEVICE_TAG, SPEC_PARTITIONS
+from bench_defs.specs import SPEC_PARTITIONS
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
@@ -38,8 +39,8 @@ def test_runs_every_spec_that_opts_in(
     write_spec(specs_dir, "broken", "name: [\n")
     instance.add_dynamic_partitions(SPEC_PARTITIONS, ["nightly_one", "daytime", "broken"])
     requests = evaluate(instance, defs, resources)
-    assert [(r.partition_key, r.run_key, r.tags[DEVICE_TAG]) for r in requests] == [
-        ("nightly_one", "nightly:nightly_one:2026-01-02", "cpu")
+    assert [(r.partition_key, r.run_key, r.tags[POOL_TAG]) for r in requests] == [
+        ("nightly_one", "nightly:nightly_one:2026-01-02", "local")
     ]
 
 

@@ -10,8 +10,9 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from bench_defs.pools import POOL_TAG, QUEUE_TAG
 from bench_defs.sensors import spec_files_sensor
-from bench_defs.specs import DEVICE_TAG, SPEC_PARTITIONS, file_hash
+from bench_defs.specs import SPEC_PARTITIONS, file_hash
 from tests.dagster.specs import tiny_spec, write_spec
 
 
@@ -68,9 +69,9 @@ def test_sensor_lifecycle(instance: dg.DagsterInstance, ticker: Ticker, specs_di
     # a new file: its partition is added and a run requested for it
     write_spec(specs_dir, "new", tiny_spec("new"))
     added = ticker(first.cursor)
-    assert [(r.partition_key, r.tags[DEVICE_TAG]) for r in added.run_requests or []] == [
-        ("new", "cpu")
-    ]
+    assert [
+        (r.partition_key, r.tags[POOL_TAG], r.tags[QUEUE_TAG]) for r in added.run_requests or []
+    ] == [("new", "local", "dagster")]
     assert partitions(instance) == ["new", "old"]
 
     # the same folder again: nothing to do, said so
