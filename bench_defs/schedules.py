@@ -52,7 +52,10 @@ def nightly_benchmarks(
             dg.RunRequest(
                 run_key=f"nightly:{key}:{day}",
                 partition_key=key,
-                tags={**run_tags(devices_of(state.normalized)), SPEC_HASH_TAG: state.content_hash},
+                tags={
+                    **run_tags(devices_of(state.normalized), state.normalized),
+                    SPEC_HASH_TAG: state.content_hash,
+                },
             )
         )
     return requests or dg.SkipReason("no spec file opts in with `nightly: true`")

@@ -75,7 +75,10 @@ class _Tick:
             dg.RunRequest(
                 run_key=f"{key}:{digest[:16]}",
                 partition_key=key,
-                tags={**run_tags(devices_of(state.normalized)), SPEC_HASH_TAG: digest},
+                tags={
+                    **run_tags(devices_of(state.normalized), state.normalized),
+                    SPEC_HASH_TAG: digest,
+                },
             )
         )
 
