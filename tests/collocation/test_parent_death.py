@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -48,10 +49,10 @@ def group(pgid: int) -> list[psutil.Process]:
     return found
 
 
-def wait_for(condition: object, timeout_s: float, what: str) -> None:
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
+        if condition():
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")

@@ -64,7 +64,10 @@ def test_the_manifest_records_the_host_id(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.status == "ok" and manifest["host"] == "host-b"
 
 
-def test_the_gpus_a_run_uses_are_its_pipelines_and_its_own_services() -> None:
+def test_the_gpus_a_run_uses_are_its_pipelines_and_its_own_services(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLLOBENCH_ALLOW_COMMANDS", "1")
     doc = one_pipeline("cuda:1")
     doc["pipelines"].append({**doc["pipelines"][0], "name": "other", "device": "cuda"})
     doc["services"] = [

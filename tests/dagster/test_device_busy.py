@@ -65,7 +65,10 @@ def test_phase_count_is_the_launchers_plan(
     assert phase_count(loaded.normalized) == len(phases_of(loaded.spec))
 
 
-def test_max_runtime_is_phases_times_the_longest_timeout_plus_services_and_margins() -> None:
+def test_max_runtime_is_phases_times_the_longest_timeout_plus_services_and_margins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLLOBENCH_ALLOW_COMMANDS", "1")
     doc = {
         "name": "served",
         "repeats": 2,
