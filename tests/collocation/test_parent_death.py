@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from stages.collocation.device_locks import DeviceBusy, held_devices
+from stages.collocation.lifetime import ParentWatch, stop_reason
 from stages.settings import PARENT_PID_ENV
 from tests.helpers import REPO, spec_doc
 
@@ -101,3 +103,28 @@ def test_a_run_whose_parent_is_killed_stops_and_frees_its_device(
     assert manifest["status"] == "interrupted"
     assert any(w.startswith("interrupted: parent died (pid") for w in manifest["warnings"])
     assert {r["status"] for r in manifest["results"]} == {"interrupted"}
+
+
+def test_the_watch_signals_this_process_once_the_named_parent_is_gone() -> None:
+    """`ParentWatch` on `COLLOBENCH_PARENT_PID`: nothing while it lives; SIGTERM to this process
+    with the reason recorded within a poll or two of its death (a zombie counts as dead)."""
+    parent = subprocess.Popen(["sleep", "60"])
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        with ParentWatch({PARENT_PID_ENV: str(parent.pid)}, poll_s=0.05):
+            time.sleep(0.3)
+            assert received == [] and stop_reason() is None
+            parent.kill()  # not reaped yet: a zombie
+            wait_for(lambda: received, 5, "the watch's SIGTERM")
+        assert received == [signal.SIGTERM]
+        assert stop_reason() == f"parent died (pid {parent.pid})"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        parent.kill()
+        parent.wait()
+
+
+def test_no_watch_when_told_so() -> None:
+    with ParentWatch({PARENT_PID_ENV: "0"}, poll_s=0.05) as watch:
+        assert not watch._thread.is_alive()
