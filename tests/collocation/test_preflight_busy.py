@@ -5,8 +5,10 @@ compute processes scripted; the host id (`COLLOBENCH_HOST_ID`) is the manifest's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,12 +26,19 @@ from tests.helpers import REPO, run, spec_doc
 
 
 @pytest.fixture
-def foreign() -> Iterator[subprocess.Popen[bytes]]:
-    """A process that is no descendant of the run's (a stranger's job on the GPU)."""
-    process = subprocess.Popen(["sleep", "60"])
-    yield process
-    process.kill()
-    process.wait()
+def foreign() -> Iterator[int]:
+    """The pid of a process that is no descendant of ours (a stranger's job on the GPU): a
+    `sleep` its shell left behind, reparented away from this test."""
+    shell = subprocess.run(
+        ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(shell.stdout)
+    yield pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def script_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *pids: list[int]) -> None:
@@ -78,21 +87,21 @@ def test_the_gpus_a_run_uses_are_its_pipelines_and_its_own_services(
 
 
 def test_a_foreign_process_on_another_gpu_is_only_a_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, foreign: subprocess.Popen[bytes]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, foreign: int
 ) -> None:
-    script_gpus(tmp_path, monkeypatch, [os.getpid()], [foreign.pid])
+    script_gpus(tmp_path, monkeypatch, [os.getpid()], [foreign])
     spec = validate_document(one_pipeline("cuda:0"), "test").spec
     gpu_count, warnings, busy = check_environment(spec)
     assert gpu_count == 2 and busy == []
     assert warnings == [
-        f"foreign compute process on the GPU: pid {foreign.pid} (sleep) on GPU 1, 64.0 MiB"
+        f"foreign compute process on the GPU: pid {foreign} (sleep) on GPU 1, 64.0 MiB"
     ]
 
 
 def test_a_foreign_process_on_the_runs_gpu_refuses_it_as_device_busy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, foreign: subprocess.Popen[bytes]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, foreign: int
 ) -> None:
-    script_gpus(tmp_path, monkeypatch, [foreign.pid])
+    script_gpus(tmp_path, monkeypatch, [foreign])
     spec = tmp_path / "busy.yaml"
     spec.write_text(yaml.safe_dump(one_pipeline("cuda:0")))
     out = tmp_path / "runs"
@@ -106,7 +115,7 @@ def test_a_foreign_process_on_the_runs_gpu_refuses_it_as_device_busy(
         env={**os.environ, "COLLOBENCH_MLFLOW": "0", "COLLOBENCH_HOST_ID": "host-a"},
     )
     assert completed.returncode == 3, completed.stderr
-    line = f"pid {foreign.pid} (sleep) on GPU 0"
+    line = f"pid {foreign} (sleep) on GPU 0"
     assert f"device_busy: foreign compute process on the GPU: {line}" in completed.stderr
     assert "Traceback" not in completed.stderr
     (run_dir,) = out.iterdir()

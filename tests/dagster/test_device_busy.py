@@ -4,7 +4,10 @@ materialised; and a benchmark run's `dagster/max_runtime` comes from its spec's 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,11 +32,19 @@ from tests.dagster.specs import tiny_spec, write_spec
 
 
 @pytest.fixture
-def foreign() -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(["sleep", "60"])
-    yield process
-    process.kill()
-    process.wait()
+def foreign() -> Iterator[int]:
+    """The pid of a process that is no descendant of ours (a stranger's job on the GPU): a
+    `sleep` its shell left behind, reparented away from this test."""
+    shell = subprocess.run(
+        ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(shell.stdout)
+    yield pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def pipeline(name: str, timeout_s: float) -> dict[str, Any]:
@@ -93,10 +104,10 @@ def test_a_busy_device_fails_the_run_as_device_busy_naming_the_process(
     specs_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    foreign: subprocess.Popen[bytes],
+    foreign: int,
 ) -> None:
     script = tmp_path / "gpu.json"
-    gpu = {"uuid": "GPU-fake-0", "processes": [{"pid": foreign.pid, "used_memory_mib": 64}]}
+    gpu = {"uuid": "GPU-fake-0", "processes": [{"pid": foreign, "used_memory_mib": 64}]}
     script.write_text(json.dumps({"devices": [gpu]}))
     monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
     spec = tiny_spec("busy")
@@ -116,7 +127,7 @@ def test_a_busy_device_fails_the_run_as_device_busy_naming_the_process(
     error = failure.step_failure_data.error
     assert error is not None
     message = str(error.message)
-    assert "device_busy" in message and f"pid {foreign.pid} (sleep) on GPU 0" in message
+    assert "device_busy" in message and f"pid {foreign} (sleep) on GPU 0" in message
     # A Launchpad run (no tag) gets its max runtime from the asset.
     run = instance.get_run_by_id(result.run_id)
     assert run is not None
