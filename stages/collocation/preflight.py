@@ -29,12 +29,13 @@ class DeviceInUse(LaunchError):
         self.run_dir = run_dir
 
 
-def _gpu_index(device: str, gpu: int | None = None) -> int | None:
-    """The NVML index of a device string (`cuda` is 0), `gpu` (a placement) first; None: cpu."""
+def _gpu_index(device: str, gpu: int | str | None = None) -> int | None:
+    """The NVML index of a device string (`cuda` is 0), a placement's GPU index first (a
+    placement by UUID is taken as the device string's index); None: cpu."""
     if not device.startswith("cuda"):
         return None
-    if gpu is not None:
-        return gpu
+    if isinstance(gpu, int) or (isinstance(gpu, str) and gpu.isdigit()):
+        return int(gpu)
     return int(device.split(":", 1)[1]) if ":" in device else 0
 
 

@@ -37,8 +37,10 @@ class HostRun(RunBuilder):
         return manifest
 
 
-def host_run(root: Path, run_id: str, **hosts: str) -> HostRun:
-    run = HostRun(root, run_id, {"p": "server"}, **hosts)
+def host_run(
+    root: Path, run_id: str, host: str | None = None, hostname: str | None = None
+) -> HostRun:
+    run = HostRun(root, run_id, {"p": "server"}, host=host, hostname=hostname)
     run.uniform_queries(0, "solo", "p", 400, 4 * SECOND_NS, 0)
     return run
 
