@@ -79,11 +79,14 @@ def test_the_gpus_a_run_uses_are_its_pipelines_and_its_own_services(
     monkeypatch.setenv("COLLOBENCH_ALLOW_COMMANDS", "1")
     doc = one_pipeline("cuda:1")
     doc["pipelines"].append({**doc["pipelines"][0], "name": "other", "device": "cuda"})
+    doc["pipelines"].append(
+        {**doc["pipelines"][0], "name": "placed", "device": "cuda", "placement": {"gpu": 4}}
+    )
     doc["services"] = [
         {"name": "own", "type": "command", "command": ["x"], "device": "cuda:3"},
         {"name": "far", "type": "external", "url": "http://127.0.0.1:9", "device": "cuda:2"},
     ]
-    assert gpus_used(validate_document(doc, "test").spec) == {0, 1, 3}
+    assert gpus_used(validate_document(doc, "test").spec) == {0, 1, 3, 4}
 
 
 def test_a_foreign_process_on_another_gpu_is_only_a_warning(
