@@ -3,7 +3,8 @@
 `compare_runs()` is what `collobench compare RUN_A RUN_B` prints and what a regression check
 (Dagster's, later) can call: one row per (trial, phase, pipeline, metric), plus a row over the
 trials (trial NULL) when both runs have two or more, each with the ratio B / A, its 95% interval
-and a verdict ('faster', 'slower', 'no measurable change'). Every figure is computed in SQL
+and a verdict ('faster', 'slower', 'no measurable change'), and the host each run ran on
+(`a_host`, `b_host`: runs from several hosts share one warehouse). Every figure is computed in SQL
 (`analysis/sql/compare.sql`) from the `throughput` and `latency` views, with the interval
 machinery of `contention` and `contention_by_run`, so the numbers agree with the report.
 
@@ -36,6 +37,8 @@ COLUMNS = [
     "verdict",
     "a_failed_queries",
     "b_failed_queries",
+    "a_host",
+    "b_host",
 ]
 
 
@@ -45,6 +48,14 @@ class UnknownRun(LookupError):
 
 class SpecMismatch(ValueError):
     """The two runs were made from specs with different hashes (or a hash is unknown)."""
+
+
+def run_hosts(connection: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, str | None]:
+    """run id -> the host id it ran on (`runs.host`; None when unknown)."""
+    found = connection.execute(
+        "SELECT run_id, host FROM runs WHERE list_contains(?, run_id)", [run_ids]
+    ).fetchall()
+    return {str(run_id): host for run_id, host in found}
 
 
 def _spec_hashes(
@@ -92,6 +103,9 @@ def compare_connection(
     require_read_only(connection)
     check_comparable(connection, run_a, run_b, allow_different_specs)
     frame = connection.execute(sql_text("compare.sql"), {"run_a": run_a, "run_b": run_b}).df()
+    hosts = run_hosts(connection, [run_a, run_b])
+    frame["a_host"] = hosts.get(run_a)
+    frame["b_host"] = hosts.get(run_b)
     return frame[COLUMNS]
 
 

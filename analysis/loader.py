@@ -25,7 +25,12 @@ import duckdb
 from analysis import migrations, summaries
 from analysis.db import Notify, connect_writer, sql_text, to_stderr, view_files, writer_lock
 from stages.rundir.layout import MANIFEST, TABLES, table_files
-from stages.rundir.manifest import ManifestError, parse_manifest, read_manifest_document
+from stages.rundir.manifest import (
+    Manifest,
+    ManifestError,
+    parse_manifest,
+    read_manifest_document,
+)
 
 
 class LoadError(ValueError):
@@ -61,6 +66,14 @@ def _read_manifest(run_dir: Path) -> dict[str, Any]:
     except ManifestError as error:
         raise LoadError(str(error)) from None
     return manifest
+
+
+def run_host(manifest: Manifest) -> str | None:
+    """`runs.host`: the manifest's host id, else (a run from before issue 21) the hostname the
+    environment probe found (migration 005 fills older rows the same way)."""
+    if manifest.host:
+        return manifest.host
+    return manifest.environment.hostname if manifest.environment else None
 
 
 def ensure_schema(connection: duckdb.DuckDBPyConnection, db: Path | str = "warehouse") -> list[int]:
@@ -106,6 +119,7 @@ def load_run(
                 "ended_at": typed.ended_at,
                 "manifest": json.dumps(manifest),
                 "run_dir": str(run_dir.resolve()),
+                "host": run_host(typed),
             },
         )
         for table in tables:

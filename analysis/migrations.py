@@ -24,7 +24,7 @@ import duckdb
 from analysis.db import WarehouseError, sql_text
 
 # The schema version this collobench writes and reads: the highest migration's number.
-CURRENT_VERSION = 4
+CURRENT_VERSION = 5
 # The version of a warehouse that has tables but no schema_info (written before issue 10).
 UNVERSIONED = 1
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")

@@ -483,7 +483,8 @@ ROW_SOURCE_SUFFIX = "_from_rows"
 # `collobench compare`: the comparison's columns shown (analysis.compare.COLUMNS holds them
 # all), ratio_ci_low/high folded into the ratio's cell; the title names run B and run A.
 COMPARISON_TITLE = (
-    "{run_b} (B) against {run_a} (A): ratio B / A [95% interval]; trial 'all' = over the trials"
+    "{run_b} (B, host {host_b}) against {run_a} (A, host {host_a}): ratio B / A "
+    "[95% interval]; trial 'all' = over the trials"
 )
 COMPARISON_TERMINAL = names(
     "trial phase pipeline metric a_value b_value ratio ratio_ci_low ratio_ci_high verdict "

@@ -9,6 +9,7 @@ depends on every artefact asset so lineage leads from model bytes to numbers.
 """
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -17,9 +18,11 @@ from bench_defs.artifacts import ARTIFACT_NAMES, default_params
 from bench_defs.pools import check_run_pool
 from bench_defs.resources import CollobenchResource, GroupPipesClient
 from bench_defs.specs import (
+    MAX_RUNTIME_TAG,
     BenchmarkRunConfig,
     artifacts_used,
     devices_of,
+    max_runtime_s,
     read_spec_state,
     spec_partitions,
 )
@@ -32,6 +35,41 @@ def collobench_run_id(partition_key: str, dagster_run_id: str) -> str:
     first 8 characters, so a folder leads back to the Dagster run that made it."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{partition_key}-{dagster_run_id[:8]}"
+
+
+def _with_overrides(path: Path, overrides: list[str], normalized: dict[str, Any]) -> dict[str, Any]:
+    """The spec's normal form with the Launchpad overrides applied (`repeats` changes the
+    phase count); the file's own when they do not apply (the run then fails saying why)."""
+    from stages.spec.loading import SpecError, load_spec
+
+    try:
+        return load_spec(path, overrides).normalized
+    except SpecError:
+        return normalized
+
+
+def _raise_if_device_busy(run_dir: Path) -> None:
+    """A run the pre-flight refused (manifest status `device_busy`): a Failure that says so and
+    names the foreign processes, instead of the bare exit code."""
+    from stages.collocation.preflight import DEVICE_BUSY, FOREIGN_PROCESS
+    from stages.rundir.manifest import ManifestError, read_manifest
+
+    try:
+        manifest = read_manifest(run_dir)
+    except ManifestError:
+        return
+    if manifest.status != DEVICE_BUSY:
+        return
+    processes = [w for w in manifest.warnings if w.startswith(FOREIGN_PROCESS)]
+    raise dg.Failure(
+        description=f"{DEVICE_BUSY}: refused before measuring: " + "; ".join(processes),
+        metadata={
+            "status": DEVICE_BUSY,
+            "run_dir": dg.MetadataValue.path(str(run_dir)),
+            "foreign_processes": dg.MetadataValue.md("\n".join(f"- {p}" for p in processes)),
+        },
+        allow_retries=False,
+    )
 
 
 def _artifact_hashes(collobench: CollobenchResource, names: list[str]) -> dict[str, str]:
@@ -90,7 +128,14 @@ def benchmark_run(
     for override in overrides:
         command += ["--set", override]
     context.log.info(f"benchmark {key} as run {run_id}; overrides: {overrides or 'none'}")
-    invocation = pipes_client.run(context=context, command=command, env=collobench.child_env())
+    if MAX_RUNTIME_TAG not in context.run.tags:  # a Launchpad run: run monitoring's limit
+        limit = str(max_runtime_s(_with_overrides(spec_path, overrides, state.normalized)))
+        context.instance.add_run_tags(context.run.run_id, {MAX_RUNTIME_TAG: limit})
+    try:
+        invocation = pipes_client.run(context=context, command=command, env=collobench.child_env())
+    except dg.Failure:
+        _raise_if_device_busy(runs / run_id)
+        raise
     reported = invocation.get_materialize_result()
     used = artifacts_used(state.normalized, ARTIFACT_NAMES)
     metadata: dict[str, Any] = {

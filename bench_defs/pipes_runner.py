@@ -14,7 +14,9 @@ imported here: torch stays in the CLI's workers.
 SIGTERM or SIGINT reaching this process (the whole group gets it on cancellation) is not fatal
 here: the CLI stops its workers, writes its manifest (status interrupted) and exits, and what
 was kept is still reported. Exit status: 0 when a manifest was reported and the run was not
-interrupted, else the CLI's (2 = invalid input, 130 = interrupted).
+interrupted, else the CLI's (2 = invalid input, 3 = device_busy: the pre-flight found a foreign
+compute process on the run's device, nothing measured and no materialisation, 130 =
+interrupted).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from stages.rundir.manifest import Manifest, PipelineResult, read_manifest
 
 TABLE_CHARACTERS = set("┏┃┡│└━┓┩┛┗╇╋┳┻─")
 EXIT_INTERRUPTED = 130
+EXIT_DEVICE_BUSY = 3  # stages.cli.console.EXIT_DEVICE_BUSY
+DEVICE_BUSY = "device_busy"  # the manifest status of a run the pre-flight refused
 
 
 def cli_command(spec: str, out: str, run_id: str, overrides: Sequence[str]) -> list[str]:
@@ -187,6 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             pipes.log.error(f"collobench run exited with {exit_code} and wrote no manifest")
             return exit_code or 1
         manifest = read_manifest(run_dir)
+        if manifest.status == DEVICE_BUSY:  # refused before measuring: nothing to report
+            for warning in manifest.warnings:
+                pipes.log.error(f"{DEVICE_BUSY}: {warning}")
+            return EXIT_DEVICE_BUSY
         pipes.report_asset_materialization(
             metadata=manifest_metadata(manifest, run_dir, exit_code),
             data_version=manifest.run_id,

@@ -163,7 +163,14 @@ class GroupPipesClient(dg.ConfigurableResource):
             process = subprocess.Popen(
                 list(command),
                 cwd=cwd,
-                env={**os.environ, **(env or {}), **session.get_bootstrap_env_vars()},
+                env={
+                    **os.environ,
+                    **(env or {}),
+                    # `collobench run` ends (manifest: interrupted, "parent died") if this
+                    # process dies: a SIGKILLed Celery worker or run worker leaves no orphan.
+                    settings.PARENT_PID_ENV: str(os.getpid()),
+                    **session.get_bootstrap_env_vars(),
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -60,7 +60,7 @@ def nightly_benchmarks(
                 run_key=f"nightly:{key}:{day}",
                 partition_key=key,
                 tags={
-                    **run_tags(devices_of(state.normalized), chooser.take()),
+                    **run_tags(devices_of(state.normalized), chooser.take(), state.normalized),
                     SPEC_HASH_TAG: state.content_hash,
                 },
             )

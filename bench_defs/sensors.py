@@ -82,7 +82,7 @@ class _Tick:
                 run_key=f"{key}:{digest[:16]}",
                 partition_key=key,
                 tags={
-                    **run_tags(devices_of(state.normalized), self.chooser.take()),
+                    **run_tags(devices_of(state.normalized), self.chooser.take(), state.normalized),
                     SPEC_HASH_TAG: digest,
                 },
             )

@@ -5,6 +5,7 @@ hash (what the sensor's cursor keeps), which artefacts a spec uses, and the Laun
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,12 @@ spec_partitions = dg.DynamicPartitionsDefinition(name=SPEC_PARTITIONS)
 DEFAULT_DEVICE = "cpu"
 """The devices of a Launchpad run's default tags (what its Kubernetes pod requests)."""
 SPEC_HASH_TAG = "collobench/spec_file_hash"
+MAX_RUNTIME_TAG = "dagster/max_runtime"
+"""Dagster's run-monitoring limit (seconds): a run still going after it is marked failed."""
+PHASE_MARGIN_S = 120
+"""Per phase, beyond its load window: workers loading models, the start barrier, the drain."""
+RUN_MARGIN_S = 300
+"""Per run: the environment probe, merging the tables, the manifest, MLflow."""
 
 # Stage types that read a dataset artefact (their config has no artefact name).
 DATASET_STAGES: dict[str, str] = {
@@ -152,8 +159,51 @@ def read_spec_state(key: str, path: Path) -> SpecState:
     return SpecState(key, path, digest, loaded.normalized | {"nightly": loaded.spec.nightly}, [])
 
 
-def run_tags(devices: str, pool: Pool) -> dict[str, str]:
+def phase_count(normalized: Mapping[str, Any]) -> int:
+    """How many phases a spec runs (stages.collocation.phase_plan.phases_of, counted): per
+    trial one with a single pipeline, else the solo baselines (when asked), the collocated
+    phase and the subset phases of sizes 2 .. min(largest, n - 1)."""
+    pipelines = len(normalized.get("pipelines", [])) or 1
+    repeats = int(normalized.get("repeats", 1))
+    if pipelines == 1:
+        return repeats
+    collocation = normalized.get("collocation") or {}
+    largest = {"none": 1, "pairs": 2}.get(str(collocation.get("subsets", "none")), pipelines - 1)
+    subsets = sum(math.comb(pipelines, k) for k in range(2, min(largest, pipelines - 1) + 1))
+    solo = pipelines if collocation.get("solo_baselines", True) else 0
+    return repeats * (solo + 1 + subsets)
+
+
+def max_runtime_s(normalized: Mapping[str, Any]) -> int:
+    """The `dagster/max_runtime` of a benchmark run, from its spec's timeouts:
+
+        phases x (max over pipelines of loadgen.timeout_s + PHASE_MARGIN_S)
+        + sum over the services it starts of ready.timeout_s
+        + telemetry.idle_baseline_s + RUN_MARGIN_S
+
+    (every phase ends by its longest pipeline timeout, so this bounds a healthy run)."""
+    timeouts = [
+        float((p.get("loadgen") or {}).get("timeout_s", 120.0))
+        for p in normalized.get("pipelines", [])
+    ]
+    services = [
+        float((s.get("ready") or {}).get("timeout_s", 300.0))
+        for s in normalized.get("services", [])
+        if s.get("type") != "external"
+    ]
+    idle = float((normalized.get("telemetry") or {}).get("idle_baseline_s", 0.0))
+    per_phase = max(timeouts, default=120.0) + PHASE_MARGIN_S
+    return math.ceil(phase_count(normalized) * per_phase + sum(services) + idle + RUN_MARGIN_S)
+
+
+def run_tags(
+    devices: str, pool: Pool, normalized: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """The tags of a benchmark or capacity run on `devices` in `pool`: the pool and its queue
-    (bench_defs/pools.py: the instance runs at most the pool's device count at once) and, under
+    (bench_defs/pools.py: the instance runs at most the pool's device count at once), with the
+    spec's normal form its `dagster/max_runtime` (`max_runtime_s`), and, under
     `$COLLOBENCH_K8S`, the pod configuration (bench_defs/k8s.py)."""
-    return {**pool_tags(pool), **k8s_run_tags(devices, pool)}
+    tags = {**pool_tags(pool), **k8s_run_tags(devices, pool)}
+    if normalized is not None:
+        tags[MAX_RUNTIME_TAG] = str(max_runtime_s(normalized))
+    return tags

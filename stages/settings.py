@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 HOME_ENV = "COLLOBENCH_HOME"
+HOST_ID_ENV = "COLLOBENCH_HOST_ID"
+PARENT_PID_ENV = "COLLOBENCH_PARENT_PID"
+"""The pid whose death ends a run (stages.collocation.lifetime.ParentWatch); default: the
+parent of `collobench run`; `0`: no watch (a run meant to outlive its shell)."""
 
 
 def home() -> Path:
     """`$COLLOBENCH_HOME`, else `.collobench` in the current directory."""
     return Path(os.environ.get(HOME_ENV, ".collobench")).absolute()
+
+
+def host_id() -> str:
+    """The host id a run records (the manifest's `host`, the warehouse's `runs.host`):
+    `$COLLOBENCH_HOST_ID`, else the machine's host name. A scale-out worker sets it to its
+    pool's `host`, so runs from every host stay apart in one warehouse."""
+    return os.environ.get(HOST_ID_ENV) or socket.gethostname()
 
 
 def runs_dir() -> Path:

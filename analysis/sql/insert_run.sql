@@ -1,6 +1,8 @@
 -- Record one run from its manifest (the loader has already deleted any earlier row of this
 -- run_id in the same transaction, so this never conflicts).
-INSERT INTO runs (run_id, name, spec_hash, status, started_at, ended_at, manifest, run_dir, loaded_at)
+INSERT INTO runs (
+    run_id, name, spec_hash, status, started_at, ended_at, manifest, run_dir, loaded_at, host
+)
 VALUES (
     $run_id,
     $name,
@@ -10,5 +12,6 @@ VALUES (
     CAST($ended_at AS TIMESTAMPTZ),
     CAST($manifest AS JSON),
     $run_dir,
-    now()
+    now(),
+    $host
 );

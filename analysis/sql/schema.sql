@@ -24,12 +24,14 @@ CREATE TABLE IF NOT EXISTS runs (
     run_id VARCHAR PRIMARY KEY,
     name VARCHAR,
     spec_hash VARCHAR,          -- sha256 of the normalised spec
-    status VARCHAR,             -- ok | failed | interrupted | running (cut short before the end)
+    status VARCHAR,             -- ok | failed | interrupted | device_busy | running (cut short)
     started_at TIMESTAMPTZ,
     ended_at TIMESTAMPTZ,       -- NULL when the run was cut short
     manifest JSON,              -- manifest.json verbatim
     run_dir VARCHAR,            -- where the run directory was when it was loaded
-    loaded_at TIMESTAMPTZ NOT NULL
+    loaded_at TIMESTAMPTZ NOT NULL,
+    host VARCHAR                -- the host id it ran on (manifest `host`, else the probe's
+                                -- hostname; migration 005; last, as ALTER TABLE adds it)
 );
 
 -- One row per query a load generator scheduled. Latency counts from scheduled_ns (never from

@@ -13,6 +13,7 @@ err = Console(stderr=True)
 
 EXIT_FAILED_PIPELINES = 1
 EXIT_INVALID_INPUT = 2
+EXIT_DEVICE_BUSY = 3  # the pre-flight found a foreign compute process on a device of the run
 EXIT_INTERRUPTED = 130
 
 

@@ -37,9 +37,15 @@ from stages.collocation.energy_notes import (
     energy_sources,
     measure_idle_baseline,
 )
+from stages.collocation.lifetime import ParentWatch, stop_reason
 from stages.collocation.manifest_writer import RunRecord, manifest_of, write_manifest
 from stages.collocation.phase_plan import COLLOCATED, phases_of, subset_phase_name, subsets_of
-from stages.collocation.preflight import EnvironmentProbe, check_environment
+from stages.collocation.preflight import (
+    DEVICE_BUSY,
+    DeviceInUse,
+    EnvironmentProbe,
+    check_environment,
+)
 from stages.collocation.results import (
     LauncherInterrupted,
     LauncherInterruptedWithResult,
@@ -63,6 +69,7 @@ from stages.telemetry.supervisor import SamplerGroup
 # Names the CLI, Dagster and the tests import from here, wherever they are defined.
 __all__ = [
     "COLLOCATED",
+    "DeviceInUse",
     "LaunchError",
     "Launcher",
     "LauncherInterrupted",
@@ -106,6 +113,8 @@ class RunOptions:
     """The environment a run minutes earlier captured on this machine, recorded as is instead
     of probing again (a capacity search's probes after the first: the probe costs seconds,
     over ten on a loaded machine, in every probe)."""
+    host: str = field(default_factory=settings.host_id)
+    """The host id the manifest records (`COLLOBENCH_HOST_ID`, else the host name)."""
 
 
 def new_run_id(spec_name: str) -> str:
@@ -140,8 +149,10 @@ class Launcher:
     # ----------------------------------------------------------------- public
 
     def run(self) -> RunResult:
-        self._gpu_count, warnings = check_environment(self.spec)
+        self._gpu_count, warnings, busy = check_environment(self.spec)
         self.warnings += warnings
+        if busy:
+            self._refuse_busy(busy)
         # Capturing the environment takes ~1.3 s (a torch import in a subprocess): do it while
         # the workers spawn and prepare, not before them.
         self._probe.start()
@@ -175,6 +186,16 @@ class Launcher:
         if status == "interrupted":
             raise LauncherInterruptedWithResult(result)
         return result
+
+    def _refuse_busy(self, busy: list[str]) -> None:
+        """A foreign compute process on a device of the run: a run directory with only its
+        manifest (status device_busy, the processes named), nothing measured; DeviceInUse."""
+        self.run_dir.mkdir(parents=True, exist_ok=False)
+        now = dt.datetime.now(dt.UTC).isoformat()
+        self._started = (now, {"monotonic_ns": time.monotonic_ns(), "wall_time_ns": time.time_ns()})
+        self.warnings += busy
+        self._write_manifest(DEVICE_BUSY, now)
+        raise DeviceInUse(busy, self.run_dir)
 
     # ----------------------------------------------------------------- phases
 
@@ -309,7 +330,8 @@ class Launcher:
     # ----------------------------------------------------------------- interruption
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        raise LauncherInterrupted(signal.Signals(signum).name)
+        # "parent died (pid N)" when the ParentWatch sent the signal, else the signal's name.
+        raise LauncherInterrupted(stop_reason() or signal.Signals(signum).name)
 
     def _stop_everything(self) -> None:
         """Stop every child: workers get SIGTERM (they flush and report), then SIGKILL."""
@@ -344,6 +366,7 @@ class Launcher:
             energy=self._energy_sources,
             warnings=self.warnings,
             results=self.results,
+            host=self.options.host,
         )
         write_manifest(self.run_dir, manifest_of(self.loaded, self.spec, record))
 
@@ -359,12 +382,16 @@ class Launcher:
 
 def run_benchmark(loaded: LoadedSpec, options: RunOptions) -> RunResult:
     """Run a validated spec; see `Launcher`. The run holds its devices' locks throughout, so
-    two benchmarks never share a device by accident, however each was started."""
+    two benchmarks never share a device by accident, however each was started; it ends (as on
+    SIGTERM) if the process that started it dies (`lifetime.ParentWatch`)."""
     launcher = Launcher(loaded, options)
     devices = [pipeline.device for pipeline in loaded.spec.pipelines]
     devices += [service.device for service in loaded.spec.services if service.type != "external"]
     try:
-        with held_devices(devices, options.lock_dir, options.device_wait_s, launcher.run_id):
+        with (
+            ParentWatch(),
+            held_devices(devices, options.lock_dir, options.device_wait_s, launcher.run_id),
+        ):
             return launcher.run()
     except DeviceBusy as busy:
         raise LaunchError(str(busy)) from None

@@ -24,7 +24,7 @@ class RunRecord:
     """What the manifest records besides the spec: the run's state at the time of writing."""
 
     run_id: str
-    status: str  # running | ok | failed | interrupted
+    status: str  # running | ok | failed | interrupted | device_busy
     started_at: str
     ended_at: str | None
     clock: dict[str, int]  # monotonic_ns and wall_time_ns at the start, to map one to the other
@@ -33,6 +33,7 @@ class RunRecord:
     energy: dict[str, str | None]
     warnings: list[str]
     results: list[PipelineOutcome]
+    host: str | None = None  # the host id (stages.settings.host_id)
 
 
 def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunRecord) -> dict[str, Any]:
@@ -41,6 +42,7 @@ def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunRecord) -> d
         "format_version": FORMAT_VERSION,
         "run_id": record.run_id,
         "name": spec.name,
+        "host": record.host,
         "spec": loaded.normalized,
         "spec_hash": loaded.spec_hash,
         "spec_source": loaded.source,

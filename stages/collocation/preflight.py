@@ -15,14 +15,58 @@ from stages.collocation.results import LaunchError
 from stages.spec.models import BenchmarkSpec
 
 PROBE_TIMEOUT_S = 120.0  # the environment probe must end before the first load window
+DEVICE_BUSY = "device_busy"  # the run status when the pre-flight refuses a busy device
+FOREIGN_PROCESS = "foreign compute process on the GPU"  # bench_defs.checks matches this
 
 
-def check_environment(spec: BenchmarkSpec) -> tuple[int | None, list[str]]:
-    """The number of GPUs NVML sees (None without GPU telemetry) and warnings (a foreign
-    compute process on a GPU); raises `LaunchError` when the spec cannot run here."""
+class DeviceInUse(LaunchError):
+    """The pre-flight found a foreign compute process on a GPU the run will use: the run is
+    refused before anything is measured (manifest status `device_busy`)."""
+
+    def __init__(self, lines: list[str], run_dir: Path | None = None) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+        self.run_dir = run_dir
+
+
+def _gpu_index(device: str, gpu: int | str | None = None) -> int | None:
+    """The NVML index of a device string (`cuda` is 0), a placement's GPU index first (a
+    placement by UUID is taken as the device string's index); None: cpu."""
+    if not device.startswith("cuda"):
+        return None
+    if isinstance(gpu, int) or (isinstance(gpu, str) and gpu.isdigit()):
+        return int(gpu)
+    return int(device.split(":", 1)[1]) if ":" in device else 0
+
+
+def gpus_used(spec: BenchmarkSpec) -> set[int]:
+    """The GPUs the run will use: its pipelines' and the services it starts itself."""
+    used = {_gpu_index(p.device, p.placement.gpu) for p in spec.pipelines}
+    used |= {_gpu_index(s.device) for s in spec.services if s.type != "external"}
+    return {index for index in used if index is not None}
+
+
+def foreign_line(process: dict[str, Any]) -> str:
+    """One line naming a foreign compute process (pid and name) and its GPU."""
+    name = process.get("name") or "name unknown"
+    return (
+        f"{FOREIGN_PROCESS}: pid {process['pid']} ({name}) on GPU {process['gpu']}, "
+        f"{process.get('used_memory_mib')} MiB"
+    )
+
+
+def check_environment(spec: BenchmarkSpec) -> tuple[int | None, list[str], list[str]]:
+    """The number of GPUs NVML sees (None without GPU telemetry), warnings (a foreign compute
+    process on a GPU the run does not use) and refusals (one on a GPU it uses: the caller
+    refuses the run as `device_busy`); raises `LaunchError` when the spec cannot run here.
+
+    The run's own services start after this check, so every compute process found is
+    foreign unless it is this process or a descendant."""
     from stages.telemetry.sampler_process import foreign_compute_processes, open_gpu_backend
 
     warnings: list[str] = []
+    busy: list[str] = []
+    used = gpus_used(spec)
     backend = open_gpu_backend() if spec.telemetry.gpu.enabled else None
     try:
         gpu_count = backend.device_count() if backend else None
@@ -30,14 +74,14 @@ def check_environment(spec: BenchmarkSpec) -> tuple[int | None, list[str]]:
             for process in foreign_compute_processes(
                 backend, list(range(gpu_count)), {os.getpid()}
             ):
-                warnings.append(f"foreign compute process on the GPU: {process}")
+                (busy if process["gpu"] in used else warnings).append(foreign_line(process))
     finally:
         if backend:
             backend.shutdown()
     problems = check_collocation(spec, gpu_count) + check_traces(spec)
     if problems:
         raise LaunchError("; ".join(problems))
-    return gpu_count, warnings
+    return gpu_count, warnings, busy
 
 
 def check_traces(spec: BenchmarkSpec) -> list[str]:

@@ -216,6 +216,11 @@ class Manifest(_Ours):
     format_version: int = Field(FORMAT_VERSION, description="Version of this layout.")
     run_id: str = Field(description="The run directory's name; the warehouse's key.")
     name: str | None = Field(None, description="The spec's name.")
+    host: str | None = Field(
+        None,
+        description="The host id the run ran on (`COLLOBENCH_HOST_ID`, else the host name); "
+        "None in manifests written before issue 21.",
+    )
     spec: SpecPart = Field(default_factory=SpecPart, description="The normalized spec.")
     spec_hash: str | None = Field(None, description="sha256 of the normalized spec.")
     spec_source: str | None = Field(None, description="The spec file the run was started from.")
@@ -233,7 +238,11 @@ class Manifest(_Ours):
     )
     started_at: str | None = Field(None, description="ISO-8601 wall time, UTC.")
     ended_at: str | None = Field(None, description="ISO-8601 wall time; None while running.")
-    status: str | None = Field(None, description="ok | failed | interrupted | running")
+    status: str | None = Field(
+        None,
+        description="ok | failed | interrupted | running | device_busy (the pre-flight found a "
+        "foreign compute process on a device of the run: nothing was measured)",
+    )
     environment: EnvironmentPart | None = Field(
         None, description="The environment probe's findings; None until it finished."
     )

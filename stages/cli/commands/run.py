@@ -14,6 +14,7 @@ from stages import settings
 from stages.cli.commands.report import load_and_show_results, write_report_files
 from stages.cli.commands.spec import load_or_refuse
 from stages.cli.console import (
+    EXIT_DEVICE_BUSY,
     EXIT_FAILED_PIPELINES,
     EXIT_INTERRUPTED,
     err,
@@ -78,8 +79,10 @@ def _launch(
     spec: Path, loaded: Any, out_dir: Path | None, mlflow_uri: str | None, run_id: str | None
 ) -> Any:
     """Run the benchmark under the progress display; its RunResult. Exit 2 when it cannot
-    start, 130 when interrupted (what was measured is kept)."""
+    start, 3 when a foreign process is on its device (a manifest with status device_busy, no
+    data), 130 when interrupted (what was measured is kept)."""
     from stages.collocation.launcher import (
+        DeviceInUse,
         LauncherInterruptedWithResult,
         LaunchError,
         RunOptions,
@@ -99,6 +102,11 @@ def _launch(
     try:
         with display:
             return run_benchmark(loaded, options)
+    except DeviceInUse as busy:
+        for line in busy.lines:
+            err.print(f"device_busy: {line}", markup=False, soft_wrap=True)
+        err.print(f"refused before measuring; manifest in {busy.run_dir}", markup=False)
+        raise typer.Exit(EXIT_DEVICE_BUSY) from None
     except LaunchError as error:
         raise fail_input([f"{spec}: {error}"]) from None
     except LauncherInterruptedWithResult as interrupted:

@@ -146,5 +146,13 @@ def compare(
         raise fail_input([f"{run_b}: {error}"]) from None
     frame = frame.astype({"trial": object})
     frame.loc[frame["trial"].isna(), "trial"] = "all"
-    title = COMPARISON_TITLE.format(run_a=run_a, run_b=run_b)
+    title = COMPARISON_TITLE.format(
+        run_a=run_a, run_b=run_b, host_a=_host(frame, "a_host"), host_b=_host(frame, "b_host")
+    )
     out.print(compact_table(title, frame, COMPARISON_TERMINAL))
+
+
+def _host(frame: Any, column: str) -> str:
+    """The host id of a compared run (the same on every row), `unknown` when not recorded."""
+    value = frame[column].iloc[0] if len(frame) else None
+    return value if isinstance(value, str) else "unknown"
