@@ -33,3 +33,16 @@ def test_instance_config_limits_one_run_per_device(
 
 def test_benchmark_job_runs_are_tagged_with_a_device() -> None:
     assert defs.resolve_job_def("benchmark_job").tags[DEVICE_TAG] == "cpu"
+
+
+def test_instance_config_turns_off_telemetry_and_the_onboarding_dialog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copy(REPO / "bench_defs" / "dagster.yaml", tmp_path / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    instance = dg.DagsterInstance.get()
+    try:
+        assert not instance.telemetry_enabled
+        assert not instance.nux_enabled
+    finally:
+        instance.dispose()

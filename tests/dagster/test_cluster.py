@@ -1,0 +1,130 @@
+"""The Celery mode as it runs: `python -m bench_defs.cluster up` with two worker hosts
+(Postgres on a unix socket, Redis on loopback, code server, webserver, daemon, Celery workers);
+benchmark runs submitted through GraphQL with the pool tags of host-a and host-b; each lands on
+its host, never more than a pool's limit runs at once, both hosts work at the same time, nothing
+says "database is locked"; then `down` leaves no process. One cluster for the module."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from bench_defs.pools import POOL_TAG, Pool, load_pools, pool_tags
+from bench_defs.specs import SPEC_PARTITIONS
+from tests.dagster.cluster_run import PARTITION, Cluster, instance, log_text, start_cluster
+from tests.dagster.server import ENDED, LOCATION
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+RUNS_PER_POOL = 3
+RUNS_TIMEOUT_S = 420.0
+ACTIVE = frozenset({"STARTING", "STARTED", "CANCELING"})
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    cluster = start_cluster(workers=2)
+    print(f"cluster up in {cluster.up_s:.1f} s")
+    try:
+        with instance(cluster) as dagster_instance:
+            dagster_instance.add_dynamic_partitions(SPEC_PARTITIONS, [PARTITION])
+        yield cluster
+    finally:
+        cluster.cli("down", timeout_s=120)
+
+
+def _client(cluster: Cluster) -> Any:
+    from dagster_graphql import DagsterGraphQLClient
+
+    address = urlparse(cluster.url)
+    return DagsterGraphQLClient(str(address.hostname), port_number=address.port)
+
+
+def _submit(client: Any, pool: Pool) -> str:
+    return str(
+        client.submit_job_execution(
+            "benchmark_job",
+            repository_location_name=LOCATION,
+            run_config={},
+            tags={"dagster/partition": PARTITION, **pool_tags(pool)},
+        )
+    )
+
+
+def _await_runs(cluster: Cluster, run_ids: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Poll the runs until all ended; (run id -> record, pool -> most runs active at once)."""
+    from dagster import RunsFilter
+
+    most: dict[str, int] = {}
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+    with instance(cluster) as dagster_instance:
+        while True:
+            records = dagster_instance.get_run_records(RunsFilter(run_ids=run_ids))
+            active: dict[str, int] = {}
+            for record in records:
+                if record.dagster_run.status.value in ACTIVE:
+                    pool = record.dagster_run.tags[POOL_TAG]
+                    active[pool] = active.get(pool, 0) + 1
+            for pool, count in active.items():
+                most[pool] = max(most.get(pool, 0), count)
+            if all(record.dagster_run.status.value in ENDED for record in records):
+                return {record.dagster_run.run_id: record for record in records}, most
+            statuses = sorted(record.dagster_run.status.value for record in records)
+            assert time.monotonic() < deadline, f"runs not ended: {statuses}"
+            time.sleep(0.5)
+
+
+def _run_dir(cluster: Cluster, host: str, run_id: str) -> Path:
+    found = list((cluster.layout.host_home(host) / "runs").glob(f"*-{run_id[:8]}"))
+    assert len(found) == 1, f"run {run_id} not under {host}'s home: {found}"
+    return found[0]
+
+
+def _overlap(first: tuple[float, float], second: tuple[float, float]) -> bool:
+    return first[0] < second[1] and second[0] < first[1]
+
+
+def test_runs_land_on_their_hosts_within_pool_limits(cluster: Cluster) -> None:
+    pools = load_pools(cluster.layout.root / "pools.yaml")
+    assert [pool.name for pool in pools] == ["host-a", "host-b"]
+    client = _client(cluster)
+    submitted = [(pool, _submit(client, pool)) for _ in range(RUNS_PER_POOL) for pool in pools]
+    records, most = _await_runs(cluster, [run_id for _, run_id in submitted])
+    failed = [
+        run_id for run_id, rec in records.items() if rec.dagster_run.status.value != "SUCCESS"
+    ]
+    assert failed == [], log_text(cluster)[-4000:]
+    assert most == {"host-a": 1, "host-b": 1}
+    spans: dict[str, list[tuple[float, float]]] = {"host-a": [], "host-b": []}
+    for pool, run_id in submitted:
+        manifest = json.loads((_run_dir(cluster, pool.host, run_id) / "manifest.json").read_text())
+        assert manifest.get("host", pool.host) == pool.host
+        record = records[run_id]
+        spans[pool.name].append((record.start_time, record.end_time))
+    for intervals in spans.values():  # one device per host: its runs never overlap
+        ordered = sorted(intervals)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
+    assert any(_overlap(a, b) for a in spans["host-a"] for b in spans["host-b"])
+    assert "database is locked" not in log_text(cluster)
+
+
+def test_status_names_every_process(cluster: Cluster) -> None:
+    done = cluster.cli("status", timeout_s=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("postgres", "redis", "code-server", "webserver", "daemon", "worker-host-a"):
+        assert f"{name} " in done.stdout and "gone" not in done.stdout
+
+
+def test_down_leaves_no_process(cluster: Cluster) -> None:
+    assert cluster.processes(), "the cluster's processes carry its COLLOBENCH_HOME"
+    done = cluster.cli("down", timeout_s=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert cluster.processes() == []
+    assert cluster.cli("status", timeout_s=60).returncode == 1
