@@ -4,18 +4,36 @@ dagster-celery's own `dagster_celery.app` registers only the step task of its Ce
 the run launcher sends `execute_job` (the whole run, in-process executor). This app registers
 the launcher's tasks on a broker and result backend from the environment `up` sets
 (`COLLOBENCH_CELERY_BROKER`, `COLLOBENCH_CELERY_BACKEND`), with dagster-celery's defaults
-(prefetch 1)."""
+(prefetch 1).
+
+Routing: the launcher publishes to the exchange named after the queue with the routing key
+`<queue>.execute_job` (or `.resume_job`); a queue Celery creates for `-Q <queue>` is bound with
+the key `<queue>` alone, so over Redis the message would be undeliverable. The worker's queues
+(`COLLOBENCH_CELERY_QUEUES`, comma-separated) are therefore declared bound with all three keys.
+"""
 
 from __future__ import annotations
 
 import os
 
-from dagster_celery.config import DEFAULT_CONFIG
+from dagster_celery.config import DEFAULT_CONFIG, TASK_EXECUTE_JOB_NAME, TASK_RESUME_JOB_NAME
 from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_execute_job_task, create_resume_job_task
+from kombu import Exchange, Queue, binding
 
-from bench_defs.cluster.layout import BACKEND_ENV, BROKER_ENV
+from bench_defs.cluster.layout import BACKEND_ENV, BROKER_ENV, QUEUES_ENV
 from bench_defs.pools import DEFAULT_QUEUE
+
+
+def worker_queues(names: list[str]) -> list[Queue]:
+    """Each queue bound, on its own direct exchange, to the keys the run launcher uses."""
+    queues = []
+    for name in names:
+        exchange = Exchange(name, type="direct")
+        keys = (name, f"{name}.{TASK_EXECUTE_JOB_NAME}", f"{name}.{TASK_RESUME_JOB_NAME}")
+        queues.append(Queue(name, bindings=[binding(exchange, routing_key=key) for key in keys]))
+    return queues
+
 
 app = make_app(
     app_args={
@@ -25,6 +43,9 @@ app = make_app(
         "config_source": dict(DEFAULT_CONFIG),
         "task_default_queue": DEFAULT_QUEUE,
     }
+)
+app.conf.task_queues = worker_queues(
+    [name for name in os.environ.get(QUEUES_ENV, DEFAULT_QUEUE).split(",") if name]
 )
 execute_job = create_execute_job_task(app)
 resume_job = create_resume_job_task(app)

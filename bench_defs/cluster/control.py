@@ -75,7 +75,7 @@ def _dagster_side(layout: Layout, state: ClusterState, pools: list[Pool]) -> Non
     daemon = _started(layout, state, dp.start_daemon(layout, env))
     workers = []
     for pool in pools:
-        worker = dp.worker_env(layout, env, pool.host, state.redis_url)
+        worker = dp.worker_env(layout, env, pool, state.redis_url)
         workers.append(_started(layout, state, dp.start_worker(layout, worker, pool)))
         state.queues[pool.host] = pool.queue
     save_state(layout.state, state)
@@ -161,6 +161,20 @@ def down(layout: Layout) -> list[str]:
     stop_records(backing, STOP_GRACE_S)
     save_state(layout.state, ClusterState())
     return [record.name for record in state.processes]
+
+
+def restart_daemon(layout: Layout) -> ProcRecord:
+    """Stop the daemon by group and start a new one (runs queued meanwhile stay queued)."""
+    state = load_state(layout.state)
+    old = [record for record in state.processes if record.name == "daemon"]
+    if not old or state.webserver_url is None:
+        raise ClusterError(f"no daemon recorded in {layout.state}")
+    stop_records(old, STOP_GRACE_S)
+    record = dp.start_daemon(layout, dp.dagster_env(layout, pools_file()))
+    state.processes = [item for item in state.processes if item.name != "daemon"] + [record]
+    save_state(layout.state, state)
+    dp.wait_daemon(record, state.webserver_url)
+    return record
 
 
 def status_lines(layout: Layout) -> tuple[list[str], bool]:

@@ -16,6 +16,7 @@ from bench_defs.cluster.layout import (
     BACKEND_ENV,
     BROKER_ENV,
     HOST_ID_ENV,
+    QUEUES_ENV,
     Layout,
     repo_root,
 )
@@ -82,12 +83,12 @@ def start_daemon(layout: Layout, env: dict[str, Any]) -> ProcRecord:
     return spawn("daemon", argv, env, layout.log("daemon"), repo_root())
 
 
-def worker_env(layout: Layout, env: dict[str, Any], host: str, redis_url: str) -> dict[str, Any]:
-    """A worker's own COLLOBENCH_HOME and host id; its fake GPU where the host's home holds a
-    `fake_nvml.json`."""
-    home = layout.host_home(host)
+def worker_env(layout: Layout, env: dict[str, Any], pool: Pool, redis_url: str) -> dict[str, Any]:
+    """A worker's own COLLOBENCH_HOME, host id and queue; its fake GPU where the host's home
+    holds a `fake_nvml.json`."""
+    home = layout.host_home(pool.host)
     home.mkdir(parents=True, exist_ok=True)
-    extra = {"COLLOBENCH_HOME": str(home), HOST_ID_ENV: host}
+    extra = {"COLLOBENCH_HOME": str(home), HOST_ID_ENV: pool.host, QUEUES_ENV: pool.queue}
     extra |= {BROKER_ENV: redis_url, BACKEND_ENV: redis_url}
     if (home / FAKE_NVML_FILE).is_file():
         extra["COLLOBENCH_FAKE_NVML"] = str(home / FAKE_NVML_FILE)

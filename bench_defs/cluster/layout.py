@@ -22,6 +22,8 @@ BROKER_ENV = "COLLOBENCH_CELERY_BROKER"
 """The Celery broker URL a worker's app reads (`up` sets it)."""
 BACKEND_ENV = "COLLOBENCH_CELERY_BACKEND"
 """The Celery result backend URL a worker's app reads (`up` sets it)."""
+QUEUES_ENV = "COLLOBENCH_CELERY_QUEUES"
+"""The queues a worker's app declares (comma-separated; `up` sets the worker's one queue)."""
 PG_PORT = 5432
 """Only names the socket file (`.s.PGSQL.5432`): Postgres listens on no TCP port."""
 DB_NAME = "dagster"

@@ -115,6 +115,35 @@ def test_runs_land_on_their_hosts_within_pool_limits(cluster: Cluster) -> None:
     assert "database is locked" not in log_text(cluster)
 
 
+def _wait_for(cluster: Cluster, run_ids: list[str], wanted: dict[str, int]) -> None:
+    """Wait until at least `wanted[status]` of the runs have each status."""
+    from dagster import RunsFilter
+
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+    with instance(cluster) as dagster_instance:
+        while True:
+            runs = dagster_instance.get_runs(RunsFilter(run_ids=run_ids))
+            counts = [run.status.value for run in runs]
+            if all(counts.count(status) >= n for status, n in wanted.items()):
+                return
+            assert time.monotonic() < deadline, f"runs {counts}, not {wanted}"
+            time.sleep(0.5)
+
+
+def test_daemon_restarted_mid_queue_loses_no_run(cluster: Cluster) -> None:
+    host_a = load_pools(cluster.layout.root / "pools.yaml")[0]
+    client = _client(cluster)
+    run_ids = [_submit(client, host_a) for _ in range(3)]
+    _wait_for(cluster, run_ids, {"STARTED": 1, "QUEUED": 2})
+    done = cluster.cli("restart-daemon", timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records, most = _await_runs(cluster, run_ids)
+    assert {record.dagster_run.status.value for record in records.values()} == {"SUCCESS"}
+    assert most == {"host-a": 1}
+    for run_id in run_ids:
+        _run_dir(cluster, host_a.host, run_id)
+
+
 def test_status_names_every_process(cluster: Cluster) -> None:
     done = cluster.cli("status", timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
