@@ -75,6 +75,8 @@ def _dagster_side(layout: Layout, state: ClusterState, pools: list[Pool]) -> Non
     daemon = _started(layout, state, dp.start_daemon(layout, env))
     workers = []
     for pool in pools:
+        if pool.queue in state.queues.values():
+            continue  # one worker per queue
         worker = dp.worker_env(layout, env, pool, state.redis_url)
         workers.append(_started(layout, state, dp.start_worker(layout, worker, pool)))
         state.queues[pool.host] = pool.queue
@@ -93,6 +95,8 @@ def up(layout: Layout, workers: int, default_worker: bool) -> ClusterState:
         raise ClusterError(f"already up ({layout.root}); run `down` first")
     for folder in (layout.root, layout.logs, layout.dagster_home):
         folder.mkdir(parents=True, exist_ok=True)
+    for log in layout.logs.glob("*.log"):
+        log.unlink()  # each up starts fresh logs (readiness reads them)
     state = ClusterState()
     save_state(layout.state, state)
     try:

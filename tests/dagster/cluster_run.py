@@ -24,6 +24,8 @@ from tests.helpers import REPO
 
 UP_TIMEOUT_S = 420.0
 PARTITION = "tiny"
+LONG = "long"
+"""A partition whose benchmark measures for two minutes (to be cancelled)."""
 
 
 @dataclass
@@ -59,6 +61,22 @@ class Cluster:
             stdin=subprocess.DEVNULL,
         )
 
+    def benchmark_processes(self, host: str) -> list[psutil.Process]:
+        """Processes of `host`'s benchmarks: its COLLOBENCH_HOME, outside its worker's group."""
+        state = load_state(self.layout.state)
+        worker = next(record for record in state.processes if record.name == f"worker-{host}")
+        home = str(self.layout.host_home(host))
+        found = []
+        for process in self.processes():
+            try:
+                if process.environ().get("COLLOBENCH_HOME") == home and (
+                    os.getpgid(process.pid) != worker.pgid
+                ):
+                    found.append(process)
+            except (psutil.Error, ProcessLookupError):
+                continue
+        return found
+
     def processes(self) -> list[psutil.Process]:
         """Every live process whose environment names this cluster's folder."""
         found = []
@@ -80,6 +98,9 @@ def start_cluster(workers: int = 2) -> Cluster:
     base.chmod(base.stat().st_mode | stat.S_IXOTH | stat.S_IROTH)
     specs = base / "specs"
     write_spec(specs, PARTITION, tiny_spec(PARTITION))
+    long_spec = tiny_spec(LONG)
+    long_spec["pipelines"][0]["loadgen"]["duration_s"] = 120
+    write_spec(specs, LONG, long_spec)
     env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     env |= {
         "COLLOBENCH_HOME": str(base / "home"),

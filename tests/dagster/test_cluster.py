@@ -18,7 +18,7 @@ import pytest
 
 from bench_defs.pools import POOL_TAG, Pool, load_pools, pool_tags
 from bench_defs.specs import SPEC_PARTITIONS
-from tests.dagster.cluster_run import PARTITION, Cluster, instance, log_text, start_cluster
+from tests.dagster.cluster_run import LONG, PARTITION, Cluster, instance, log_text, start_cluster
 from tests.dagster.server import ENDED, LOCATION
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -34,7 +34,7 @@ def cluster() -> Iterator[Cluster]:
     print(f"cluster up in {cluster.up_s:.1f} s")
     try:
         with instance(cluster) as dagster_instance:
-            dagster_instance.add_dynamic_partitions(SPEC_PARTITIONS, [PARTITION])
+            dagster_instance.add_dynamic_partitions(SPEC_PARTITIONS, [PARTITION, LONG])
         yield cluster
     finally:
         cluster.cli("down", timeout_s=120)
@@ -47,13 +47,13 @@ def _client(cluster: Cluster) -> Any:
     return DagsterGraphQLClient(str(address.hostname), port_number=address.port)
 
 
-def _submit(client: Any, pool: Pool) -> str:
+def _submit(client: Any, pool: Pool, partition: str = PARTITION) -> str:
     return str(
         client.submit_job_execution(
             "benchmark_job",
             repository_location_name=LOCATION,
             run_config={},
-            tags={"dagster/partition": PARTITION, **pool_tags(pool)},
+            tags={"dagster/partition": partition, **pool_tags(pool)},
         )
     )
 
@@ -142,6 +142,26 @@ def test_daemon_restarted_mid_queue_loses_no_run(cluster: Cluster) -> None:
     assert most == {"host-a": 1}
     for run_id in run_ids:
         _run_dir(cluster, host_a.host, run_id)
+
+
+def test_a_cancelled_run_leaves_no_process_on_its_worker(cluster: Cluster) -> None:
+    host_b = load_pools(cluster.layout.root / "pools.yaml")[1]
+    client = _client(cluster)
+    run_id = _submit(client, host_b, LONG)
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+    while not cluster.benchmark_processes(host_b.host):
+        assert time.monotonic() < deadline, "the long benchmark never started"
+        time.sleep(0.5)
+    client.terminate_run(run_id)
+    records, _ = _await_runs(cluster, [run_id])
+    assert records[run_id].dagster_run.status.value == "CANCELED"
+    deadline = time.monotonic() + 30
+    while cluster.benchmark_processes(host_b.host):
+        assert time.monotonic() < deadline, cluster.benchmark_processes(host_b.host)
+        time.sleep(0.5)
+    after = _submit(client, host_b)  # the worker and the host's device lock are free again
+    records, _ = _await_runs(cluster, [after])
+    assert records[after].dagster_run.status.value == "SUCCESS"
 
 
 def test_status_names_every_process(cluster: Cluster) -> None:
