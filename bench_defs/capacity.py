@@ -348,6 +348,7 @@ capacity_job = dg.define_asset_job(
     # capacity_region_sensor tags each run with its spec's devices; a Launchpad run or a
     # backfill gets this default unless its tags say otherwise (one run per device value).
     tags=run_tags(DEFAULT_DEVICE),
+    executor_def=dg.in_process_executor,  # one step; runs in a Celery worker (see jobs.py)
     description="One capacity search per partition (<spec>|<pipeline> or "
     "<spec>|<A>+<B>@ray<k>of<n>). Launchpad config: ops.capacity.config {slo_ms, percentile, "
     "precision, max_probes, probe_s, with_rates}.",

@@ -24,6 +24,11 @@ benchmark_job = dg.define_asset_job(
     # this default unless its tags say otherwise (bench_defs/dagster.yaml limits one run per
     # value at a time).
     tags=run_tags(DEFAULT_DEVICE),
+    # In-process: the steps run one after another anyway (run, load, report), and a run that
+    # dagster-celery's run launcher hands to a Celery worker executes in the worker's pool
+    # process, which may not start multiprocessing children (the multiprocess executor fails
+    # there: "daemonic processes are not allowed to have children").
+    executor_def=dg.in_process_executor,
     description="One spec file's benchmark: run it (Pipes child), load it into DuckDB, check "
     "it and write its reports. Launchpad config: ops.benchmark_run.config "
     "{rate, duration_s, repeats, device}.",

@@ -49,8 +49,10 @@ def _give_to_pg_user(*folders: Path) -> None:
 
 
 def postgres_url(layout: Layout) -> str:
-    """Dagster's storage URL: the database over the cluster's unix socket."""
-    return f"postgresql://{DB_USER}@/{DB_NAME}?host={quote(str(layout.sockets))}&port={PG_PORT}"
+    """Dagster's storage URL: the database over the cluster's unix socket (psycopg2 named:
+    SQLAlchemy 2.1 defaults to psycopg 3, which dagster-postgres does not install)."""
+    query = f"host={quote(str(layout.sockets))}&port={PG_PORT}"
+    return f"postgresql+psycopg2://{DB_USER}@/{DB_NAME}?{query}"
 
 
 def _run(argv: list[str], what: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -76,7 +78,16 @@ def start_postgres(layout: Layout) -> ProcRecord:
     argv += ["-p", str(PG_PORT), "-c", "listen_addresses=", "-c", "synchronous_commit=off"]
     argv += ["-c", "max_connections=200"]
     record = spawn("postgres", argv, env_with(), layout.log("postgres"), layout.root)
-    ready = [pg_bin("pg_isready"), "-q", "-h", str(layout.sockets), "-p", str(PG_PORT)]
+    ready = [
+        pg_bin("pg_isready"),
+        "-q",
+        "-h",
+        str(layout.sockets),
+        "-p",
+        str(PG_PORT),
+        "-U",
+        DB_USER,
+    ]
     wait_ready(
         record,
         lambda: subprocess.run(ready, timeout=10, check=False).returncode == 0,
