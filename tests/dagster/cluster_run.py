@@ -99,7 +99,7 @@ def start_cluster(workers: int = 2) -> Cluster:
     specs = base / "specs"
     write_spec(specs, PARTITION, tiny_spec(PARTITION))
     long_spec = tiny_spec(LONG)
-    long_spec["pipelines"][0]["loadgen"]["duration_s"] = 120
+    long_spec["pipelines"][0]["loadgen"] |= {"duration_s": 120, "timeout_s": 240}
     write_spec(specs, LONG, long_spec)
     env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     env |= {

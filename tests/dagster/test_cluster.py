@@ -163,6 +163,8 @@ def test_a_cancelled_run_leaves_no_process_on_its_worker(cluster: Cluster) -> No
     run_id = _submit(client, host_b, LONG)
     deadline = time.monotonic() + RUNS_TIMEOUT_S
     while not cluster.benchmark_processes(host_b.host):
+        status = client.get_run_status(run_id).value
+        assert status not in ENDED, _failures(cluster, [run_id])
         assert time.monotonic() < deadline, "the long benchmark never started"
         time.sleep(0.5)
     client.terminate_run(run_id)
