@@ -1,8 +1,8 @@
 """The Celery app of the cluster's workers (`celery -A bench_defs.cluster.celery_app worker`).
 
-dagster-celery's own `dagster_celery.app` registers only the step task of its Celery *executor*;
-the run launcher sends `execute_job` (the whole run, in-process executor). This app registers
-the launcher's tasks on a broker and result backend from the environment `up` sets
+Like dagster-celery's own `dagster_celery.app`, it registers the run launcher's tasks
+(`execute_job`: the whole run, in-process executor; `resume_job`), but on a broker and result
+backend from the environment `up` sets
 (`COLLOBENCH_CELERY_BROKER`, `COLLOBENCH_CELERY_BACKEND`), with dagster-celery's defaults
 (prefetch 1).
 
