@@ -163,7 +163,8 @@ def down(layout: Layout) -> list[str]:
         services.stop_postgres(layout)
     backing = [record for record in state.processes if record.name in ("postgres", "redis")]
     stop_records(backing, STOP_GRACE_S)
-    save_state(layout.state, ClusterState())
+    if layout.root.is_dir():
+        save_state(layout.state, ClusterState())
     return [record.name for record in state.processes]
 
 
