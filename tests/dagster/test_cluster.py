@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,8 @@ def cluster() -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.cli("down", timeout_s=120)
+        if not cluster.processes():
+            shutil.rmtree(cluster.base, ignore_errors=True)
 
 
 def _client(cluster: Cluster) -> Any:
