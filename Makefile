@@ -7,7 +7,7 @@ export COLLOBENCH_HOME ?= $(CURDIR)/.collobench
 export DAGSTER_HOME ?= $(COLLOBENCH_HOME)/dagster
 CODE := stages analysis bench_defs tests perf
 
-.PHONY: install demo ui test lint typecheck unit perf soak gpu-check clean
+.PHONY: install demo ui cluster cluster-down test lint typecheck unit perf soak gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,19 @@ demo: install
 ui: install
 	$(BIN)/python -m bench_defs.pools --write-instance $(DAGSTER_HOME)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+# A multi-process Dagster instance on Postgres with two Celery worker hosts (host-a, host-b),
+# under $(COLLOBENCH_HOME)/cluster (bench_defs/cluster/): Postgres on a unix socket, Redis,
+# code server, webserver, daemon, the workers (and one on the default queue for untagged runs).
+# Needs Debian's redis-server and PostgreSQL (/usr/lib/postgresql/15/bin). `make cluster-down`
+# stops every process by group.
+cluster: install
+	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[cluster]'
+	$(BIN)/python -m bench_defs.cluster up --workers 2 --default-worker
+	$(BIN)/python -m bench_defs.cluster status
+
+cluster-down:
+	$(BIN)/python -m bench_defs.cluster down
 
 lint: install
 	$(BIN)/ruff check $(CODE)

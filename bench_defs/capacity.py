@@ -343,6 +343,7 @@ capacity_job = dg.define_asset_job(
     # capacity_region_sensor spreads a region's runs over the pools; a Launchpad run or a
     # backfill goes to the first pool unless its tags say otherwise.
     tags=run_tags(DEFAULT_DEVICE, default_pool()),
+    executor_def=dg.in_process_executor,  # one step; runs in a Celery worker (see jobs.py)
     description="One capacity search per partition (<spec>|<pipeline> or "
     "<spec>|<A>+<B>@ray<k>of<n>). Launchpad config: ops.capacity.config {slo_ms, percentile, "
     "precision, max_probes, probe_s, with_rates}.",

@@ -25,6 +25,11 @@ benchmark_job = dg.define_asset_job(
     # schedule pick the least-loaded pool (bench_defs/pools.py). The instance runs at most the
     # pool's device count at once (bench_defs/dagster.yaml, written by bench_defs.pools).
     tags=run_tags(DEFAULT_DEVICE, default_pool()),
+    # In-process: the steps run one after another anyway (run, load, report), and a run that
+    # dagster-celery's run launcher hands to a Celery worker executes in the worker's pool
+    # process, which may not start multiprocessing children (the multiprocess executor fails
+    # there: "daemonic processes are not allowed to have children").
+    executor_def=dg.in_process_executor,
     description="One spec file's benchmark: run it (Pipes child), load it into DuckDB, check "
     "it and write its reports. Launchpad config: ops.benchmark_run.config "
     "{rate, duration_s, repeats, device}.",

@@ -1,10 +1,11 @@
 """`warehouse`: loads a partition's latest benchmark run into DuckDB, then checks it.
 
-The run directory comes from the latest `benchmark_run` materialisation of the same partition
-(its `run_dir` metadata); the previous one, when there is one, is what the regression and
-reproducibility checks compare with (loaded too if the warehouse lacks it). Loading goes
-through `analysis.loader.load_runs` (idempotent, one writer at a time); the checks and the
-report files read through read-only connections.
+The run directory comes from the `benchmark_run` materialisation of the same Dagster run when
+there is one (on a cluster another host's run of the same partition may finish in between),
+else the latest of the partition (its `run_dir` metadata); the one before it, when there is one,
+is what the regression and reproducibility checks compare with (loaded too if the warehouse
+lacks it). Loading goes through `analysis.loader.load_runs` (idempotent, one writer at a time);
+the checks and the report files read through read-only connections.
 """
 
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ class RunRecord:
 
     run_id: str
     run_dir: Path
+    dagster_run_id: str = ""
+    """The Dagster run that materialised it."""
 
 
 def metadata_value(metadata: dict[str, Any], key: str) -> Any:
@@ -49,7 +52,7 @@ def benchmark_runs(
         metadata = dict(materialization.metadata)
         run_id, run_dir = metadata_value(metadata, "run_id"), metadata_value(metadata, "run_dir")
         if run_id and run_dir:
-            runs.append(RunRecord(str(run_id), Path(str(run_dir))))
+            runs.append(RunRecord(str(run_id), Path(str(run_dir)), record.run_id))
     return runs
 
 
@@ -60,12 +63,25 @@ def _no_benchmark_run(partition_key: str) -> dg.Failure:
     )
 
 
-def latest_run(context: dg.AssetExecutionContext) -> RunRecord:
-    """The partition's latest benchmark run, or a Failure naming the fix."""
-    found = benchmark_runs(context.instance, context.partition_key, limit=1)
-    if not found:
+RECENT = 20
+"""How many recent materialisations are searched for this Dagster run's own."""
+
+
+def current_and_previous(context: dg.AssetExecutionContext) -> tuple[RunRecord, RunRecord | None]:
+    """This Dagster run's own benchmark run when it materialised one, else the partition's
+    latest; and the one materialised before it (or None). A Failure names the fix when the
+    partition has none."""
+    runs = benchmark_runs(context.instance, context.partition_key, limit=RECENT)
+    if not runs:
         raise _no_benchmark_run(context.partition_key)
-    return found[0]
+    own = [i for i, run in enumerate(runs) if run.dagster_run_id == context.run_id]
+    index = own[0] if own else 0
+    return runs[index], runs[index + 1] if index + 1 < len(runs) else None
+
+
+def latest_run(context: dg.AssetExecutionContext) -> RunRecord:
+    """The benchmark run a report reads (see `current_and_previous`)."""
+    return current_and_previous(context)[0]
 
 
 @dg.asset(
@@ -85,11 +101,7 @@ def warehouse(
     from analysis.report_file import write_report
     from analysis.trace import write_trace
 
-    runs = benchmark_runs(context.instance, context.partition_key, limit=2)
-    if not runs:
-        raise _no_benchmark_run(context.partition_key)
-    current = runs[0]
-    previous = runs[1] if len(runs) > 1 else None
+    current, previous = current_and_previous(context)
     loaded = duckdb_warehouse.load([current.run_dir])[0]
     with duckdb_warehouse.reader() as connection:
         known = checks.loaded_run(connection, previous.run_id) if previous else None

@@ -111,3 +111,16 @@ def test_benchmark_job_runs_carry_the_first_pool() -> None:
     tags = defs.resolve_job_def("benchmark_job").tags
     assert tags[POOL_TAG] == "local" and tags[QUEUE_TAG] == "dagster"
     assert OLD_DEVICE_TAG not in tags
+
+
+def test_instance_config_turns_off_telemetry_and_the_onboarding_dialog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copy(REPO / "bench_defs" / "dagster.yaml", tmp_path / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    instance = dg.DagsterInstance.get()
+    try:
+        assert not instance.telemetry_enabled
+        assert not instance.nux_enabled
+    finally:
+        instance.dispose()

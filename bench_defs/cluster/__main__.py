@@ -1,0 +1,55 @@
+"""`python -m bench_defs.cluster up|down|status|restart-daemon [--workers N]
+[--default-worker]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from bench_defs.cluster.control import down, restart_daemon, status_lines, up
+from bench_defs.cluster.layout import cluster_layout
+from bench_defs.cluster.procs import ClusterError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench_defs.cluster")
+    parser.add_argument("command", choices=("up", "down", "status", "restart-daemon"))
+    parser.add_argument(
+        "--workers", type=int, default=2, help="hosts of a new pools file (default 2)"
+    )
+    parser.add_argument(
+        "--default-worker",
+        action="store_true",
+        help="also a worker on the default queue `dagster`, for runs without a pool tag",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    layout = cluster_layout()
+    try:
+        if args.command == "up":
+            started = time.monotonic()
+            state = up(layout, max(1, args.workers), args.default_worker)
+            print(f"cluster up in {time.monotonic() - started:.1f} s: {state.webserver_url}")
+            return 0
+        if args.command == "down":
+            stopped = down(layout)
+            print(f"cluster down: stopped {', '.join(stopped) or 'nothing'}")
+            return 0
+        if args.command == "restart-daemon":
+            record = restart_daemon(layout)
+            print(f"daemon restarted: pid {record.pid}")
+            return 0
+        lines, running = status_lines(layout)
+        print("\n".join(lines))
+        return 0 if running else 1
+    except ClusterError as error:
+        print(f"cluster {args.command}: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

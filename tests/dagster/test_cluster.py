@@ -1,0 +1,199 @@
+"""The Celery mode as it runs: `python -m bench_defs.cluster up` with two worker hosts
+(Postgres on a unix socket, Redis on loopback, code server, webserver, daemon, Celery workers);
+benchmark runs submitted through GraphQL with the pool tags of host-a and host-b; each lands on
+its host, never more than a pool's limit runs at once, both hosts work at the same time, nothing
+says "database is locked"; then `down` leaves no process. One cluster for the module."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from bench_defs.pools import POOL_TAG, Pool, load_pools, pool_tags
+from bench_defs.specs import SPEC_PARTITIONS
+from tests.dagster.cluster_run import LONG, PARTITION, Cluster, instance, log_text, start_cluster
+from tests.dagster.server import ENDED, LOCATION
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+RUNS_PER_POOL = 3
+RUNS_TIMEOUT_S = 420.0
+ACTIVE = frozenset({"STARTING", "STARTED", "CANCELING"})
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    cluster = start_cluster(workers=2)
+    print(f"cluster up in {cluster.up_s:.1f} s")
+    try:
+        with instance(cluster) as dagster_instance:
+            dagster_instance.add_dynamic_partitions(SPEC_PARTITIONS, [PARTITION, LONG])
+        yield cluster
+    finally:
+        cluster.cli("down", timeout_s=120)
+        if not cluster.processes():
+            shutil.rmtree(cluster.base, ignore_errors=True)
+
+
+def _client(cluster: Cluster) -> Any:
+    from dagster_graphql import DagsterGraphQLClient
+
+    address = urlparse(cluster.url)
+    return DagsterGraphQLClient(str(address.hostname), port_number=address.port)
+
+
+def _submit(client: Any, pool: Pool, partition: str = PARTITION) -> str:
+    return str(
+        client.submit_job_execution(
+            "benchmark_job",
+            repository_location_name=LOCATION,
+            run_config={},
+            tags={"dagster/partition": partition, **pool_tags(pool)},
+        )
+    )
+
+
+def _await_runs(cluster: Cluster, run_ids: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Poll the runs until all ended; (run id -> record, pool -> most runs active at once)."""
+    from dagster import RunsFilter
+
+    most: dict[str, int] = {}
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+    with instance(cluster) as dagster_instance:
+        while True:
+            records = dagster_instance.get_run_records(RunsFilter(run_ids=run_ids))
+            active: dict[str, int] = {}
+            for record in records:
+                if record.dagster_run.status.value in ACTIVE:
+                    pool = record.dagster_run.tags[POOL_TAG]
+                    active[pool] = active.get(pool, 0) + 1
+            for pool, count in active.items():
+                most[pool] = max(most.get(pool, 0), count)
+            if all(record.dagster_run.status.value in ENDED for record in records):
+                return {record.dagster_run.run_id: record for record in records}, most
+            statuses = sorted(record.dagster_run.status.value for record in records)
+            assert time.monotonic() < deadline, f"runs not ended: {statuses}"
+            time.sleep(0.5)
+
+
+def _failures(cluster: Cluster, run_ids: list[str]) -> str:
+    """The failure messages in these runs' event logs (what a failed assertion shows)."""
+    lines = []
+    with instance(cluster) as dagster_instance:
+        for run_id in run_ids:
+            for entry in dagster_instance.all_logs(run_id):
+                event = entry.dagster_event
+                if event is not None and event.is_failure:
+                    error = getattr(event.event_specific_data, "error", None)
+                    lines.append(f"{run_id[:8]} {event.step_key}: {error or entry.message}"[:800])
+    return "\n".join(lines)
+
+
+def _run_dir(cluster: Cluster, host: str, run_id: str) -> Path:
+    found = list((cluster.layout.host_home(host) / "runs").glob(f"*-{run_id[:8]}"))
+    assert len(found) == 1, f"run {run_id} not under {host}'s home: {found}"
+    return found[0]
+
+
+def _overlap(first: tuple[float, float], second: tuple[float, float]) -> bool:
+    return first[0] < second[1] and second[0] < first[1]
+
+
+def test_runs_land_on_their_hosts_within_pool_limits(cluster: Cluster) -> None:
+    pools = load_pools(cluster.layout.root / "pools.yaml")
+    assert [pool.name for pool in pools] == ["host-a", "host-b"]
+    client = _client(cluster)
+    submitted = [(pool, _submit(client, pool)) for _ in range(RUNS_PER_POOL) for pool in pools]
+    records, most = _await_runs(cluster, [run_id for _, run_id in submitted])
+    failed = [
+        run_id for run_id, rec in records.items() if rec.dagster_run.status.value != "SUCCESS"
+    ]
+    assert failed == [], _failures(cluster, failed)
+    assert most == {"host-a": 1, "host-b": 1}
+    spans: dict[str, list[tuple[float, float]]] = {"host-a": [], "host-b": []}
+    for pool, run_id in submitted:
+        manifest = json.loads((_run_dir(cluster, pool.host, run_id) / "manifest.json").read_text())
+        assert manifest.get("host", pool.host) == pool.host
+        record = records[run_id]
+        spans[pool.name].append((record.start_time, record.end_time))
+    for intervals in spans.values():  # one device per host: its runs never overlap
+        ordered = sorted(intervals)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
+    assert any(_overlap(a, b) for a in spans["host-a"] for b in spans["host-b"])
+    assert "database is locked" not in log_text(cluster)
+
+
+def _wait_for(cluster: Cluster, run_ids: list[str], wanted: dict[str, int]) -> None:
+    """Wait until at least `wanted[status]` of the runs have each status."""
+    from dagster import RunsFilter
+
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+    with instance(cluster) as dagster_instance:
+        while True:
+            runs = dagster_instance.get_runs(RunsFilter(run_ids=run_ids))
+            counts = [run.status.value for run in runs]
+            if all(counts.count(status) >= n for status, n in wanted.items()):
+                return
+            assert time.monotonic() < deadline, f"runs {counts}, not {wanted}"
+            time.sleep(0.5)
+
+
+def test_daemon_restarted_mid_queue_loses_no_run(cluster: Cluster) -> None:
+    host_a = load_pools(cluster.layout.root / "pools.yaml")[0]
+    client = _client(cluster)
+    run_ids = [_submit(client, host_a) for _ in range(3)]
+    _wait_for(cluster, run_ids, {"STARTED": 1, "QUEUED": 2})
+    done = cluster.cli("restart-daemon", timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records, most = _await_runs(cluster, run_ids)
+    assert {record.dagster_run.status.value for record in records.values()} == {"SUCCESS"}
+    assert most == {"host-a": 1}
+    for run_id in run_ids:
+        _run_dir(cluster, host_a.host, run_id)
+
+
+def test_a_cancelled_run_leaves_no_process_on_its_worker(cluster: Cluster) -> None:
+    host_b = load_pools(cluster.layout.root / "pools.yaml")[1]
+    client = _client(cluster)
+    run_id = _submit(client, host_b, LONG)
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+    while not cluster.benchmark_processes(host_b.host):
+        status = client.get_run_status(run_id).value
+        assert status not in ENDED, _failures(cluster, [run_id])
+        assert time.monotonic() < deadline, "the long benchmark never started"
+        time.sleep(0.5)
+    client.terminate_run(run_id)
+    records, _ = _await_runs(cluster, [run_id])
+    # The revoke's SIGTERM interrupts the run in the worker; Dagster records the run as failed
+    # ("no user initiated termination request was found") or cancelled, by timing.
+    assert records[run_id].dagster_run.status.value in {"CANCELED", "FAILURE"}
+    deadline = time.monotonic() + 30
+    while cluster.benchmark_processes(host_b.host):
+        assert time.monotonic() < deadline, cluster.benchmark_processes(host_b.host)
+        time.sleep(0.5)
+    after = _submit(client, host_b)  # the worker and the host's device lock are free again
+    records, _ = _await_runs(cluster, [after])
+    assert records[after].dagster_run.status.value == "SUCCESS"
+
+
+def test_status_names_every_process(cluster: Cluster) -> None:
+    done = cluster.cli("status", timeout_s=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("postgres", "redis", "code-server", "webserver", "daemon", "worker-host-a"):
+        assert f"{name} " in done.stdout and "gone" not in done.stdout
+
+
+def test_down_leaves_no_process(cluster: Cluster) -> None:
+    assert cluster.processes(), "the cluster's processes carry its COLLOBENCH_HOME"
+    done = cluster.cli("down", timeout_s=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert cluster.processes() == []
+    assert cluster.cli("status", timeout_s=60).returncode == 1

@@ -1,0 +1,71 @@
+"""The files `python -m bench_defs.cluster up` writes, without starting anything: the pools file
+(written for N hosts, an existing one kept), dagster.yaml (a valid instance config: Postgres,
+dagster-celery's run launcher, one run limit per pool, monitoring that never resumes a
+benchmark, no telemetry, no onboarding dialog), workspace.yaml; and `status` of a cluster that
+is not up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster._core.instance.config import dagster_instance_config
+
+from bench_defs.cluster import __main__ as cli
+from bench_defs.cluster.instance_config import (
+    host_names,
+    write_instance,
+    write_pools,
+    write_workspace,
+)
+from bench_defs.pools import POOL_TAG, Pool, PoolsFile
+
+URL = "postgresql://dagster@/dagster?host=/tmp/x&port=5432"
+
+
+def test_pools_file_names_one_host_per_worker_and_keeps_an_existing_one(tmp_path: Path) -> None:
+    path = tmp_path / "cluster" / "pools.yaml"
+    pools = write_pools(path, 3)
+    assert [(pool.name, pool.queue, pool.host, pool.devices) for pool in pools] == [
+        ("host-a", "host-a", "host-a", 1),
+        ("host-b", "host-b", "host-b", 1),
+        ("host-c", "host-c", "host-c", 1),
+    ]
+    mine = PoolsFile(pools=[Pool(name="h100", queue="gpu-box", host="gpu-box", devices=8)])
+    path.write_text(yaml.safe_dump(mine.model_dump()))
+    assert write_pools(path, 2) == mine.pools
+    assert host_names(28)[-2:] == ["host-27", "host-28"]
+
+
+def test_instance_config_is_valid_and_routes_through_celery(tmp_path: Path) -> None:
+    pools = [Pool(name="host-a", queue="host-a", host="host-a", devices=2)]
+    write_instance(tmp_path, URL, "redis://127.0.0.1:6399/0", pools)
+    config = dagster_instance_config(str(tmp_path))[0]
+    assert config["storage"] == {"postgres": {"postgres_url": URL}}
+    launcher = config["run_launcher"]
+    assert (launcher["module"], launcher["class"]) == (
+        "dagster_celery.launcher",
+        "CeleryRunLauncher",
+    )
+    assert (
+        launcher["config"]["broker"] == launcher["config"]["backend"] == "redis://127.0.0.1:6399/0"
+    )
+    limits = config["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert limits == [{"key": POOL_TAG, "value": "host-a", "limit": 2}]
+    assert config["run_monitoring"]["max_resume_run_attempts"] == 0
+    assert config["telemetry"] == {"enabled": False}
+    assert config["nux"] == {"enabled": False}
+
+
+def test_workspace_points_at_the_code_server_on_loopback(tmp_path: Path) -> None:
+    write_workspace(tmp_path / "workspace.yaml", 4321)
+    entry = yaml.safe_load((tmp_path / "workspace.yaml").read_text())["load_from"][0]
+    assert entry == {
+        "grpc_server": {"host": "127.0.0.1", "port": 4321, "location_name": "collobench"}
+    }
+
+
+def test_status_of_a_cluster_not_up_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["status"]) == 1
+    assert "not up" in capsys.readouterr().out
