@@ -1,9 +1,10 @@
 """Capacity regions of known shape on the real harness (CPU, slow: several minutes each): two
 `sleep` pipelines pinned to separate cores (`cpu_pinned`) do not interfere, so every ray
-reaches the box [0, C_A] x [0, C_B] within 10% (two rays); two `busy` pipelines sharing core 0
-(`time_slice` with cpus [0] each: cpu_pinned refuses a shared core) take turns on it, so the
-diagonal ray stays inside the triangle x + y <= 1 (10% allowed for noise). Short probes and few
-rays keep each test near two minutes."""
+reaches the box [0, C_A] x [0, C_B] (two rays: certified no further out than its edge plus 10%,
+first failing rate no further in than 0.8 of it, where sharing one core would put it at 0.63);
+two `busy` pipelines sharing core 0 (`time_slice` with cpus [0] each: cpu_pinned refuses a
+shared core) take turns on it, so the diagonal ray stays inside the triangle x + y <= 1 (10%
+allowed for noise). Short probes and few rays keep each test near two minutes."""
 
 from __future__ import annotations
 
@@ -92,7 +93,11 @@ def test_sleep_pipelines_on_separate_cores_reach_the_box(tmp_path: Path) -> None
         low, high = ray.bracket_s
         edge = max(ray.direction.values())  # the box's edge is at s = 1 / edge
         assert low * edge <= 1.1, ray  # certified no further out than the box, within 10%
-        assert high is None or high * edge >= 0.9, ray  # and not missed well inside it
+        # and not missed well inside it. The solo capacities that normalise the ray are certified
+        # to the search's precision (15%), and a probe near the knee of M/D/1 fails by chance
+        # (CI once saw a first failure at 0.87 of the edge), so 0.8 is the bound: it still tells
+        # the box from time sharing, whose line x + y = 1 meets this ray at 0.63 of the edge.
+        assert high is None or high * edge >= 0.8, ray
 
 
 @pytest.mark.slow
