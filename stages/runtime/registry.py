@@ -8,11 +8,11 @@ by hand (tests, notebooks).
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from stages.name_registry import NameRegistry
 from stages.runtime.stage import Stage
 
 ENTRY_POINT_GROUP = "collobench.stages"
@@ -24,36 +24,17 @@ class UnknownStageTypeError(KeyError):
     """A spec named a stage type that is not registered."""
 
 
-class StageRegistry:
+class StageRegistry(NameRegistry[type[Stage[Any]]]):
     """Maps stage type names to `Stage` subclasses."""
 
-    def __init__(self) -> None:
-        self._types: dict[str, type[Stage[Any]]] = {}
+    kind = "stage type"
+    unknown_error = UnknownStageTypeError
+
+    def origin(self, entry: type[Stage[Any]]) -> type:
+        return entry
 
     def register(self, name: str, stage_class: type[Stage[Any]]) -> None:
-        existing = self._types.get(name)
-        if existing is not None and existing is not stage_class:
-            raise ValueError(
-                f"stage type {name!r} is already registered to {existing.__qualname__}"
-            )
-        self._types[name] = stage_class
-
-    def get(self, name: str) -> type[Stage[Any]]:
-        try:
-            return self._types[name]
-        except KeyError:
-            raise UnknownStageTypeError(self.unknown_message(name)) from None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._types
-
-    def names(self) -> list[str]:
-        return sorted(self._types)
-
-    def unknown_message(self, name: str) -> str:
-        close = difflib.get_close_matches(name, self._types, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        return f"unknown stage type '{name}'{hint}; registered: {', '.join(self.names())}"
+        self.add(name, stage_class)
 
 
 _REGISTRY = StageRegistry()

@@ -8,13 +8,13 @@ come in through the `collobench.services` entry point group (`name = "pkg.module
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
+from stages.name_registry import NameRegistry
 from stages.spec.services import ServiceSpec
 
 ENTRY_POINT_GROUP = "collobench.services"
@@ -108,35 +108,14 @@ class UnknownServiceTypeError(KeyError):
 ServiceTypeT = TypeVar("ServiceTypeT", bound=type[ServiceType])
 
 
-class ServiceRegistry:
+class ServiceRegistry(NameRegistry[ServiceType]):
     """Maps service type names to `ServiceType` instances."""
 
-    def __init__(self) -> None:
-        self._types: dict[str, ServiceType] = {}
+    kind = "service type"
+    unknown_error = UnknownServiceTypeError
 
     def register(self, service_class: type[ServiceType]) -> None:
-        name = service_class.name
-        existing = self._types.get(name)
-        if existing is not None and type(existing) is not service_class:
-            raise ValueError(f"service type {name!r} is already registered")
-        self._types[name] = service_class()
-
-    def get(self, name: str) -> ServiceType:
-        try:
-            return self._types[name]
-        except KeyError:
-            raise UnknownServiceTypeError(self.unknown_message(name)) from None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._types
-
-    def names(self) -> list[str]:
-        return sorted(self._types)
-
-    def unknown_message(self, name: str) -> str:
-        close = difflib.get_close_matches(name, self._types, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        return f"unknown service type '{name}'{hint}; registered: {', '.join(self.names())}"
+        self.add(service_class.name, service_class())
 
 
 _REGISTRY = ServiceRegistry()

@@ -23,9 +23,12 @@ from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.spec.loading import validate_document
 
 SERVICE_MS = 2.0
-SLO_MS = 20.0  # 10 service times: M/D/1 capacity near 0.78 / 2 ms = 390 q/s
-# >= 459 queries (LoadGen's minimum for p99 with none over) for a pipeline offered 0.25 C (s = 0.5
-# on the 30 and 60 degree rays)
+SLO_MS = 20.0  # 10 service times: M/D/1 capacity for p90 near 0.88 / 2 ms = 440 q/s
+PERCENTILE = 0.9
+# p90, not p99: a p99 verdict needs >= 459 queries (LoadGen's minimum with none over), which a
+# pipeline offered a quarter of its capacity does not reach in a short probe (the search then
+# re-probes an undecidable rate until its budget is spent), and p99 near the knee is noisy
+# enough to fail a rate well inside the box now and then. p90 needs 44 queries.
 PROBE_S = 6.0
 
 
@@ -67,6 +70,7 @@ def _region(
         search_id="template",
         pipeline="template",
         slo_ms=SLO_MS,
+        percentile=PERCENTILE,
         precision=0.15,
         max_probes=8,  # room for re-probes of undecided rates
         probe_s=PROBE_S,

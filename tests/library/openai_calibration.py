@@ -23,9 +23,11 @@ from stages.runtime.stage import StageContext
 from tests.helpers import REPO
 
 
-def make_query(query_id: int) -> Query:
-    query = Query(query_id, 0, stage_count=1, payload={"prompt": f"q{query_id}"})
-    query.visits[0] = 1
+def make_query(query_id: int = 7, payload: Any = None, visit: int = 1) -> Query:
+    """A query on its `visit`-th visit to a one-stage pipeline, prompt `q<id>` by default (the
+    stage tests use it too)."""
+    query = Query(query_id, 0, stage_count=1, payload=payload or {"prompt": f"q{query_id}"})
+    query.visits[0] = visit
     return query
 
 

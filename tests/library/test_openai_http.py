@@ -23,12 +23,12 @@ from stages.library.openai_http import OpenAIConfig, OpenAIRequestError, OpenAIS
 from stages.library.openai_stream import Completion, SseReader, StreamError
 from stages.runtime.driver import prepare_load, run_load
 from stages.runtime.pipeline import PipelineRuntime
-from stages.runtime.query import Query
 from stages.runtime.recorder import Recorder
 from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import StageContext
 from stages.spec.models import PipelineSpec
 from tests.helpers import REPO, rows
+from tests.library.openai_calibration import make_query
 from tests.library.openai_stub import Script, ThreadedStub
 
 SECRET = "sk-test-0123456789abcdef"
@@ -48,12 +48,6 @@ def make_stage(
     stage = OpenAIStage(OpenAIConfig.model_validate(config), context)
     stage.prepare()
     return stage
-
-
-def make_query(query_id: int = 7, payload: Any = None, visit: int = 1) -> Query:
-    query = Query(query_id, 0, stage_count=1, payload=payload or {"prompt": f"q{query_id}"})
-    query.visits[0] = visit
-    return query
 
 
 # --------------------------------------------------------------------------- config

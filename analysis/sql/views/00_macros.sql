@@ -29,6 +29,17 @@ CREATE OR REPLACE MACRO loadgen_quantiles(x, ps) AS
 CREATE OR REPLACE MACRO in_scope(run) AS
     getvariable('collobench_summary_run') IS NULL OR run = getvariable('collobench_summary_run');
 
+-- tpot_ms(finished_ns, first_token_ns, tokens): a generation visit's time per output token
+-- after the first, in ms: (finished - first token) / (tokens - 1); NULL for a one-token answer
+-- (no gap to divide). The `tokens` and `token_goodput` views both judge TPOT by it.
+CREATE OR REPLACE MACRO tpot_ms(finished_ns, first_token_ns, tokens) AS
+    CASE WHEN tokens > 1 THEN (finished_ns - first_token_ns) / 1e6 / (tokens - 1) END;
+
+-- token_visit(status, first_token_ns, tokens): TRUE for a visit that token timings count: it
+-- ended ok and recorded its first token and its token count.
+CREATE OR REPLACE MACRO token_visit(status, first_token_ns, tokens) AS
+    status = 'ok' AND first_token_ns IS NOT NULL AND tokens IS NOT NULL;
+
 -- t975(df): Student's t quantile 0.975 with df degrees of freedom (two-sided 95% intervals),
 -- tabulated for df 1..30 (scipy.stats.t.ppf, 4 decimals), then the normal 1.96. NULL for df < 1.
 CREATE OR REPLACE MACRO t975(df) AS

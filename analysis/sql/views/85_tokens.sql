@@ -46,9 +46,7 @@ WITH events AS (
         e.tokens,
         (e.first_token_ns - q.scheduled_ns) / 1e6 AS ttft_ms,
         (e.first_token_ns - e.started_ns) / 1e6 AS stage_ttft_ms,
-        CASE
-            WHEN e.tokens > 1 THEN (e.finished_ns - e.first_token_ns) / 1e6 / (e.tokens - 1)
-        END AS tpot_ms
+        tpot_ms(e.finished_ns, e.first_token_ns, e.tokens) AS tpot_ms
     FROM stage_events AS e
     JOIN queries AS q
         ON e.run_id = q.run_id
@@ -59,9 +57,7 @@ WITH events AS (
     WHERE NOT q.warmup
         AND in_scope(e.run_id)
         AND in_scope(q.run_id)
-        AND e.status = 'ok'
-        AND e.first_token_ns IS NOT NULL
-        AND e.tokens IS NOT NULL
+        AND token_visit(e.status, e.first_token_ns, e.tokens)
 ),
 -- One row per gap between consecutive chunks of a visit counted above (the inner join keeps
 -- the population of `events`: ok visits of measured queries).

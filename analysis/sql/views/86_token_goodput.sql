@@ -46,15 +46,10 @@ answered AS (
         stage,
         query_id,
         min(first_token_ns) AS first_token_ns,
-        max(
-            CASE WHEN tokens > 1 THEN (finished_ns - first_token_ns) / 1e6 / (tokens - 1) END
-        ) AS tpot_ms,
+        max(tpot_ms(finished_ns, first_token_ns, tokens)) AS tpot_ms,
         sum(tokens) AS tokens
     FROM stage_events
-    WHERE in_scope(run_id)
-        AND status = 'ok'
-        AND first_token_ns IS NOT NULL
-        AND tokens IS NOT NULL
+    WHERE in_scope(run_id) AND token_visit(status, first_token_ns, tokens)
     GROUP BY run_id, trial, phase, pipeline, stage, query_id
 ),
 judged AS (
