@@ -29,7 +29,7 @@ PERCENTILE = 0.9
 # pipeline offered a quarter of its capacity does not reach in a short probe (the search then
 # re-probes an undecidable rate until its budget is spent), and p99 near the knee is noisy
 # enough to fail a rate well inside the box now and then. p90 needs 44 queries.
-PROBE_S = 6.0
+PROBE_S = 4.0
 
 
 def _pipeline(name: str, cpus: list[int], stage_type: str) -> dict[str, Any]:
