@@ -10,13 +10,14 @@ with `--launcher default` (no worker: each run a subprocess of the code server),
 brought down between the two and at the end (also on an error) by process group.
 
 Per launcher, one warm-up run (not counted), then N runs (`--runs`, default 5) of
-`benchmark_job` submitted one after another through GraphQL (`dagster_graphql`, the pool's tags
-`collobench/gpu-pool` and `dagster-celery/queue`), each awaited before the next. Per run, on
+`benchmark_job` with only its `benchmark_run` step (the warehouse and report steps, the same
+under both launchers, would double the time) submitted one after another through GraphQL
+(`dagster_graphql`, the pool's tags), each awaited before the next. Per run, on
 the wall clock of this host (the run directory's `issued_ns` is `time.monotonic_ns`, mapped to
 wall time by the manifest's `clock`):
 - submission -> first measured query: the clock read just before the GraphQL call to the
   earliest `issued_ns` of a non-warm-up query in the run's `queries` table;
-- submission -> success: to the run record's `end_time` (the run succeeded);
+- submission -> success: to the run record's `end_time` (the benchmark step done);
 - the parts: queued (submission -> the daemon's RUN_STARTING event, which waits for the run
   queue's 5 s dequeue interval), launch (-> RUN_START: the Celery task picked up, or the code
   server's subprocess started), in the run (-> the first query: step, Pipes child,
@@ -24,9 +25,8 @@ wall time by the manifest's `clock`):
 
 Per launcher: the median and a 95% percentile-bootstrap interval of each figure; then
 `celery_extra_s`: median(celery) - median(default) with a 95% bootstrap interval (each launcher's
-runs resampled on their own, 10,000 times, seed 0). With 5 runs the median's interval is about
-the sample's range. Failed runs are counted and left out; exit 1 if a launcher had none.
-`--runs 3` for a quicker look (~2 min); the default takes about 3-4 minutes.
+runs resampled on their own, 10,000 times, seed 0); with 5 runs an interval is about the range.
+Failed runs are counted and left out (exit 1 if a launcher had none). About 4 minutes.
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def first_query_wall_ns(run_dir: Path) -> int:
 def one_run(cluster: Cluster, client: Any, tags: dict[str, str]) -> dict[str, float]:
     """Submit one `benchmark_job` run and await it; its figures in seconds (RuntimeError if it
     did not succeed)."""
-    times = client.run("benchmark_job", tags, RUN_TIMEOUT_S)
+    times = client.run("benchmark_job", tags, RUN_TIMEOUT_S, assets=["benchmark_run"])
     starting, started, ended = times.starting_s, times.started_s, times.ended_s
     if times.status != "SUCCESS" or starting is None or started is None or ended is None:
         raise RuntimeError(f"run {times.run_id[:8]} {times.status}: {times.failure}")
@@ -386,8 +386,8 @@ def main() -> int:
             "wall clock of one host; median and 95% percentile-bootstrap interval (10,000 "
             "resamples, seed 0); celery_extra_s: median(celery) - median(default), each "
             "launcher's runs resampled on their own; runs submitted one after another, each "
-            "awaited; one warm-up run per launcher not counted; instance identical but for the "
-            "run launcher (Celery worker vs the code server's subprocess)"
+            f"awaited; {args.warmup} warm-up run(s) per launcher not counted; instance "
+            "identical but for the run launcher (Celery worker vs the code server's subprocess)"
         ),
         "total_s": round(time.monotonic() - started, 1),
     }

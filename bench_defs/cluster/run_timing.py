@@ -58,12 +58,19 @@ class ClusterClient:
         if not self.instance.has_dynamic_partition(SPEC_PARTITIONS, key):
             self.instance.add_dynamic_partitions(SPEC_PARTITIONS, [key])
 
-    def run(self, job: str, tags: dict[str, str], timeout_s: float) -> RunTimes:
-        """Submit `job` with `tags`, poll until it ended (TimeoutError after `timeout_s`)."""
+    def run(
+        self, job: str, tags: dict[str, str], timeout_s: float, assets: list[str] | None = None
+    ) -> RunTimes:
+        """Submit `job` with `tags` (only `assets` of it, when named), poll until it ended
+        (TimeoutError after `timeout_s`)."""
         submitted_s = time.time()
         run_id = str(
             self.client.submit_job_execution(
-                job, repository_location_name=LOCATION, run_config={}, tags=tags
+                job,
+                repository_location_name=LOCATION,
+                run_config={},
+                tags=tags,
+                asset_selection=assets,
             )
         )
         record = self._await_end(run_id, timeout_s)
