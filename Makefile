@@ -56,8 +56,10 @@ unit: install
 
 test: lint typecheck unit
 
+# perf/cluster_launch.py brings up its own cluster (needs redis-server and PostgreSQL; without
+# them it prints a `skipped` line).
 perf: install
-	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf]'
+	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf,cluster]'
 	$(BIN)/python perf/stage_overhead.py
 	$(BIN)/python perf/loadgen_accuracy.py
 	$(BIN)/python perf/sampler_cost.py
@@ -67,6 +69,7 @@ perf: install
 	$(BIN)/python perf/analysis_speed.py
 	$(BIN)/python perf/capacity.py
 	$(BIN)/python perf/http_client.py
+	$(BIN)/python perf/cluster_launch.py
 
 # The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through
 # dagster dev and the CLI) and the 1M-query runtime flatness run (perf/stage_overhead.py --soak),

@@ -1,5 +1,5 @@
 """`python -m bench_defs.cluster up|down|status|restart-daemon [--workers N]
-[--default-worker]`."""
+[--default-worker] [--launcher celery|default]`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import time
 
 from bench_defs.cluster.control import down, restart_daemon, status_lines, up
+from bench_defs.cluster.instance_config import LAUNCHERS
 from bench_defs.cluster.layout import cluster_layout
 from bench_defs.cluster.procs import ClusterError
 
@@ -23,6 +24,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also a worker on the default queue `dagster`, for runs without a pool tag",
     )
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="celery",
+        help="celery: runs go to the workers (default); default: Dagster's DefaultRunLauncher, "
+        "each run a subprocess of the code server, no workers",
+    )
     return parser
 
 
@@ -32,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             started = time.monotonic()
-            state = up(layout, max(1, args.workers), args.default_worker)
+            state = up(layout, max(1, args.workers), args.default_worker, args.launcher)
             print(f"cluster up in {time.monotonic() - started:.1f} s: {state.webserver_url}")
             return 0
         if args.command == "down":

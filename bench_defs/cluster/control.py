@@ -88,8 +88,12 @@ def _dagster_side(layout: Layout, state: ClusterState, pools: list[Pool]) -> Non
         dp.wait_worker(record)
 
 
-def up(layout: Layout, workers: int, default_worker: bool) -> ClusterState:
-    """Start everything; on any failure stop what started and raise ClusterError."""
+def up(
+    layout: Layout, workers: int, default_worker: bool, launcher: str = "celery"
+) -> ClusterState:
+    """Start everything; on any failure stop what started and raise ClusterError. With
+    `launcher="default"` runs go out through Dagster's DefaultRunLauncher (a subprocess of the
+    code server each) and no worker starts; the pools (and their run limits) stay."""
     previous = load_state(layout.state)
     if any(alive(record) for record in previous.processes):
         raise ClusterError(f"already up ({layout.root}); run `down` first")
@@ -97,15 +101,16 @@ def up(layout: Layout, workers: int, default_worker: bool) -> ClusterState:
         folder.mkdir(parents=True, exist_ok=True)
     for log in layout.logs.glob("*.log"):
         log.unlink()  # each up starts fresh logs (readiness reads them)
-    state = ClusterState()
+    state = ClusterState(launcher=launcher)
     save_state(layout.state, state)
     try:
         _backing_services(layout, state)
         assert state.postgres_url is not None and state.redis_url is not None
         pools = write_pools(pools_file(), workers)
-        write_instance(layout.dagster_home, state.postgres_url, state.redis_url, pools)
+        write_instance(layout.dagster_home, state.postgres_url, state.redis_url, pools, launcher)
         _ensure_schema(layout.dagster_home)
-        _dagster_side(layout, state, [*pools, *([DEFAULT_WORKER] if default_worker else [])])
+        served = [*pools, *([DEFAULT_WORKER] if default_worker else [])]
+        _dagster_side(layout, state, served if launcher == "celery" else [])
     except BaseException:
         down(layout)
         raise
@@ -192,6 +197,6 @@ def status_lines(layout: Layout) -> tuple[list[str], bool]:
         for record in state.processes
     ]
     lines += [f"webserver {state.webserver_url}", f"redis {state.redis_url}"]
-    lines += [f"postgres {state.postgres_url}"]
+    lines += [f"postgres {state.postgres_url}", f"launcher {state.launcher}"]
     lines += [f"queue {queue} -> host {host}" for host, queue in state.queues.items()]
     return lines, all(alive(record) for record in state.processes)

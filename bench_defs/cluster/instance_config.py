@@ -15,6 +15,9 @@ RUN_START_TIMEOUT_S = 180
 """Run monitoring fails a run its worker has not started within this (a dead or absent worker)."""
 LOCATION = "collobench"
 """The code location's name (as in the repository's workspace.yaml)."""
+LAUNCHERS = ("celery", "default")
+"""`up --launcher`: dagster-celery's run launcher (runs on the workers), or Dagster's
+DefaultRunLauncher (each run a subprocess of the code server; no workers)."""
 
 
 def host_names(count: int) -> list[str]:
@@ -34,18 +37,30 @@ def write_pools(path: Path, workers: int) -> list[Pool]:
     return load_pools(path)
 
 
-def instance_document(postgres_url: str, redis_url: str, pools: list[Pool]) -> dict[str, Any]:
+def run_launcher(launcher: str, redis_url: str) -> dict[str, Any]:
+    """The `run_launcher` entry for `launcher` (one of LAUNCHERS)."""
+    if launcher == "default":
+        return {"module": "dagster", "class": "DefaultRunLauncher"}
+    if launcher != "celery":
+        raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    return {
+        "module": "dagster_celery.launcher",
+        "class": "CeleryRunLauncher",
+        "config": {"broker": redis_url, "backend": redis_url, "default_queue": DEFAULT_QUEUE},
+    }
+
+
+def instance_document(
+    postgres_url: str, redis_url: str, pools: list[Pool], launcher: str = "celery"
+) -> dict[str, Any]:
     """dagster.yaml: Postgres storage; dagster-celery's run launcher (runs execute in the
-    worker with the in-process executor, never the Celery executor: dagster issue #32915); the
-    queued coordinator with one limit per pool; run monitoring that never resumes a benchmark;
-    no telemetry and no onboarding dialog."""
+    worker with the in-process executor, never the Celery executor: dagster issue #32915), or
+    with `launcher="default"` Dagster's DefaultRunLauncher; the queued coordinator with one
+    limit per pool; run monitoring that never resumes a benchmark; no telemetry and no
+    onboarding dialog."""
     return {
         "storage": {"postgres": {"postgres_url": postgres_url}},
-        "run_launcher": {
-            "module": "dagster_celery.launcher",
-            "class": "CeleryRunLauncher",
-            "config": {"broker": redis_url, "backend": redis_url, "default_queue": DEFAULT_QUEUE},
-        },
+        "run_launcher": run_launcher(launcher, redis_url),
         "run_coordinator": {
             "module": "dagster.core.run_coordinator",
             "class": "QueuedRunCoordinator",
@@ -63,11 +78,15 @@ def instance_document(postgres_url: str, redis_url: str, pools: list[Pool]) -> d
 
 
 def write_instance(
-    dagster_home: Path, postgres_url: str, redis_url: str, pools: list[Pool]
+    dagster_home: Path,
+    postgres_url: str,
+    redis_url: str,
+    pools: list[Pool],
+    launcher: str = "celery",
 ) -> None:
     """Write dagster.yaml (always: the URLs change with every `up`)."""
     dagster_home.mkdir(parents=True, exist_ok=True)
-    document = instance_document(postgres_url, redis_url, pools)
+    document = instance_document(postgres_url, redis_url, pools, launcher)
     text = "# Written by `python -m bench_defs.cluster up`; rewritten on every up.\n"
     text += yaml.safe_dump(document, sort_keys=False)
     (dagster_home / "dagster.yaml").write_text(text, encoding="utf-8")

@@ -43,6 +43,7 @@ class ClusterState(BaseModel):
     postgres_url: str | None = Field(None, description="Dagster's storage.")
     redis_url: str | None = Field(None, description="Celery's broker and result backend.")
     queues: dict[str, str] = Field(default_factory=dict, description="Worker host -> queue.")
+    launcher: str = Field("celery", description="The run launcher: celery or default.")
 
 
 def load_state(path: Path) -> ClusterState:

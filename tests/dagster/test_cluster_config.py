@@ -1,11 +1,13 @@
 """The files `python -m bench_defs.cluster up` writes, without starting anything: the pools file
 (written for N hosts, an existing one kept), dagster.yaml (a valid instance config: Postgres,
 dagster-celery's run launcher, one run limit per pool, monitoring that never resumes a
-benchmark, no telemetry, no onboarding dialog), workspace.yaml; and `status` of a cluster that
-is not up."""
+benchmark, no telemetry, no onboarding dialog; with `--launcher default` Dagster's
+DefaultRunLauncher and the same limits), workspace.yaml; and `status` of a cluster that is not
+up."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from dagster._core.instance.config import dagster_instance_config
 from bench_defs.cluster import __main__ as cli
 from bench_defs.cluster.instance_config import (
     host_names,
+    run_launcher,
     write_instance,
     write_pools,
     write_workspace,
@@ -56,6 +59,30 @@ def test_instance_config_is_valid_and_routes_through_celery(tmp_path: Path) -> N
     assert config["run_monitoring"]["max_resume_run_attempts"] == 0
     assert config["telemetry"] == {"enabled": False}
     assert config["nux"] == {"enabled": False}
+
+
+def test_default_launcher_config_keeps_the_pools_limits_and_monitoring(tmp_path: Path) -> None:
+    pools = [
+        Pool(name="host-a", queue="host-a", host="host-a", devices=1),
+        Pool(name="h100", queue="gpu-box", host="gpu-box", devices=4),
+    ]
+    write_instance(tmp_path, URL, "redis://127.0.0.1:6399/0", pools, "default")
+    config = dagster_instance_config(str(tmp_path))[0]
+    launcher = config["run_launcher"]
+    assert (launcher["module"], launcher["class"]) == ("dagster", "DefaultRunLauncher")
+    assert launcher.get("config") in (None, {})
+    module = importlib.import_module(launcher["module"])
+    assert getattr(module, launcher["class"]).__name__ == "DefaultRunLauncher"
+    assert config["concurrency"]["runs"]["tag_concurrency_limits"] == [
+        {"key": POOL_TAG, "value": "host-a", "limit": 1},
+        {"key": POOL_TAG, "value": "h100", "limit": 4},
+    ]
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    assert config["run_monitoring"]["max_resume_run_attempts"] == 0
+    with pytest.raises(ValueError, match="not one of celery, default"):
+        run_launcher("k8s", "redis://x")
+    with pytest.raises(SystemExit):
+        cli.main(["up", "--launcher", "k8s"])
 
 
 def test_workspace_points_at_the_code_server_on_loopback(tmp_path: Path) -> None:
