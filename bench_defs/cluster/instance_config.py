@@ -35,15 +35,16 @@ def write_pools(path: Path, workers: int) -> list[Pool]:
 
 
 def instance_document(postgres_url: str, redis_url: str, pools: list[Pool]) -> dict[str, Any]:
-    """dagster.yaml: Postgres storage; dagster-celery's run launcher (runs execute in the
-    worker with the in-process executor, never the Celery executor: dagster issue #32915); the
+    """dagster.yaml: Postgres storage; dagster-celery's run launcher with a health check that
+    notices a dead worker (`launcher`; runs execute in the worker with the in-process executor,
+    never the Celery executor: dagster issue #32915); the
     queued coordinator with one limit per pool; run monitoring that never resumes a benchmark;
     no telemetry and no onboarding dialog."""
     return {
         "storage": {"postgres": {"postgres_url": postgres_url}},
         "run_launcher": {
-            "module": "dagster_celery.launcher",
-            "class": "CeleryRunLauncher",
+            "module": "bench_defs.cluster.launcher",
+            "class": "WatchedCeleryRunLauncher",
             "config": {"broker": redis_url, "backend": redis_url, "default_queue": DEFAULT_QUEUE},
         },
         "run_coordinator": {
