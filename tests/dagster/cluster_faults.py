@@ -92,15 +92,18 @@ def lock_is_free(lock: Path) -> bool:
         return True
 
 
-def run_failure_message(cluster: Cluster, run_id: str) -> str:
-    """The messages of the run's RUN_FAILURE events (who marked it failed, and why)."""
+def run_failure(cluster: Cluster, run_id: str) -> tuple[str, int]:
+    """The messages of the run's RUN_FAILURE events (who marked it failed, and why), and how
+    often run monitoring launched a new worker to resume it."""
     from dagster import DagsterEventType
+    from dagster._daemon.monitoring.run_monitoring import count_resume_run_attempts
 
     from tests.dagster.cluster_run import instance
 
     with instance(cluster) as dagster_instance:
         entries = dagster_instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE)
-        return "\n".join(entry.message for entry in entries)
+        message = "\n".join(entry.message for entry in entries)
+        return message, count_resume_run_attempts(dagster_instance, run_id)
 
 
 @contextlib.contextmanager

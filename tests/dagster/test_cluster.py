@@ -212,7 +212,8 @@ def test_a_worker_killed_mid_run_fails_the_run_and_leaves_no_orphan(cluster: Clu
     run = records[run_id].dagster_run
     assert run.status.value == "FAILURE"
     assert failed_s < min(KILLED_RUN_FAILED_S, float(run.tags[MAX_RUNTIME_TAG]))
-    assert "does not answer" in faults.run_failure_message(cluster, run_id)
+    message, resumed = faults.run_failure(cluster, run_id)
+    assert "does not answer" in message and resumed == 0  # the health check's, never resumed
     deadline = time.monotonic() + ORPHAN_GONE_S
     while cluster.benchmark_processes(host_b.host):
         assert time.monotonic() < deadline, cluster.benchmark_processes(host_b.host)
