@@ -229,7 +229,7 @@ def test_a_worker_killed_mid_run_fails_the_run_and_leaves_no_orphan(cluster: Clu
 
 
 def test_a_foreign_process_on_a_hosts_gpu_makes_the_preflight_refuse(cluster: Cluster) -> None:
-    host_a = next(p for p in load_pools(cluster.layout.root / "pools.yaml"))
+    host_a = load_pools(cluster.layout.root / "pools.yaml")[0]
     assert host_a.host == faults.FAKE_GPU_HOST
     client = _client(cluster)
     with instance(cluster) as dagster_instance:
