@@ -61,7 +61,7 @@ def test_a_worker_that_stops_answering_fails_the_run_on_the_second_poll(
 ) -> None:
     active = {HOST: {TASK: ["active", {}]}}
     celery = FakeCelery(replies=[active, None, active, None, {HOST: {}}])
-    launcher.celery = celery  # type: ignore[assignment]
+    launcher.celery = celery
     assert LOST_CHECKS == 2
     assert [check(launcher) for _ in range(5)] == [
         WorkerStatus.RUNNING,  # answers with the task
@@ -85,6 +85,6 @@ def test_states_the_backend_decides_pass_through(
     launcher: WatchedCeleryRunLauncher, state: str, status: WorkerStatus
 ) -> None:
     celery = FakeCelery(state=state)
-    launcher.celery = celery  # type: ignore[assignment]
+    launcher.celery = celery
     assert check(launcher) == status
     assert celery.asked == []
