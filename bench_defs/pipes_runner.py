@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -147,11 +148,18 @@ def _headline_metadata(results: list[PipelineResult]) -> dict[str, Any]:
 
 def relay(process: subprocess.Popen[str], pipes: PipesContext) -> None:
     """Copy the CLI's output to stdout; progress lines (not table drawing) also to the event
-    log."""
+    log. Once stdout is gone (the Pipes client's process died: a crashed Celery worker) the
+    output is still read to the end, so the CLI winds down and writes its manifest."""
     assert process.stdout is not None
+    echo = True
     for line in process.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        if echo:
+            try:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            except OSError:  # BrokenPipeError: nobody reads our stdout any more
+                echo = False
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (to the end of the process)
         text = line.rstrip()
         if text.strip() and not (set(text.strip()[:1]) & TABLE_CHARACTERS):
             pipes.log.info(text)

@@ -1,5 +1,5 @@
-"""`python -m bench_defs.cluster up|down|status|restart-daemon [--workers N]
-[--default-worker] [--launcher celery|default]`."""
+"""`python -m bench_defs.cluster up|down|status|restart-daemon|restart-worker HOST
+[--workers N] [--default-worker] [--launcher celery|default]`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from bench_defs.cluster.control import down, restart_daemon, status_lines, up
+from bench_defs.cluster.control import down, restart_daemon, restart_worker, status_lines, up
 from bench_defs.cluster.instance_config import LAUNCHERS
 from bench_defs.cluster.layout import cluster_layout
 from bench_defs.cluster.procs import ClusterError
@@ -15,7 +15,9 @@ from bench_defs.cluster.procs import ClusterError
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench_defs.cluster")
-    parser.add_argument("command", choices=("up", "down", "status", "restart-daemon"))
+    commands = ("up", "down", "status", "restart-daemon", "restart-worker")
+    parser.add_argument("command", choices=commands)
+    parser.add_argument("host", nargs="?", help="restart-worker: the host whose worker to start")
     parser.add_argument(
         "--workers", type=int, default=2, help="hosts of a new pools file (default 2)"
     )
@@ -50,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "restart-daemon":
             record = restart_daemon(layout)
             print(f"daemon restarted: pid {record.pid}")
+            return 0
+        if args.command == "restart-worker":
+            record = restart_worker(layout, args.host or "")
+            print(f"worker of {args.host} restarted: pid {record.pid}")
             return 0
         lines, running = status_lines(layout)
         print("\n".join(lines))

@@ -24,7 +24,7 @@ from bench_defs.cluster.procs import (
     load_state,
     save_state,
 )
-from bench_defs.pools import DEFAULT_QUEUE, Pool, pools_file
+from bench_defs.pools import DEFAULT_QUEUE, Pool, load_pools, pools_file
 
 STOP_GRACE_S = 15.0
 DEFAULT_WORKER = Pool(name="default", queue=DEFAULT_QUEUE, host="control", devices=1)
@@ -184,6 +184,27 @@ def restart_daemon(layout: Layout) -> ProcRecord:
     state.processes = [item for item in state.processes if item.name != "daemon"] + [record]
     save_state(layout.state, state)
     dp.wait_daemon(record, state.webserver_url)
+    return record
+
+
+def restart_worker(layout: Layout, host: str) -> ProcRecord:
+    """Start `host`'s worker again (after a crash; a running one is first stopped by group):
+    the same queue, home and host id, so the host takes the next run. A run its dead worker
+    held is failed by run monitoring (`launcher`), never resumed."""
+    state = load_state(layout.state)
+    name = f"worker-{host}"
+    old = [record for record in state.processes if record.name == name]
+    pools = [*load_pools(pools_file()), DEFAULT_WORKER]
+    pool = next((pool for pool in pools if pool.host == host), None)
+    if not old or pool is None or state.redis_url is None:
+        raise ClusterError(f"no worker of host {host!r} recorded in {layout.state}")
+    stop_records(old, STOP_GRACE_S)
+    offset = Path(old[0].log).stat().st_size if Path(old[0].log).is_file() else 0
+    env = dp.worker_env(layout, dp.dagster_env(layout, pools_file()), pool, state.redis_url)
+    record = dp.start_worker(layout, env, pool)
+    state.processes = [item for item in state.processes if item.name != name] + [record]
+    save_state(layout.state, state)
+    dp.wait_worker(record, offset)
     return record
 
 

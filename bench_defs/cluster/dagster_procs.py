@@ -133,8 +133,13 @@ def wait_daemon(record: ProcRecord, url: str) -> None:
     wait_ready(record, lambda: _daemons_healthy(url), START_TIMEOUT_S, "healthy")
 
 
-def wait_worker(record: ProcRecord) -> None:
+def wait_worker(record: ProcRecord, offset: int = 0) -> None:
+    """Until the worker's log says ` ready.` after byte `offset` (a restarted worker appends
+    to its predecessor's log)."""
+
     def ready() -> bool:
-        return " ready." in Path(record.log).read_text(encoding="utf-8", errors="replace")
+        with open(record.log, "rb") as log:
+            log.seek(offset)
+            return b" ready." in log.read()
 
     wait_ready(record, ready, START_TIMEOUT_S, "ready")

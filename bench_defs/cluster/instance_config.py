@@ -44,8 +44,8 @@ def run_launcher(launcher: str, redis_url: str) -> dict[str, Any]:
     if launcher != "celery":
         raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
     return {
-        "module": "dagster_celery.launcher",
-        "class": "CeleryRunLauncher",
+        "module": "bench_defs.cluster.launcher",
+        "class": "WatchedCeleryRunLauncher",
         "config": {"broker": redis_url, "backend": redis_url, "default_queue": DEFAULT_QUEUE},
     }
 
@@ -53,8 +53,9 @@ def run_launcher(launcher: str, redis_url: str) -> dict[str, Any]:
 def instance_document(
     postgres_url: str, redis_url: str, pools: list[Pool], launcher: str = "celery"
 ) -> dict[str, Any]:
-    """dagster.yaml: Postgres storage; dagster-celery's run launcher (runs execute in the
-    worker with the in-process executor, never the Celery executor: dagster issue #32915), or
+    """dagster.yaml: Postgres storage; dagster-celery's run launcher with a health check that
+    notices a dead worker (`bench_defs.cluster.launcher`; runs execute in the worker with the
+    in-process executor, never the Celery executor: dagster issue #32915), or
     with `launcher="default"` Dagster's DefaultRunLauncher; the queued coordinator with one
     limit per pool; run monitoring that never resumes a benchmark; no telemetry and no
     onboarding dialog."""

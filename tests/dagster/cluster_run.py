@@ -1,7 +1,7 @@
 """The scale-out tests' cluster: `python -m bench_defs.cluster up --workers 2` under a folder of
 its own in /tmp (Postgres, run as its own account when the tests run as root, must reach it;
-pytest's base folder is private to root), the tiny spec partition added, and helpers to submit
-runs and read their records from the Postgres instance."""
+pytest's base folder is private to root), the tiny spec partition added, host-a given a fake
+GPU, and helpers to submit runs and read their records from the Postgres instance."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import psutil
 
 from bench_defs.cluster.layout import Layout
 from bench_defs.cluster.procs import load_state
+from tests.dagster.cluster_faults import FAKE_GPU_HOST, GPU, script_fake_gpu
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
@@ -101,6 +102,10 @@ def start_cluster(workers: int = 2) -> Cluster:
     long_spec = tiny_spec(LONG)
     long_spec["pipelines"][0]["loadgen"] |= {"duration_s": 120, "timeout_s": 240}
     write_spec(specs, LONG, long_spec)
+    gpu_spec = tiny_spec(GPU)
+    gpu_spec["pipelines"][0]["device"] = "cuda:0"
+    write_spec(specs, GPU, gpu_spec)
+    script_fake_gpu(Layout(base / "home" / "cluster"), FAKE_GPU_HOST, [])
     env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     env |= {
         "COLLOBENCH_HOME": str(base / "home"),

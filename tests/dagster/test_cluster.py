@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import psutil
 import pytest
 
 from bench_defs.pools import POOL_TAG, Pool, load_pools, pool_tags
-from bench_defs.specs import SPEC_PARTITIONS
+from bench_defs.specs import MAX_RUNTIME_TAG, SPEC_PARTITIONS
+from tests.dagster import cluster_faults as faults
 from tests.dagster.cluster_run import LONG, PARTITION, Cluster, instance, log_text, start_cluster
 from tests.dagster.server import ENDED, LOCATION
 
@@ -182,6 +184,76 @@ def test_a_cancelled_run_leaves_no_process_on_its_worker(cluster: Cluster) -> No
     after = _submit(client, host_b)  # the worker and the host's device lock are free again
     records, _ = _await_runs(cluster, [after])
     assert records[after].dagster_run.status.value == "SUCCESS"
+
+
+KILLED_RUN_FAILED_S = 60.0
+"""A crashed worker's run is failed by run monitoring's health check (two missed polls, 5 s
+apart), long before its max runtime."""
+ORPHAN_GONE_S = 30.0
+
+
+def test_a_worker_killed_mid_run_fails_the_run_and_leaves_no_orphan(cluster: Cluster) -> None:
+    host_b = load_pools(cluster.layout.root / "pools.yaml")[1]
+    client = _client(cluster)
+    run_id = _submit(client, host_b, LONG)
+    benchmark = faults.await_benchmark(
+        cluster, host_b.host, lambda: client.get_run_status(run_id).value in ENDED
+    )
+    worker = faults.worker_record(cluster, host_b.host)
+    watched = faults.watched_pids(benchmark)  # the pool process that runs the Pipes client
+    assert len(watched) == 1 and psutil.Process(watched.pop()).ppid() == worker.pid
+    killed = faults.crash_worker(worker)
+    crashed = time.monotonic()
+    assert worker.pid in killed and not {p.pid for p in benchmark} & set(killed)
+    queued = _submit(client, host_b)  # waits behind the pool limit, then for a worker
+    records, _ = _await_runs(cluster, [run_id])
+    failed_s = time.monotonic() - crashed
+    print(f"the killed worker's run failed {failed_s:.1f} s after the crash")
+    run = records[run_id].dagster_run
+    assert run.status.value == "FAILURE"
+    assert failed_s < min(KILLED_RUN_FAILED_S, float(run.tags[MAX_RUNTIME_TAG]))
+    message, resumed = faults.run_failure(cluster, run_id)
+    assert "does not answer" in message and resumed == 0  # the health check's, never resumed
+    deadline = time.monotonic() + ORPHAN_GONE_S
+    while cluster.benchmark_processes(host_b.host):
+        assert time.monotonic() < deadline, cluster.benchmark_processes(host_b.host)
+        time.sleep(0.5)
+    manifest = json.loads((_run_dir(cluster, host_b.host, run_id) / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert any("parent died" in warning for warning in manifest["warnings"])
+    assert faults.lock_is_free(cluster.layout.host_home(host_b.host) / "locks" / "device-cpu.lock")
+    done = cluster.cli("restart-worker", host_b.host, timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records, _ = _await_runs(cluster, [queued])
+    assert records[queued].dagster_run.status.value == "SUCCESS", _failures(cluster, [queued])
+
+
+def test_a_foreign_process_on_a_hosts_gpu_makes_the_preflight_refuse(cluster: Cluster) -> None:
+    host_a = load_pools(cluster.layout.root / "pools.yaml")[0]
+    assert host_a.host == faults.FAKE_GPU_HOST
+    client = _client(cluster)
+    with instance(cluster) as dagster_instance:
+        dagster_instance.add_dynamic_partitions(SPEC_PARTITIONS, [faults.GPU])
+    with faults.foreign_process() as foreign:
+        try:
+            faults.script_fake_gpu(cluster.layout, host_a.host, [foreign])
+            busy = _submit(client, host_a, faults.GPU)
+            records, _ = _await_runs(cluster, [busy])
+        finally:
+            faults.script_fake_gpu(cluster.layout, host_a.host, [])
+    assert records[busy].dagster_run.status.value == "FAILURE"
+    line = f"pid {foreign} (sleep) on GPU 0"
+    failures = _failures(cluster, [busy])
+    assert f"device_busy: refused before measuring: foreign compute process on the GPU: {line}" in (
+        failures
+    ), failures
+    manifest = json.loads((_run_dir(cluster, host_a.host, busy) / "manifest.json").read_text())
+    assert manifest["status"] == "device_busy" and manifest["host"] == host_a.host
+    assert manifest["results"] == [] and manifest["timeline"] == []  # nothing measured
+    assert any(line in warning for warning in manifest["warnings"])
+    after = _submit(client, host_a, faults.GPU)  # the same GPU, the stranger gone: it runs
+    records, _ = _await_runs(cluster, [after])
+    assert records[after].dagster_run.status.value == "SUCCESS", _failures(cluster, [after])
 
 
 def test_status_names_every_process(cluster: Cluster) -> None:

@@ -48,8 +48,8 @@ def test_instance_config_is_valid_and_routes_through_celery(tmp_path: Path) -> N
     assert config["storage"] == {"postgres": {"postgres_url": URL}}
     launcher = config["run_launcher"]
     assert (launcher["module"], launcher["class"]) == (
-        "dagster_celery.launcher",
-        "CeleryRunLauncher",
+        "bench_defs.cluster.launcher",
+        "WatchedCeleryRunLauncher",
     )
     assert (
         launcher["config"]["broker"] == launcher["config"]["backend"] == "redis://127.0.0.1:6399/0"

@@ -1,17 +1,22 @@
 """The Pipes client ends the child's whole process group: grandchildren included, SIGKILL when
-SIGTERM is ignored, nothing left behind."""
+SIGTERM is ignored, nothing left behind; the Pipes child reads the CLI's output to the end
+when its own stdout is gone (the client's process died)."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import psutil
+import pytest
 
-from bench_defs.pipes_runner import manifest_metadata, summary_markdown
+from bench_defs.pipes_runner import manifest_metadata, relay, summary_markdown
 from bench_defs.resources import end_process_group, group_alive
 
 IGNORES_SIGTERM = (
@@ -125,3 +130,21 @@ def test_manifest_becomes_typed_metadata() -> None:
     assert "| 0 | collocated | a | ok | 10 | 99.5 [90, 110] | 1.5 | inf | missed |" in (
         summary_markdown(results)
     )
+
+
+class _BrokenPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_relay_reads_the_cli_to_the_end_when_its_stdout_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A crashed Celery worker closes the pipe the runner writes to: the runner keeps reading
+    the CLI (which would otherwise fail writing its own output while it winds down)."""
+    monkeypatch.setattr(sys, "stdout", _BrokenPipe())
+    logged: list[str] = []
+    process: Any = SimpleNamespace(stdout=iter(["phase 1 ends\n", "interrupted: parent died\n"]))
+    relay(process, SimpleNamespace(log=SimpleNamespace(info=logged.append)))  # type: ignore[arg-type]
+    sys.stdout.close()  # the runner's /dev/null
+    assert logged == ["phase 1 ends", "interrupted: parent died"]
