@@ -93,11 +93,11 @@ def up(layout: Layout, workers: int, default_worker: bool) -> ClusterState:
     previous = load_state(layout.state)
     if any(alive(record) for record in previous.processes):
         raise ClusterError(f"already up ({layout.root}); run `down` first")
-    for folder in (layout.root, layout.logs, layout.dagster_home):
+    for folder in (layout.root, layout.logs, layout.dagster_home, layout.results):
         folder.mkdir(parents=True, exist_ok=True)
     for log in layout.logs.glob("*.log"):
         log.unlink()  # each up starts fresh logs (readiness reads them)
-    state = ClusterState()
+    state = ClusterState(results_dir=str(layout.results))
     save_state(layout.state, state)
     try:
         _backing_services(layout, state)
@@ -192,6 +192,6 @@ def status_lines(layout: Layout) -> tuple[list[str], bool]:
         for record in state.processes
     ]
     lines += [f"webserver {state.webserver_url}", f"redis {state.redis_url}"]
-    lines += [f"postgres {state.postgres_url}"]
+    lines += [f"postgres {state.postgres_url}", f"results {state.results_dir}"]
     lines += [f"queue {queue} -> host {host}" for host, queue in state.queues.items()]
     return lines, all(alive(record) for record in state.processes)

@@ -43,6 +43,9 @@ class ClusterState(BaseModel):
     postgres_url: str | None = Field(None, description="Dagster's storage.")
     redis_url: str | None = Field(None, description="Celery's broker and result backend.")
     queues: dict[str, str] = Field(default_factory=dict, description="Worker host -> queue.")
+    results_dir: str | None = Field(
+        None, description="COLLOBENCH_RESULTS_DIR of every process: runs, searches, warehouse."
+    )
 
 
 def load_state(path: Path) -> ClusterState:
