@@ -296,11 +296,14 @@ def read_result(search_dir: Path) -> tuple[CapacityResult, float]:
 def load_probe_runs(context: dg.AssetExecutionContext, search_dir: Path, db_path: Path) -> None:
     """The search with its probes' run directories into the warehouse (the CLI loads the
     search's rows alone), so each probe's run, with the host it ran on, is queryable next to
-    the benchmarks; a failure is a warning (the search's own result stands)."""
-    from analysis.capacity import load_capacity_dirs
+    the benchmarks; nothing to do for a search without probe runs (simulated); a failure is a
+    warning (the search's own result stands)."""
+    from analysis.capacity import load_capacity_dirs, probe_run_dirs
+    from analysis.capacity_files import read_search
 
     try:
-        load_capacity_dirs([search_dir], db_path, notify=context.log.warning)
+        if probe_run_dirs(read_search(search_dir)):
+            load_capacity_dirs([search_dir], db_path, notify=context.log.warning)
     except Exception as error:
         context.log.warning(f"probe runs not loaded: {type(error).__name__}: {error}")
 
