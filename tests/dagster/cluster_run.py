@@ -204,6 +204,8 @@ class RegionSearches:
 def region_search_hosts(
     cluster: Cluster, identifier: str, by_key: dict[str, Any], hosts: dict[str, str]
 ) -> RegionSearches:
+    """Which host each of the region's searches should have run on (`by_key`: partition key ->
+    run record; `hosts`: pool -> host), and where the warehouse says their probes ran."""
     from bench_defs.capacity_keys import (
         parse_capacity_key,
         ray_search_id,
