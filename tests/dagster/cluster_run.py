@@ -228,5 +228,6 @@ def region_search_hosts(
         cluster, "SELECT search_id, run_dir FROM capacity_probes"
     ):
         if search_id in found.expected and run_dir:
-            found.recorded.setdefault(search_id, set()).add(run_hosts.get(Path(run_dir).name))
+            ran_on = str(run_hosts.get(Path(run_dir).name, "not loaded"))
+            found.recorded.setdefault(search_id, set()).add(ran_on)
     return found
