@@ -111,21 +111,22 @@ class CapacitySearchResource(dg.ConfigurableResource):
         "($COLLOBENCH_MLFLOW, $MLFLOW_TRACKING_URI).",
     )
     out_dir: str | None = Field(
-        default=None, description="Parent folder of the searches (default <home>/capacity)."
+        default=None,
+        description="Parent folder of the searches (default <home>/capacity when the collobench "
+        "resource names a home, else the settings' <results dir>/capacity).",
     )
 
     def command(self, python: str) -> list[str]:
         return list(self.cli) if self.cli else [python, "-m", "stages.cli"]
 
     def out_path(self, collobench: CollobenchResource) -> Path:
-        """`out_dir`, else `capacity/` under the collobench resource's home (the settings'
-        capacity folder when the resource names no home)."""
+        """`out_dir`, else `capacity/` under the collobench resource's home, else the settings'
+        capacity folder (`$COLLOBENCH_RESULTS_DIR/capacity`, shared by a cluster's hosts)."""
         if self.out_dir:
             return Path(self.out_dir).absolute()
         if collobench.home:
             return collobench.home_path() / "capacity"
-        capacity_dir = getattr(settings, "capacity_dir", None)
-        return Path(capacity_dir()) if capacity_dir else settings.home() / "capacity"
+        return settings.capacity_dir()
 
     def mlflow_options(self) -> list[str]:
         if self.mlflow is None:
@@ -292,6 +293,21 @@ def read_result(search_dir: Path) -> tuple[CapacityResult, float]:
     return result, precision
 
 
+def load_probe_runs(context: dg.AssetExecutionContext, search_dir: Path, db_path: Path) -> None:
+    """The search with its probes' run directories into the warehouse (the CLI loads the
+    search's rows alone), so each probe's run, with the host it ran on, is queryable next to
+    the benchmarks; nothing to do for a search without probe runs (simulated); a failure is a
+    warning (the search's own result stands)."""
+    from analysis.capacity import load_capacity_dirs, probe_run_dirs
+    from analysis.capacity_files import read_search
+
+    try:
+        if probe_run_dirs(read_search(search_dir)):
+            load_capacity_dirs([search_dir], db_path, notify=context.log.warning)
+    except Exception as error:
+        context.log.warning(f"probe runs not loaded: {type(error).__name__}: {error}")
+
+
 @dg.asset(
     partitions_def=capacity_partitions,
     group_name=CAPACITY_GROUP,
@@ -315,6 +331,7 @@ def capacity(
     context.log.info(f"capacity search {context.partition_key} in {plan.search_dir}")
     pipes_client.run(context=context, command=command, env=collobench.child_env())
     result, precision = read_result(plan.search_dir)
+    load_probe_runs(context, plan.search_dir, duckdb_warehouse.db_path())
     metadata = result_metadata(result, plan.search_dir) | plan.extra_metadata
     target = parse_capacity_key(context.partition_key)
     if target.is_ray:

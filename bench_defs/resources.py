@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 SPECS_DIR_ENV = "COLLOBENCH_SPECS_DIR"
 """Folder of the spec files that become `benchmark_run` partitions (default `specs/`)."""
 RUNS_DIR_ENV = "COLLOBENCH_RUNS_DIR"
-"""Folder of the run directories (default `$COLLOBENCH_HOME/runs`)."""
+"""Folder of the run directories (default `runs/` in `$COLLOBENCH_RESULTS_DIR`, else in the
+home)."""
 
 
 def default_specs_dir() -> Path:
@@ -47,7 +48,8 @@ class CollobenchResource(dg.ConfigurableResource):
 
     home: str | None = Field(
         default=None,
-        description="Home folder of runs, artefacts and the warehouse (default: settings).",
+        description="Home folder of runs, artefacts and the warehouse (default: settings, where "
+        "$COLLOBENCH_RESULTS_DIR may move the runs, searches and warehouse elsewhere).",
     )
     specs_dir: str | None = Field(
         default=None, description="Folder whose *.yaml files are the benchmark_run partitions."
@@ -58,21 +60,23 @@ class CollobenchResource(dg.ConfigurableResource):
     runs_dir: str | None = Field(
         default=None,
         description="Folder of run directories (default: $COLLOBENCH_RUNS_DIR, else "
-        "<home>/runs); on Kubernetes the shared object-storage mount.",
+        "<home>/runs when home is set, else <results dir>/runs); on Kubernetes the shared "
+        "object-storage mount.",
     )
 
     def home_path(self) -> Path:
         return Path(self.home).absolute() if self.home else settings.home()
 
     def runs_path(self) -> Path:
-        """Where run directories go: `runs_dir`, else `$COLLOBENCH_RUNS_DIR`, else
-        `<home>/runs`. On Kubernetes every pod mounts the shared bucket at the same path, so a
-        run directory recorded by one pod is read by the next (deploy/k8s/)."""
+        """Where run directories go: `runs_dir`, else `$COLLOBENCH_RUNS_DIR`, else `<home>/runs`
+        when `home` is set, else the settings' (`$COLLOBENCH_RESULTS_DIR/runs`, the folder a
+        cluster's hosts share). On Kubernetes every pod mounts the shared bucket at the same
+        path, so a run directory recorded by one pod is read by the next (deploy/k8s/)."""
         if self.runs_dir:
             return Path(self.runs_dir).absolute()
         if os.environ.get(RUNS_DIR_ENV):
             return Path(os.environ[RUNS_DIR_ENV]).absolute()
-        return self.home_path() / "runs"
+        return self.home_path() / "runs" if self.home else settings.runs_dir()
 
     def specs_path(self) -> Path:
         return Path(self.specs_dir).absolute() if self.specs_dir else default_specs_dir()
@@ -95,7 +99,9 @@ class WarehouseResource(dg.ConfigurableResource):
     writer; it serialises writers), every read goes through a read-only connection."""
 
     path: str | None = Field(
-        default=None, description="DuckDB file (default: $COLLOBENCH_HOME/results.duckdb)."
+        default=None,
+        description="DuckDB file (default: results.duckdb in $COLLOBENCH_RESULTS_DIR, else in "
+        "$COLLOBENCH_HOME).",
     )
 
     def db_path(self) -> Path:

@@ -1,4 +1,6 @@
-"""Embedded defaults: everything a run writes lives under one home folder (`.collobench/`)."""
+"""Embedded defaults: everything a run writes lives under one home folder (`.collobench/`);
+the results (run directories, capacity searches, the warehouse) may live apart, in one folder
+every host of a cluster shares (`$COLLOBENCH_RESULTS_DIR`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from pathlib import Path
 
 HOME_ENV = "COLLOBENCH_HOME"
 HOST_ID_ENV = "COLLOBENCH_HOST_ID"
+RESULTS_DIR_ENV = "COLLOBENCH_RESULTS_DIR"
+"""The folder of `runs/`, `capacity/` and `results.duckdb` (default: the home)."""
 PARENT_PID_ENV = "COLLOBENCH_PARENT_PID"
 """The pid whose death ends a run (stages.collocation.lifetime.ParentWatch); default: the
 parent of `collobench run`; `0`: no watch (a run meant to outlive its shell)."""
@@ -25,14 +29,23 @@ def host_id() -> str:
     return os.environ.get(HOST_ID_ENV) or socket.gethostname()
 
 
+def results_dir() -> Path:
+    """`$COLLOBENCH_RESULTS_DIR`, else the home: where run directories, capacity searches and
+    the warehouse live. Every host of a cluster names one shared folder here, so their results
+    land side by side (run directory names carry the run id) and load into one warehouse (its
+    writer lock serialises the hosts). Cache, artefacts, locks and MLflow stay in the home."""
+    named = os.environ.get(RESULTS_DIR_ENV)
+    return Path(named).absolute() if named else home()
+
+
 def runs_dir() -> Path:
-    return home() / "runs"
+    return results_dir() / "runs"
 
 
 def capacity_dir() -> Path:
     """Capacity searches (`collobench capacity`): `<search_id>/` with search.json,
     probes.jsonl, capacity.json and each probe's run directory under `probes/`."""
-    return home() / "capacity"
+    return results_dir() / "capacity"
 
 
 def cache_dir() -> Path:
@@ -58,7 +71,7 @@ def device_wait_s() -> float:
 
 
 def duckdb_path() -> Path:
-    return home() / "results.duckdb"
+    return results_dir() / "results.duckdb"
 
 
 def mlflow_tracking_uri() -> str | None:

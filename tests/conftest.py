@@ -26,6 +26,7 @@ def _isolated_home(
     """Every test writes under its own COLLOBENCH_HOME, never the developer's."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("COLLOBENCH_HOME", str(home))
+    monkeypatch.delenv("COLLOBENCH_RESULTS_DIR", raising=False)  # results in that home too
     monkeypatch.setenv("COLLOBENCH_MLFLOW", os.environ.get("COLLOBENCH_TEST_MLFLOW", "0"))
 
 

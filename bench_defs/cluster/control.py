@@ -97,11 +97,11 @@ def up(
     previous = load_state(layout.state)
     if any(alive(record) for record in previous.processes):
         raise ClusterError(f"already up ({layout.root}); run `down` first")
-    for folder in (layout.root, layout.logs, layout.dagster_home):
+    for folder in (layout.root, layout.logs, layout.dagster_home, layout.results):
         folder.mkdir(parents=True, exist_ok=True)
     for log in layout.logs.glob("*.log"):
         log.unlink()  # each up starts fresh logs (readiness reads them)
-    state = ClusterState(launcher=launcher)
+    state = ClusterState(launcher=launcher, results_dir=str(layout.results))
     save_state(layout.state, state)
     try:
         _backing_services(layout, state)
@@ -219,5 +219,6 @@ def status_lines(layout: Layout) -> tuple[list[str], bool]:
     ]
     lines += [f"webserver {state.webserver_url}", f"redis {state.redis_url}"]
     lines += [f"postgres {state.postgres_url}", f"launcher {state.launcher}"]
+    lines += [f"results {state.results_dir}"]
     lines += [f"queue {queue} -> host {host}" for host, queue in state.queues.items()]
     return lines, all(alive(record) for record in state.processes)

@@ -22,6 +22,7 @@ from bench_defs.cluster.layout import (
 )
 from bench_defs.cluster.procs import ProcRecord, env_with, spawn, wait_ready
 from bench_defs.pools import POOLS_FILE_ENV, Pool
+from stages import settings
 
 START_TIMEOUT_S = 240.0
 WANTED_DAEMONS = ("QUEUED_RUN_COORDINATOR", "MONITORING")
@@ -39,13 +40,15 @@ def _bin(name: str) -> str:
 
 
 def dagster_env(layout: Layout, pools_file: Path, **extra: str) -> dict[str, Any]:
-    """The environment of every Dagster-side process: the cluster's DAGSTER_HOME and pools."""
+    """The environment of every Dagster-side process (and, through `worker_env`, of every
+    worker): the cluster's DAGSTER_HOME, pools and shared results folder (the sensors read
+    region requests there, the hosts write runs and searches there)."""
     path = os.environ.get("PYTHONPATH")
     pythonpath = f"{repo_root()}:{path}" if path else str(repo_root())
     return env_with(
         DAGSTER_HOME=str(layout.dagster_home),
         PYTHONPATH=pythonpath,
-        **{POOLS_FILE_ENV: str(pools_file)},
+        **{POOLS_FILE_ENV: str(pools_file), settings.RESULTS_DIR_ENV: str(layout.results)},
         **extra,
     )
 
@@ -84,8 +87,8 @@ def start_daemon(layout: Layout, env: dict[str, Any]) -> ProcRecord:
 
 
 def worker_env(layout: Layout, env: dict[str, Any], pool: Pool, redis_url: str) -> dict[str, Any]:
-    """A worker's own COLLOBENCH_HOME, host id and queue; its fake GPU where the host's home
-    holds a `fake_nvml.json`."""
+    """A worker's own COLLOBENCH_HOME, host id and queue (its results go to the shared folder
+    `dagster_env` names); its fake GPU where the host's home holds a `fake_nvml.json`."""
     home = layout.host_home(pool.host)
     home.mkdir(parents=True, exist_ok=True)
     extra = {"COLLOBENCH_HOME": str(home), HOST_ID_ENV: pool.host, QUEUES_ENV: pool.queue}

@@ -32,7 +32,7 @@ DB_USER = "dagster"
 
 @dataclass(frozen=True)
 class Layout:
-    """The cluster folder: `<root>/{pgdata,sockets,redis,dagster_home,hosts,logs}`,
+    """The cluster folder: `<root>/{pgdata,sockets,redis,dagster_home,hosts,results,logs}`,
     `state.json` and `pools.yaml`."""
 
     root: Path
@@ -65,8 +65,17 @@ class Layout:
     def state(self) -> Path:
         return self.root / "state.json"
 
+    @property
+    def results(self) -> Path:
+        """`COLLOBENCH_RESULTS_DIR` of every worker and Dagster process: `$COLLOBENCH_RESULTS_DIR`
+        when `up` runs with it set (on a lab, a folder every host mounts), else `<root>/results`.
+        Every host's run directories and capacity searches land here, and one warehouse."""
+        named = os.environ.get(settings.RESULTS_DIR_ENV)
+        return Path(named).absolute() if named else self.root / "results"
+
     def host_home(self, host: str) -> Path:
-        """The worker's COLLOBENCH_HOME; a `fake_nvml.json` there becomes its fake GPU."""
+        """The worker's COLLOBENCH_HOME (cache, artefacts, device locks; its results go to
+        `results`); a `fake_nvml.json` there becomes its fake GPU."""
         return self.root / "hosts" / host
 
     def log(self, name: str) -> Path:

@@ -44,6 +44,9 @@ class ClusterState(BaseModel):
     redis_url: str | None = Field(None, description="Celery's broker and result backend.")
     queues: dict[str, str] = Field(default_factory=dict, description="Worker host -> queue.")
     launcher: str = Field("celery", description="The run launcher: celery or default.")
+    results_dir: str | None = Field(
+        None, description="COLLOBENCH_RESULTS_DIR of every process: runs, searches, warehouse."
+    )
 
 
 def load_state(path: Path) -> ClusterState:

@@ -277,9 +277,10 @@ def combined_verdict(verdicts: Sequence[Verdict | None]) -> Verdict | None:
 
 def probe_run_id(index: int, request: ProbeRequest) -> str:
     """The probe's run directory name: order, kind, rate, seed and a random tail (a probe cut
-    short by Ctrl-C is run again under a new name)."""
+    short by Ctrl-C is run again under a new name; 48 bits, so the probes of every search, on
+    every host, keep apart as run ids in one warehouse)."""
     rate = "closed" if request.kind == "ceiling" else f"{request.rate:.4g}qps"
-    return f"p{index:02d}-{request.kind}-{rate}-seed{request.seed}-{secrets.token_hex(2)}"
+    return f"p{index:02d}-{request.kind}-{rate}-seed{request.seed}-{secrets.token_hex(6)}"
 
 
 def _missed_by(record: ProbeRecord, pipeline: str | None) -> ProbeRecord:

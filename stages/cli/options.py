@@ -8,7 +8,10 @@ from typing import Annotated
 import typer
 
 DbOption = Annotated[
-    Path | None, typer.Option("--db", help="DuckDB file (default: .collobench/results.duckdb).")
+    Path | None,
+    typer.Option(
+        "--db", help="DuckDB file (default: results.duckdb in $COLLOBENCH_RESULTS_DIR or the home)."
+    ),
 ]
 OverridesOption = Annotated[
     list[str] | None,

@@ -1,10 +1,12 @@
 """The scale-out tests' cluster: `python -m bench_defs.cluster up --workers 2` under a folder of
 its own in /tmp (Postgres, run as its own account when the tests run as root, must reach it;
 pytest's base folder is private to root), the tiny spec partition added, host-a given a fake
-GPU, and helpers to submit runs and read their records from the Postgres instance."""
+GPU, a two-pipeline spec for a capacity region, and helpers to submit runs and read their
+records from the Postgres instance and the hosts' shared warehouse."""
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import subprocess
@@ -19,7 +21,9 @@ import psutil
 
 from bench_defs.cluster.layout import Layout
 from bench_defs.cluster.procs import load_state
+from stages.settings import RESULTS_DIR_ENV
 from tests.dagster.cluster_faults import FAKE_GPU_HOST, GPU, script_fake_gpu
+from tests.dagster.server import ENDED
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
@@ -27,6 +31,11 @@ UP_TIMEOUT_S = 420.0
 PARTITION = "tiny"
 LONG = "long"
 """A partition whose benchmark measures for two minutes (to be cancelled)."""
+REGION = "pair"
+"""A spec of two sleep pipelines (`a`, `b`) with an SLO: a capacity region's spec."""
+REGION_SEARCH = {"percentile": 0.9, "max_probes": 2, "probe_s": 1.0}
+"""Every search of the test's region: the ceiling probe and one more (a solo search), or two
+(a ray), of 1 s each; p90 is decidable from 44 queries."""
 
 
 @dataclass
@@ -44,6 +53,16 @@ class Cluster:
     @property
     def layout(self) -> Layout:
         return Layout(self.home / "cluster")
+
+    @property
+    def results(self) -> Path:
+        """The folder every host writes runs and searches to, and its warehouse."""
+        return self.layout.root / "results"
+
+    @property
+    def results_env(self) -> dict[str, str]:
+        """The environment of a `collobench` command that reads the cluster's results."""
+        return {**self.env, RESULTS_DIR_ENV: str(self.results), "COLUMNS": "250"}
 
     @property
     def url(self) -> str:
@@ -94,6 +113,15 @@ class Cluster:
         return found
 
 
+def region_spec() -> dict[str, Any]:
+    """The tiny spec with two pipelines `a` and `b`, each with an SLO (a capacity target)."""
+    spec = tiny_spec(REGION)
+    (pipeline,) = spec["pipelines"]
+    pipeline["loadgen"]["slo_ms"] = 200
+    spec["pipelines"] = [copy.deepcopy(pipeline) | {"name": name} for name in ("a", "b")]
+    return spec
+
+
 def start_cluster(workers: int = 2) -> Cluster:
     base = Path(tempfile.mkdtemp(prefix="collobench-cluster-"))
     base.chmod(base.stat().st_mode | stat.S_IXOTH | stat.S_IROTH)
@@ -106,6 +134,7 @@ def start_cluster(workers: int = 2) -> Cluster:
     gpu_spec["pipelines"][0]["device"] = "cuda:0"
     write_spec(specs, GPU, gpu_spec)
     script_fake_gpu(Layout(base / "home" / "cluster"), FAKE_GPU_HOST, [])
+    write_spec(specs, REGION, region_spec())
     env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     env |= {
         "COLLOBENCH_HOME": str(base / "home"),
@@ -114,6 +143,7 @@ def start_cluster(workers: int = 2) -> Cluster:
         "PYTHONPATH": str(REPO),
     }
     env.pop("COLLOBENCH_POOLS_FILE", None)
+    env.pop(RESULTS_DIR_ENV, None)  # `up` sets the cluster's own
     cluster = Cluster(base, env, 0.0)
     started = time.monotonic()
     done = cluster.cli("up", "--workers", str(workers))
@@ -134,3 +164,75 @@ def log_text(cluster: Cluster) -> str:
         path.read_text(encoding="utf-8", errors="replace")
         for path in sorted(cluster.layout.logs.glob("*.log"))
     )
+
+
+def warehouse_rows(cluster: Cluster, query: str) -> list[tuple[Any, ...]]:
+    """The rows of a query on the hosts' shared warehouse, read-only."""
+    from analysis.db import connect_read_only
+
+    connection = connect_read_only(cluster.results / "results.duckdb")
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()
+
+
+def await_region(cluster: Cluster, identifier: str, runs: int, timeout_s: float) -> dict[str, Any]:
+    """Poll the runs of a region request (its tag) until `runs` of them exist and all ended, or
+    all that exist ended and one failed (the rays never come then); run id -> record."""
+    from dagster import RunsFilter
+
+    from bench_defs.capacity import REGION_TAG
+
+    deadline = time.monotonic() + timeout_s
+    with instance(cluster) as dagster_instance:
+        while True:
+            records = dagster_instance.get_run_records(RunsFilter(tags={REGION_TAG: identifier}))
+            statuses = [record.dagster_run.status.value for record in records]
+            ended = bool(records) and all(status in ENDED for status in statuses)
+            if ended and (len(records) >= runs or set(statuses) != {"SUCCESS"}):
+                return {record.dagster_run.run_id: record for record in records}
+            assert time.monotonic() < deadline, f"region runs: {statuses}, wanted {runs}"
+            time.sleep(1.0)
+
+
+@dataclass
+class RegionSearches:
+    """The region's searches: search id -> the host its Dagster run's pool names (expected)
+    and the hosts of its probes' runs in the shared warehouse (recorded); the region id."""
+
+    expected: dict[str, set[str]]
+    recorded: dict[str, set[str]]
+    region_id: str
+
+
+def region_search_hosts(
+    cluster: Cluster, identifier: str, by_key: dict[str, Any], hosts: dict[str, str]
+) -> RegionSearches:
+    """Which host each of the region's searches should have run on (`by_key`: partition key ->
+    run record; `hosts`: pool -> host), and where the warehouse says their probes ran."""
+    from bench_defs.capacity_keys import (
+        parse_capacity_key,
+        ray_search_id,
+        region_id_of,
+        search_id_of,
+    )
+    from bench_defs.pools import POOL_TAG
+
+    found = RegionSearches({}, {}, "")
+    for key, record in by_key.items():
+        target, run = parse_capacity_key(key), record.dagster_run
+        host = {hosts[run.tags[POOL_TAG]]}
+        if target.ray is not None:
+            found.region_id = region_id_of(target, identifier)
+            found.expected[ray_search_id(found.region_id, target.ray)] = host
+        else:
+            found.expected[search_id_of(target, run.root_run_id or run.run_id)] = host
+    run_hosts = dict(warehouse_rows(cluster, "SELECT run_id, host FROM runs"))
+    for search_id, run_dir in warehouse_rows(
+        cluster, "SELECT search_id, run_dir FROM capacity_probes"
+    ):
+        if search_id in found.expected and run_dir:
+            ran_on = str(run_hosts.get(Path(run_dir).name, "not loaded"))
+            found.recorded.setdefault(search_id, set()).add(ran_on)
+    return found

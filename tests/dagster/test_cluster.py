@@ -2,13 +2,18 @@
 (Postgres on a unix socket, Redis on loopback, code server, webserver, daemon, Celery workers);
 benchmark runs submitted through GraphQL with the pool tags of host-a and host-b; each lands on
 its host, never more than a pool's limit runs at once, both hosts work at the same time, nothing
-says "database is locked"; then `down` leaves no process. One cluster for the module."""
+says "database is locked", and their results load into the one warehouse of the hosts' shared
+results folder (`collobench compare` across hosts); a capacity region's searches run on both
+hosts at once and assemble complete; then `down` leaves no process. One cluster for the
+module."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +23,26 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
+from bench_defs.capacity import TARGET_TAG
 from bench_defs.pools import POOL_TAG, Pool, load_pools, pool_tags
 from bench_defs.specs import MAX_RUNTIME_TAG, SPEC_PARTITIONS
+from stages.capacity.region_store import read_region
 from tests.dagster import cluster_faults as faults
-from tests.dagster.cluster_run import LONG, PARTITION, Cluster, instance, log_text, start_cluster
+from tests.dagster.cluster_run import (
+    LONG,
+    PARTITION,
+    REGION,
+    REGION_SEARCH,
+    Cluster,
+    await_region,
+    instance,
+    log_text,
+    region_search_hosts,
+    start_cluster,
+    warehouse_rows,
+)
 from tests.dagster.server import ENDED, LOCATION
+from tests.helpers import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -99,9 +119,10 @@ def _failures(cluster: Cluster, run_ids: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _run_dir(cluster: Cluster, host: str, run_id: str) -> Path:
-    found = list((cluster.layout.host_home(host) / "runs").glob(f"*-{run_id[:8]}"))
-    assert len(found) == 1, f"run {run_id} not under {host}'s home: {found}"
+def _run_dir(cluster: Cluster, run_id: str) -> Path:
+    """The run's directory in the folder every host writes to (COLLOBENCH_RESULTS_DIR)."""
+    found = list((cluster.results / "runs").glob(f"*-{run_id[:8]}"))
+    assert len(found) == 1, f"run {run_id} not in {cluster.results / 'runs'}: {found}"
     return found[0]
 
 
@@ -122,8 +143,8 @@ def test_runs_land_on_their_hosts_within_pool_limits(cluster: Cluster) -> None:
     assert most == {"host-a": 1, "host-b": 1}
     spans: dict[str, list[tuple[float, float]]] = {"host-a": [], "host-b": []}
     for pool, run_id in submitted:
-        manifest = json.loads((_run_dir(cluster, pool.host, run_id) / "manifest.json").read_text())
-        assert manifest.get("host", pool.host) == pool.host
+        manifest = json.loads((_run_dir(cluster, run_id) / "manifest.json").read_text())
+        assert manifest["host"] == pool.host
         record = records[run_id]
         spans[pool.name].append((record.start_time, record.end_time))
     for intervals in spans.values():  # one device per host: its runs never overlap
@@ -131,6 +152,71 @@ def test_runs_land_on_their_hosts_within_pool_limits(cluster: Cluster) -> None:
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
     assert any(_overlap(a, b) for a in spans["host-a"] for b in spans["host-b"])
     assert "database is locked" not in log_text(cluster)
+
+
+def test_both_hosts_results_load_into_one_warehouse(cluster: Cluster) -> None:
+    from dagster import DagsterRunStatus, RunsFilter
+
+    with instance(cluster) as dagster_instance:
+        runs = dagster_instance.get_runs(
+            RunsFilter(
+                job_name="benchmark_job",
+                tags={"dagster/partition": PARTITION},
+                statuses=[DagsterRunStatus.SUCCESS],
+            )
+        )
+    hosts = {pool.name: pool.host for pool in load_pools(cluster.layout.root / "pools.yaml")}
+    wanted = {run.run_id[:8]: hosts[run.tags[POOL_TAG]] for run in runs}
+    rows = warehouse_rows(cluster, f"SELECT run_id, host FROM runs WHERE name = '{PARTITION}'")
+    loaded = {run_id.rsplit("-", 1)[-1]: host for run_id, host in rows}
+    assert len(rows) == len(runs) == 2 * RUNS_PER_POOL  # the first test's runs, every one
+    assert loaded == wanted and set(loaded.values()) == {"host-a", "host-b"}
+    run_a = next(run_id for run_id, host in rows if host == "host-a")
+    run_b = next(run_id for run_id, host in rows if host == "host-b")
+    done = subprocess.run(
+        [sys.executable, "-m", "stages.cli", "compare", run_a, run_b],
+        cwd=REPO,
+        env=cluster.results_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = " ".join(done.stdout.split())
+    assert f"{run_b} (B, host host-b) against {run_a} (A, host host-a)" in text, text
+
+
+def test_a_capacity_region_runs_on_both_hosts_at_once(cluster: Cluster) -> None:
+    from bench_defs.capacity_region import RegionRequest, request_id, write_region_request
+
+    request = RegionRequest(spec=REGION, pipelines=("a", "b"), rays=2, search=REGION_SEARCH)
+    path = write_region_request(cluster.results / "capacity", request)  # the sensor acts on it
+    identifier = request_id(path, path.read_text())
+    records = await_region(cluster, identifier, runs=4, timeout_s=RUNS_TIMEOUT_S)
+    failed = [
+        run_id for run_id, rec in records.items() if rec.dagster_run.status.value != "SUCCESS"
+    ]
+    assert failed == [], _failures(cluster, failed)
+    hosts = {pool.name: pool.host for pool in load_pools(cluster.layout.root / "pools.yaml")}
+    by_key = {rec.dagster_run.tags[TARGET_TAG]: rec for rec in records.values()}
+    solos, rays = request.keys()[:2], request.keys()[2:]
+    assert sorted(by_key) == sorted(solos + rays)
+    for keys in (solos, rays):  # round-robin: each pair on both hosts
+        assert {by_key[key].dagster_run.tags[POOL_TAG] for key in keys} == {"host-a", "host-b"}
+    spans = [
+        (rec.dagster_run.tags[POOL_TAG], rec.start_time, rec.end_time) for rec in records.values()
+    ]
+    assert any(a[0] != b[0] and _overlap(a[1:], b[1:]) for a in spans for b in spans), spans
+    searches = region_search_hosts(cluster, identifier, by_key, hosts)
+    assert searches.recorded == searches.expected  # each probe ran on its run's host
+    region = read_region(cluster.results / "capacity" / searches.region_id)
+    assert region is not None and region.complete and len(region.rays) == 2, region
+    rays_loaded = warehouse_rows(
+        cluster,
+        f"SELECT count(*) FROM capacity_region_rays WHERE region_id = '{searches.region_id}'",
+    )
+    assert rays_loaded == [(2,)]
 
 
 def _wait_for(cluster: Cluster, run_ids: list[str], wanted: dict[str, int]) -> None:
@@ -159,7 +245,7 @@ def test_daemon_restarted_mid_queue_loses_no_run(cluster: Cluster) -> None:
     assert {record.dagster_run.status.value for record in records.values()} == {"SUCCESS"}
     assert most == {"host-a": 1}
     for run_id in run_ids:
-        _run_dir(cluster, host_a.host, run_id)
+        _run_dir(cluster, run_id)
 
 
 def test_a_cancelled_run_leaves_no_process_on_its_worker(cluster: Cluster) -> None:
@@ -218,7 +304,7 @@ def test_a_worker_killed_mid_run_fails_the_run_and_leaves_no_orphan(cluster: Clu
     while cluster.benchmark_processes(host_b.host):
         assert time.monotonic() < deadline, cluster.benchmark_processes(host_b.host)
         time.sleep(0.5)
-    manifest = json.loads((_run_dir(cluster, host_b.host, run_id) / "manifest.json").read_text())
+    manifest = json.loads((_run_dir(cluster, run_id) / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     assert any("parent died" in warning for warning in manifest["warnings"])
     assert faults.lock_is_free(cluster.layout.host_home(host_b.host) / "locks" / "device-cpu.lock")
@@ -247,7 +333,7 @@ def test_a_foreign_process_on_a_hosts_gpu_makes_the_preflight_refuse(cluster: Cl
     assert f"device_busy: refused before measuring: foreign compute process on the GPU: {line}" in (
         failures
     ), failures
-    manifest = json.loads((_run_dir(cluster, host_a.host, busy) / "manifest.json").read_text())
+    manifest = json.loads((_run_dir(cluster, busy) / "manifest.json").read_text())
     assert manifest["status"] == "device_busy" and manifest["host"] == host_a.host
     assert manifest["results"] == [] and manifest["timeline"] == []  # nothing measured
     assert any(line in warning for warning in manifest["warnings"])

@@ -2,8 +2,8 @@
 (written for N hosts, an existing one kept), dagster.yaml (a valid instance config: Postgres,
 dagster-celery's run launcher, one run limit per pool, monitoring that never resumes a
 benchmark, no telemetry, no onboarding dialog; with `--launcher default` Dagster's
-DefaultRunLauncher and the same limits), workspace.yaml; and `status` of a cluster that is not
-up."""
+DefaultRunLauncher and the same limits), workspace.yaml; `status` of a cluster that is not up;
+and the one results folder (COLLOBENCH_RESULTS_DIR) every process gets."""
 
 from __future__ import annotations
 
@@ -96,3 +96,35 @@ def test_workspace_points_at_the_code_server_on_loopback(tmp_path: Path) -> None
 def test_status_of_a_cluster_not_up_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["status"]) == 1
     assert "not up" in capsys.readouterr().out
+
+
+def test_every_host_and_dagster_process_writes_results_to_one_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench_defs.capacity import CapacitySearchResource
+    from bench_defs.cluster.dagster_procs import dagster_env, worker_env
+    from bench_defs.cluster.layout import Layout
+    from bench_defs.resources import CollobenchResource, WarehouseResource
+    from stages import settings
+
+    home = Path(settings.home())  # the test's own (conftest)
+    assert settings.results_dir() == home and settings.duckdb_path() == home / "results.duckdb"
+    layout = Layout(tmp_path / "cluster")
+    env = dagster_env(layout, tmp_path / "pools.yaml")
+    assert env[settings.RESULTS_DIR_ENV] == str(tmp_path / "cluster" / "results")
+    pool = Pool(name="host-a", queue="host-a", host="host-a", devices=1)
+    worker = worker_env(layout, env, pool, "redis://127.0.0.1:1/0")
+    assert worker["COLLOBENCH_HOME"] == str(layout.host_home("host-a"))
+    assert worker[settings.RESULTS_DIR_ENV] == env[settings.RESULTS_DIR_ENV]
+    shared = tmp_path / "shared"
+    monkeypatch.setenv(settings.RESULTS_DIR_ENV, str(shared))
+    assert layout.results == shared  # a lab's own shared mount is kept
+    assert (settings.runs_dir(), settings.capacity_dir(), settings.duckdb_path()) == (
+        shared / "runs",
+        shared / "capacity",
+        shared / "results.duckdb",
+    )
+    assert settings.artifacts_dir() == home / "artifacts" and settings.locks_dir() == home / "locks"
+    assert CollobenchResource().runs_path() == shared / "runs"
+    assert CapacitySearchResource().out_path(CollobenchResource()) == shared / "capacity"
+    assert WarehouseResource().db_path() == shared / "results.duckdb"

@@ -64,7 +64,7 @@ ProbeSecondsOption = Annotated[
 ]
 OutOption = Annotated[
     Path | None,
-    typer.Option("--out", help="Parent folder of the search (default: <home>/capacity)."),
+    typer.Option("--out", help="Parent folder of the search (default: <results dir>/capacity)."),
 ]
 ResumeOption = Annotated[
     str | None,

@@ -32,7 +32,12 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 def run(
     spec: Annotated[Path, typer.Argument(help="Spec YAML file.", show_default=False)],
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Parent folder of the run directory.")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Parent folder of the run directory (default: runs/ in $COLLOBENCH_RESULTS_DIR "
+            "or the home).",
+        ),
     ] = None,
     overrides: OverridesOption = None,
     mlflow: Annotated[
