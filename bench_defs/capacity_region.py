@@ -40,6 +40,7 @@ from bench_defs.capacity import (
 from bench_defs.capacity_keys import region_keys
 from bench_defs.pools import Pool, PoolError, load_pools, round_robin
 from bench_defs.resources import CollobenchResource
+from bench_defs.sensors import sensor_interval_s
 from bench_defs.specs import devices_of, read_spec_state, run_tags
 
 REGIONS_FOLDER = "regions"
@@ -176,7 +177,7 @@ def plan_tick(
 @dg.sensor(
     name="capacity_region_sensor",
     job=capacity_job,
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=sensor_interval_s(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="For each region request in <capacity dir>/regions/*.json: adds its "
     "partitions, runs the two solo searches, then one capacity_job run per ray.",

@@ -19,6 +19,7 @@ skips the tick with its error.
 """
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,10 +103,20 @@ def _partition_requests(to_add: list[str], to_delete: list[str]) -> list[Partiti
     return requests
 
 
+SENSOR_INTERVAL_ENV = "COLLOBENCH_SENSOR_INTERVAL_S"
+
+
+def sensor_interval_s() -> int:
+    """Seconds between a sensor's evaluations (`$COLLOBENCH_SENSOR_INTERVAL_S`, default 30; read
+    when the code location loads): the spec-files and region sensors' `minimum_interval_seconds`.
+    The cluster tests set 5, so a region's solo searches and rays follow each other quickly."""
+    return max(1, int(os.environ.get(SENSOR_INTERVAL_ENV, "30")))
+
+
 @dg.sensor(
     name="spec_files_sensor",
     job=benchmark_job,
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=sensor_interval_s(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="A new or changed specs/*.yaml runs benchmark_job for its partition; a deleted "
     "one removes its partition; an invalid one is skipped with its validation errors.",

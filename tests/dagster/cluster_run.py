@@ -140,6 +140,7 @@ def start_cluster(workers: int = 2) -> Cluster:
         "COLLOBENCH_HOME": str(base / "home"),
         "COLLOBENCH_SPECS_DIR": str(specs),
         "COLLOBENCH_MLFLOW": "0",
+        "COLLOBENCH_SENSOR_INTERVAL_S": "5",  # the region sensor's ticks, 5 s apart
         "PYTHONPATH": str(REPO),
     }
     env.pop("COLLOBENCH_POOLS_FILE", None)

@@ -1,7 +1,8 @@
 """The `capacity` asset, its checks, `capacity_job` and the region sensor, against a stand-in
 CLI (tests/dagster/fake_capacity_cli.py) that writes valid capacity.json files in well under a
-second; two slow tests run the real
-`collobench capacity` (the demo spec's solo search; a one-ray region)."""
+second; a slow test runs the real `collobench capacity` (the demo spec's solo search). A region
+of real searches, solo first then its rays as separate runs through the sensor, runs in the
+cluster test (tests/dagster/test_cluster.py), on two hosts."""
 
 from __future__ import annotations
 
@@ -314,42 +315,6 @@ def test_the_real_cli_finds_the_demo_capacity(
     assert metadata["probes_table"].count("\n") == 1 + metadata["probes"]
     assert Path(str(metadata["report"])).is_file() and Path(str(metadata["plot_path"])).is_file()
     assert set(_checks(result)) == {BRACKET_CHECK, MONOTONE_CHECK}
-
-
-@pytest.mark.slow
-def test_the_real_cli_runs_a_region_as_separate_runs(
-    instance: dg.DagsterInstance, resources: dict[str, Any], specs_dir: Path
-) -> None:
-    """End to end: two sleep pipelines, their solo searches, then one ray, each a run of the
-    real `collobench capacity` (two probes each: about a minute)."""
-    spec = two_pipeline_spec()
-    for pipeline in spec["pipelines"]:
-        pipeline["stages"][0]["config"]["ms"] = 5
-    write_spec(specs_dir, "pair", spec)
-    plan = {
-        "spec": "pair",
-        "pipelines": ["a", "b"],
-        "rays": 1,
-        # 5 s probes: LoadGen's rule needs 459 queries to call p99 met, so a 3 s probe cannot
-        # pass below 153 q/s, too close to a 5 ms sleep's capacity on a busy machine
-        "search": {"probe_s": 5, "max_probes": 2, "precision": 0.5},
-    }
-    done = run_region(instance, _real_resources(resources, specs_dir), plan)
-    assert [request.partition_key for request, _ in done] == [
-        "pair|a", "pair|b", "pair|a+b@ray1of1",
-    ]  # fmt: skip
-    assert len({result.run_id for _, result in done}) == 3
-    for _, result in done:
-        assert result.success
-    ray = _metadata(done[-1][1])
-    assert ray["pipeline"] == "a+b" and 0 < ray["probes"] <= 2
-    assert Path(str(ray["capacity_json"])).is_file()
-    # the last ray leaves the complete region: region.json, its report and plot, loaded
-    assert ray["region_complete"] is True and ray["region_rays_done"] == "1 of 1"
-    region = json.loads(Path(str(ray["region_json"])).read_text())
-    assert region["region_id"] == ray["region_id"] and len(region["rays"]) == 1
-    assert Path(str(ray["region_report"])).is_file()
-    assert ray["region_plot"].startswith("![capacity region](data:image/png;base64,")
 
 
 def test_a_run_whose_search_exists_resumes_it(

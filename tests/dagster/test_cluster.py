@@ -72,13 +72,20 @@ def _client(cluster: Cluster) -> Any:
     return DagsterGraphQLClient(str(address.hostname), port_number=address.port)
 
 
-def _submit(client: Any, pool: Pool, partition: str = PARTITION) -> str:
+BENCHMARK_ONLY = ["benchmark_run"]
+"""The asset selection of a run that needs no warehouse load or reports (a few seconds less)."""
+
+
+def _submit(
+    client: Any, pool: Pool, partition: str = PARTITION, assets: list[str] | None = None
+) -> str:
     return str(
         client.submit_job_execution(
             "benchmark_job",
             repository_location_name=LOCATION,
             run_config={},
             tags={"dagster/partition": partition, **pool_tags(pool)},
+            asset_selection=assets,
         )
     )
 
@@ -210,8 +217,12 @@ def test_a_capacity_region_runs_on_both_hosts_at_once(cluster: Cluster) -> None:
     assert any(a[0] != b[0] and _overlap(a[1:], b[1:]) for a in spans for b in spans), spans
     searches = region_search_hosts(cluster, identifier, by_key, hosts)
     assert searches.recorded == searches.expected  # each probe ran on its run's host
-    region = read_region(cluster.results / "capacity" / searches.region_id)
+    region_dir = cluster.results / "capacity" / searches.region_id
+    region = read_region(region_dir)
     assert region is not None and region.complete and len(region.rays) == 2, region
+    # the last ray to finish wrote the complete region's report and plot
+    assert "capacity region" in (region_dir / "report.md").read_text().lower()
+    assert (region_dir / "region_plot.png").stat().st_size > 0
     rays_loaded = warehouse_rows(
         cluster,
         f"SELECT count(*) FROM capacity_region_rays WHERE region_id = '{searches.region_id}'",
@@ -237,8 +248,8 @@ def _wait_for(cluster: Cluster, run_ids: list[str], wanted: dict[str, int]) -> N
 def test_daemon_restarted_mid_queue_loses_no_run(cluster: Cluster) -> None:
     host_a = load_pools(cluster.layout.root / "pools.yaml")[0]
     client = _client(cluster)
-    run_ids = [_submit(client, host_a) for _ in range(3)]
-    _wait_for(cluster, run_ids, {"STARTED": 1, "QUEUED": 2})
+    run_ids = [_submit(client, host_a, assets=BENCHMARK_ONLY) for _ in range(2)]
+    _wait_for(cluster, run_ids, {"STARTED": 1, "QUEUED": 1})
     done = cluster.cli("restart-daemon", timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr
     records, most = _await_runs(cluster, run_ids)
@@ -251,7 +262,7 @@ def test_daemon_restarted_mid_queue_loses_no_run(cluster: Cluster) -> None:
 def test_a_cancelled_run_leaves_no_process_on_its_worker(cluster: Cluster) -> None:
     host_b = load_pools(cluster.layout.root / "pools.yaml")[1]
     client = _client(cluster)
-    run_id = _submit(client, host_b, LONG)
+    run_id = _submit(client, host_b, LONG, BENCHMARK_ONLY)
     deadline = time.monotonic() + RUNS_TIMEOUT_S
     while not cluster.benchmark_processes(host_b.host):
         status = client.get_run_status(run_id).value
@@ -267,7 +278,8 @@ def test_a_cancelled_run_leaves_no_process_on_its_worker(cluster: Cluster) -> No
     while cluster.benchmark_processes(host_b.host):
         assert time.monotonic() < deadline, cluster.benchmark_processes(host_b.host)
         time.sleep(0.5)
-    after = _submit(client, host_b)  # the worker and the host's device lock are free again
+    # the worker and the host's device lock are free again
+    after = _submit(client, host_b, assets=BENCHMARK_ONLY)
     records, _ = _await_runs(cluster, [after])
     assert records[after].dagster_run.status.value == "SUCCESS"
 
@@ -281,7 +293,7 @@ ORPHAN_GONE_S = 30.0
 def test_a_worker_killed_mid_run_fails_the_run_and_leaves_no_orphan(cluster: Cluster) -> None:
     host_b = load_pools(cluster.layout.root / "pools.yaml")[1]
     client = _client(cluster)
-    run_id = _submit(client, host_b, LONG)
+    run_id = _submit(client, host_b, LONG, BENCHMARK_ONLY)
     benchmark = faults.await_benchmark(
         cluster, host_b.host, lambda: client.get_run_status(run_id).value in ENDED
     )
@@ -291,7 +303,8 @@ def test_a_worker_killed_mid_run_fails_the_run_and_leaves_no_orphan(cluster: Clu
     killed = faults.crash_worker(worker)
     crashed = time.monotonic()
     assert worker.pid in killed and not {p.pid for p in benchmark} & set(killed)
-    queued = _submit(client, host_b)  # waits behind the pool limit, then for a worker
+    # waits behind the pool limit, then for a worker
+    queued = _submit(client, host_b, assets=BENCHMARK_ONLY)
     records, _ = _await_runs(cluster, [run_id])
     failed_s = time.monotonic() - crashed
     print(f"the killed worker's run failed {failed_s:.1f} s after the crash")
@@ -323,7 +336,7 @@ def test_a_foreign_process_on_a_hosts_gpu_makes_the_preflight_refuse(cluster: Cl
     with faults.foreign_process() as foreign:
         try:
             faults.script_fake_gpu(cluster.layout, host_a.host, [foreign])
-            busy = _submit(client, host_a, faults.GPU)
+            busy = _submit(client, host_a, faults.GPU, BENCHMARK_ONLY)
             records, _ = _await_runs(cluster, [busy])
         finally:
             faults.script_fake_gpu(cluster.layout, host_a.host, [])
@@ -337,7 +350,8 @@ def test_a_foreign_process_on_a_hosts_gpu_makes_the_preflight_refuse(cluster: Cl
     assert manifest["status"] == "device_busy" and manifest["host"] == host_a.host
     assert manifest["results"] == [] and manifest["timeline"] == []  # nothing measured
     assert any(line in warning for warning in manifest["warnings"])
-    after = _submit(client, host_a, faults.GPU)  # the same GPU, the stranger gone: it runs
+    # the same GPU, the stranger gone: it runs
+    after = _submit(client, host_a, faults.GPU, BENCHMARK_ONLY)
     records, _ = _await_runs(cluster, [after])
     assert records[after].dagster_run.status.value == "SUCCESS", _failures(cluster, [after])
 

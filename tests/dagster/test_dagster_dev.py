@@ -106,7 +106,8 @@ def dagster_dev(tmp_path: Path, specs_dir: Path) -> Iterator[tuple[Any, subproce
     long["pipelines"][0]["loadgen"].update(duration_s=120, timeout_s=300)
     write_spec(specs_dir, "long", long)
     server.prepare_instance(dagster_home, ["tiny", "long"])
-    env = {"COLLOBENCH_SPECS_DIR": str(specs_dir)}
+    # the sensor's ticks 5 s apart, not 30: the dropped spec runs on its second tick
+    env = {"COLLOBENCH_SPECS_DIR": str(specs_dir), "COLLOBENCH_SENSOR_INTERVAL_S": "5"}
     with server.dagster_dev(dagster_home, env, tmp_path / "dagster_dev.log") as (port, process):
         yield DagsterGraphQLClient("127.0.0.1", port_number=port), process
 
