@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +97,21 @@ def listening_addresses(pid: int) -> set[tuple[str, int]]:
             if conn.status == psutil.CONN_LISTEN:
                 found.add((conn.laddr.ip, conn.laddr.port))
     return found
+
+
+@contextlib.contextmanager
+def foreign_process() -> Iterator[int]:
+    """The pid of a process that is no descendant of ours or of a benchmark's (a stranger's job
+    on the GPU): a `sleep` its shell left behind, reparented away; killed afterwards."""
+    shell = subprocess.run(
+        ["sh", "-c", "sleep 120 >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(shell.stdout)
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -5,10 +5,8 @@ compute processes scripted; the host id (`COLLOBENCH_HOST_ID`) is the manifest's
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,23 +20,14 @@ import yaml
 from stages import settings
 from stages.collocation.preflight import check_environment, gpus_used
 from stages.spec.loading import validate_document
-from tests.helpers import REPO, run, spec_doc
+from tests.helpers import REPO, foreign_process, run, spec_doc
 
 
 @pytest.fixture
 def foreign() -> Iterator[int]:
-    """The pid of a process that is no descendant of ours (a stranger's job on the GPU): a
-    `sleep` its shell left behind, reparented away from this test."""
-    shell = subprocess.run(
-        ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    pid = int(shell.stdout)
-    yield pid
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    """The pid of a stranger's process on the GPU (tests.helpers.foreign_process)."""
+    with foreign_process() as pid:
+        yield pid
 
 
 def script_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *pids: list[int]) -> None:

@@ -9,9 +9,8 @@ import fcntl
 import json
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,21 +103,3 @@ def run_failure(cluster: Cluster, run_id: str) -> tuple[str, int]:
         entries = dagster_instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE)
         message = "\n".join(entry.message for entry in entries)
         return message, count_resume_run_attempts(dagster_instance, run_id)
-
-
-@contextlib.contextmanager
-def foreign_process() -> Iterator[int]:
-    """The pid of a process that is no descendant of a benchmark's (a stranger's job on the
-    GPU): a `sleep` its shell left behind; killed afterwards."""
-    shell = subprocess.run(
-        ["sh", "-c", "sleep 120 >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    pid = int(shell.stdout)
-    try:
-        yield pid
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)

@@ -43,7 +43,7 @@ from tests.dagster.cluster_run import (
     warehouse_rows,
 )
 from tests.dagster.server import ENDED, LOCATION
-from tests.helpers import REPO
+from tests.helpers import REPO, foreign_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -348,7 +348,7 @@ def test_a_foreign_process_on_a_hosts_gpu_makes_the_preflight_refuse(cluster: Cl
     client = _client(cluster)
     with instance(cluster) as dagster_instance:
         dagster_instance.add_dynamic_partitions(SPEC_PARTITIONS, [faults.GPU])
-    with faults.foreign_process() as foreign:
+    with foreign_process() as foreign:
         try:
             faults.script_fake_gpu(cluster.layout, host_a.host, [foreign])
             busy = _submit(client, host_a, faults.GPU, BENCHMARK_ONLY)

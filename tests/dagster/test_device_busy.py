@@ -4,11 +4,7 @@ materialised; and a benchmark run's `dagster/max_runtime` comes from its spec's 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,22 +26,14 @@ from bench_defs.specs import (
 from stages.collocation.phase_plan import phases_of
 from stages.spec.loading import validate_document
 from tests.dagster.specs import tiny_spec, write_spec
+from tests.helpers import foreign_process
 
 
 @pytest.fixture
 def foreign() -> Iterator[int]:
-    """The pid of a process that is no descendant of ours (a stranger's job on the GPU): a
-    `sleep` its shell left behind, reparented away from this test."""
-    shell = subprocess.run(
-        ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    pid = int(shell.stdout)
-    yield pid
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    """The pid of a stranger's process on the GPU (tests.helpers.foreign_process)."""
+    with foreign_process() as pid:
+        yield pid
 
 
 def pipeline(name: str, timeout_s: float) -> dict[str, Any]:
