@@ -23,7 +23,9 @@ def differences(frozen: dict[str, Any], now: dict[str, Any]) -> list[str]:
             first = next(
                 (
                     f"{row} != {old}"
-                    for row, old in zip(actual.get("data", []), expected.get("data", []))
+                    for row, old in zip(
+                        actual.get("data", []), expected.get("data", []), strict=False
+                    )
                     if row != old
                 ),
                 "",

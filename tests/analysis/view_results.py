@@ -70,9 +70,9 @@ def _value(value: Any) -> Any:
 
 
 def view_results(db: Path) -> dict[str, Any]:
-    """Every public view's and raw table's results keyed by name: its columns (volatile ones left out), its
-    row count, the sha256 of its sorted rows, and the rows themselves when there are at most
-    KEPT_ROWS (so a difference can be shown)."""
+    """Every public view's and raw table's results keyed by name: its columns (volatile ones
+    left out), its row count, the sha256 of its sorted rows, and the rows themselves when there
+    are at most KEPT_ROWS (so a difference can be shown)."""
     connection = connect_read_only(db)
     try:
         names = [
