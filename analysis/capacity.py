@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from analysis import migrations
+from analysis import migrations, summaries
 from analysis.capacity_files import (
     CAPACITY_FILE,
     PROBES_DIR,
@@ -47,9 +47,10 @@ from analysis.db import (
     sql_text,
     to_stderr,
 )
-from analysis.loader import LoadError, ensure_schema, load_run, migrated_writer
+from analysis.loader import LoadError, ensure_schema, migrated_writer, prepare_run, publish
 from analysis.loader import _read_manifest as read_run_manifest
 from analysis.report_catalogue import BY_CAPACITY_VIEW, CatalogueError, check_columns
+from analysis.summaries import RunRecord
 
 __all__ = [
     "CAPACITY_FILE",
@@ -165,24 +166,34 @@ def probe_run_dirs(files: SearchFiles) -> list[Path]:
     return found
 
 
-def _load_one(
-    connection: duckdb.DuckDBPyConnection, folder: Path, probe_runs: bool, notify: Notify
-) -> list[str]:
-    """Load a region (with its searches) or a search (with its probe runs); a probe run that
-    cannot be loaded is skipped with one line to `notify` (the search is what matters)."""
+def _searches(folder: Path) -> list[Path]:
+    """A region's ray searches (and solo searches) found beside it, or the search itself."""
     if (folder / REGION_FILE).exists():
-        loaded = [
-            _load_one(connection, search, probe_runs, notify)[0]
-            for search in ray_search_dirs(read_region(folder))
-        ]
+        return ray_search_dirs(read_region(folder))
+    return [folder]
+
+
+def _probe_runs(folders: Sequence[Path], notify: Notify) -> list[RunRecord]:
+    """The probe runs of every search of `folders`, checked and ready to publish; a probe run
+    that cannot be loaded is skipped with one line to `notify` (the search is what matters)."""
+    runs: dict[str, RunRecord] = {}
+    for folder in folders:
+        for search in _searches(folder):
+            for run_dir in probe_run_dirs(read_search(search)):
+                try:
+                    run = prepare_run(run_dir, read_run_manifest(run_dir))
+                except LoadError as error:
+                    notify(f"skipping probe run {run_dir}: {error}")
+                    continue
+                runs[run.run_id] = run
+    return list(runs.values())
+
+
+def _load_one(connection: duckdb.DuckDBPyConnection, folder: Path) -> list[str]:
+    """Load a region (and its searches) or a search: their rows, not their probe runs."""
+    if (folder / REGION_FILE).exists():
+        loaded = [load_search(connection, search) for search in _searches(folder)]
         return [load_region(connection, folder), *loaded]
-    files = read_search(folder)
-    if probe_runs:
-        for run_dir in probe_run_dirs(files):
-            try:
-                load_run(connection, run_dir, read_run_manifest(run_dir))
-            except LoadError as error:
-                notify(f"skipping probe run {run_dir}: {error}")
     return [load_search(connection, folder)]
 
 
@@ -193,14 +204,22 @@ def load_capacity_dirs(
     notify: Notify = to_stderr,
     probe_runs: bool = True,
 ) -> list[str]:
-    """Load search and region directories into the warehouse at `db_path` under its writer
-    lock (analysis.db.writer_lock), with each search's probe run directories (`probe_runs`)
-    and each region's ray searches found beside it; returns the search and region ids loaded,
-    in order."""
+    """Load search and region directories into the warehouse at `db_path`, with each
+    search's probe run directories (`probe_runs`) and each region's ray searches found beside
+    it; returns the search and region ids loaded, in order. The probe runs are checked and
+    summarised first, without the warehouse; then everything is published under its writer
+    lock (analysis.db.writer_lock)."""
+    folders = [Path(folder) for folder in directories]
+    db = Path(db_path)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    runs = _probe_runs(folders, notify) if probe_runs else []
+    rows = summaries.compute(runs, db.parent) if runs else {}
     loaded: list[str] = []
-    with migrated_writer(Path(db_path), wait_s, notify) as connection:
-        for folder in directories:
-            loaded += _load_one(connection, Path(folder), probe_runs, notify)
+    with migrated_writer(db, wait_s, notify) as connection:
+        if runs:
+            publish(connection, runs, rows)
+        for folder in folders:
+            loaded += _load_one(connection, folder)
     return loaded
 
 

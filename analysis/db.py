@@ -98,18 +98,11 @@ def temp_directory(db_path: Path | str) -> Path:
 
 def _connect(db_path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """duckdb.connect with the analysis layer's settings: THE place every connection opens.
-
-    A reader also gets external access switched off (no file but the warehouse and its spill
-    folder, no network, no extension: `read_csv('/etc/passwd')`, `COPY ... TO`, `ATTACH`,
-    `INSTALL` fail) and its configuration locked, so no statement can `SET` that back."""
-    config: dict[str, str | bool | int | float | list[str]] = {}
-    if read_only:
-        # DuckDB applies the options in this order, and temp_directory may only be set AFTER
-        # external access is off (the other way round it refuses to open the file).
-        config["enable_external_access"] = False
-    config |= {"memory_limit": memory_limit(), "temp_directory": str(temp_directory(db_path))}
-    if read_only:
-        config["lock_configuration"] = True
+    A reader's connection is not usable until `harden` has run on it (connect_read_only)."""
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "memory_limit": memory_limit(),
+        "temp_directory": str(temp_directory(db_path)),
+    }
     try:
         return duckdb.connect(str(db_path), read_only=read_only, config=config)
     except (duckdb.ParserException, duckdb.InvalidInputException) as error:
@@ -117,6 +110,16 @@ def _connect(db_path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
             first = str(error).splitlines()[0]
             raise WarehouseError(f"{MEMORY_ENV}: {memory_limit()!r}: {first}") from None
         raise
+
+
+def harden(connection: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
+    """Switch a reader's external access off, except for the `readable` files (the registered
+    Parquet files the raw-table views read), and lock its configuration, so no statement can
+    `SET` that back: `read_csv('/etc/passwd')`, `COPY ... TO`, `ATTACH`, `INSTALL` fail.
+    DuckDB takes allowed_paths only while external access is still on, so the order matters."""
+    connection.execute("SET allowed_paths = ?", [readable])
+    connection.execute("SET enable_external_access = false")
+    connection.execute("SET lock_configuration = true")
 
 
 def duckdb_lock_holder(error: BaseException) -> str | None:
@@ -268,7 +271,9 @@ def connect_read_only(
     open) READER_RETRY_S seconds; then checks the schema version (migrations.check_readable: an
     older warehouse says to run `collobench load`, a newer one is refused). Failures are
     one-line WarehouseErrors."""
-    from analysis.migrations import check_readable  # migrations imports this module
+    # catalogue and migrations import this module
+    from analysis.catalogue import check_files, registered_paths
+    from analysis.migrations import check_readable, stored_version
 
     path = Path(db_path)
     if not path.exists():
@@ -299,6 +304,11 @@ def connect_read_only(
             time.sleep(POLL_S)
     try:
         check_readable(connection, path)
+        readable: list[str] = []
+        if stored_version(connection) is not None:
+            check_files(connection, path)  # a moved run: one line naming it, not other numbers
+            readable = registered_paths(connection)
+        harden(connection, readable)
     except BaseException:
         connection.close()
         raise

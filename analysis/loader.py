@@ -1,14 +1,18 @@
-"""Idempotent loading of run directories into the DuckDB warehouse.
+"""Idempotent loading of run directories into the DuckDB warehouse, in three steps.
 
-Each run is loaded in one transaction: its run_id's rows are deleted from every table, then the
-run's Parquet files are inserted again, so loading a run twice (or re-loading it after it grew)
-leaves exactly one copy. DuckDB reads the Parquet itself (`read_parquet` with the file list as a
-parameter): no pandas round trip, and column types come straight from the file contract.
-The schema and views are (re)created on every load, so a new version of a view reaches an
-existing warehouse the next time anything is loaded; an older warehouse's schema is migrated
-first (analysis/migrations.py) and a newer one is refused. One writer at a time: load_runs
-holds the warehouse's writer lock (analysis.db.writer_lock) from before it opens the file
-until it has closed it.
+1. Check: every directory's manifest, and every Parquet file's footer (rows, columns, and that
+   each row is the run's: the run_id column's statistics), before anything is written.
+2. Summarise, without the warehouse: the per-run summaries are computed from the files in the
+   loader's own in-memory DuckDB, in batches (analysis/summaries.py), so several hosts can do
+   this at once.
+3. Publish, under the warehouse's writer lock (analysis.db.writer_lock): in one transaction,
+   each run's earlier rows are deleted, its `runs` row, its files (`run_files`) and its summary
+   rows inserted, and the raw-table views regenerated over every registered file
+   (analysis/catalogue.py). The rows themselves stay in the run directories.
+Loading a run twice (or again after it grew) leaves one copy. The schema and views are
+(re)created on every publish, so a new version of a view reaches an existing warehouse the next
+time anything is loaded; an older warehouse is migrated first (analysis/migrations.py) and a
+newer one is refused.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from typing import Any
 
 import duckdb
 
-from analysis import migrations, summaries
-from analysis.db import Notify, connect_writer, sql_text, to_stderr, view_files, writer_lock
-from stages.rundir.layout import MANIFEST, TABLES, table_files
+from analysis import catalogue, migrations, summaries
+from analysis.catalogue import CatalogueError
+from analysis.db import Notify, connect_writer, sql_text, to_stderr, writer_lock
+from analysis.summaries import RunRecord
+from stages.rundir.layout import MANIFEST, PARTS, TABLES
 from stages.rundir.manifest import (
     Manifest,
     ManifestError,
@@ -76,19 +82,102 @@ def run_host(manifest: Manifest) -> str | None:
     return manifest.environment.hostname if manifest.environment else None
 
 
-def ensure_schema(connection: duckdb.DuckDBPyConnection, db: Path | str = "warehouse") -> list[int]:
+def ensure_schema(
+    connection: duckdb.DuckDBPyConnection, db: Path | str = "warehouse", notify: Notify = to_stderr
+) -> list[int]:
     """Bring the schema to the current version (create it, or migrate an older one; refuse a
-    newer one with migrations.SchemaMismatch), then (re)create every view, in file order; stored
-    summaries made by other view definitions are recomputed for every loaded run.
-    Returns the versions migrated to (empty unless an older warehouse was upgraded)."""
+    newer one with migrations.SchemaMismatch), then, unless the warehouse was made by this
+    collobench's SQL already (summaries.is_current: the usual case, which skips it), (re)create
+    the raw-table views and every view file's figures, in file order; stored summaries made by
+    other view definitions are recomputed for every loaded run. Returns the versions migrated
+    to (empty unless an older warehouse was upgraded)."""
     applied = migrations.prepare(connection, db)
+    if not applied and summaries.is_current(connection):
+        return applied
     connection.execute(sql_text("schema.sql"))
     stale = summaries.prepare(connection)
-    for name in view_files():
-        connection.execute(sql_text(f"views/{name}"))
+    catalogue.create_raw_views(connection)
+    summaries.create_views(connection, definitions=False)
     if stale:
-        summaries.rebuild_all(connection)
+        summaries.rebuild_all(connection, db, _spill_parent(db), notify)
     return applied
+
+
+def _spill_parent(db: Path | str) -> Path | None:
+    """Where summary computations spill: beside the warehouse file (None: the system's)."""
+    path = Path(db)
+    return path.parent if path.parent.is_dir() and str(db) != "warehouse" else None
+
+
+def prepare_run(
+    run_dir: Path, manifest: dict[str, Any], tables: tuple[str, ...] = TABLES
+) -> RunRecord:
+    """A run directory's `runs` row and validated files (`tables` only), ready to summarise
+    and publish; nothing is written. LoadError (one line) for a file that cannot be used."""
+    typed = parse_manifest(manifest, run_dir / MANIFEST)
+    try:
+        files = catalogue.run_files(run_dir, typed.run_id, tables)
+    except CatalogueError as error:
+        raise LoadError(str(error)) from None
+    return RunRecord(
+        run_id=typed.run_id,
+        name=typed.name,
+        spec_hash=typed.spec_hash,
+        status=str(typed.status),
+        started_at=typed.started_at,
+        ended_at=typed.ended_at,
+        manifest=json.dumps(manifest),
+        run_dir=str(run_dir.resolve()),
+        host=run_host(typed),
+        files=tuple(files),
+    )
+
+
+def publish(
+    connection: duckdb.DuckDBPyConnection,
+    runs: list[RunRecord],
+    summary_rows: dict[str, Any],
+    tables: tuple[str, ...] = TABLES,
+) -> list[LoadResult]:
+    """Record `runs` (their runs rows, files and computed summary rows) in the warehouse in one
+    transaction, replacing any earlier load of the same run_ids, then regenerate the raw-table
+    views: the short step that needs the writer lock."""
+    run_ids = [run.run_id for run in runs]
+    existing = {
+        str(row[0])
+        for row in connection.execute(
+            "SELECT run_id FROM runs WHERE run_id IN (SELECT unnest(?))", [run_ids]
+        ).fetchall()
+    }
+    connection.execute("BEGIN TRANSACTION")
+    try:
+        for table in ("runs", "run_files"):
+            connection.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?))", [run_ids])
+        for run in runs:
+            connection.execute(sql_text("insert_run.sql"), run.parameters())
+        catalogue.insert_files(connection, (file for run in runs for file in run.files))
+        summaries.store(connection, run_ids, summary_rows)
+        catalogue.create_raw_views(connection)
+        connection.execute("COMMIT")
+    except Exception:
+        connection.execute("ROLLBACK")
+        raise
+    return [
+        LoadResult(
+            run_id=run.run_id,
+            run_dir=Path(run.run_dir),
+            status=str(run.status),
+            replaced=run.run_id in existing,
+            from_parts=any(
+                Path(file.path).relative_to(run.run_dir).parts[0] == PARTS for file in run.files
+            ),
+            rows={
+                table: sum(file.rows for file in run.files if file.table_name == table)
+                for table in tables
+            },
+        )
+        for run in runs
+    ]
 
 
 def load_run(
@@ -99,70 +188,49 @@ def load_run(
 ) -> LoadResult:
     """Load one run directory (its `tables`) into `connection`, replacing the run's rows;
     `manifest` is its manifest.json as parsed JSON (kept verbatim in `runs.manifest`)."""
-    typed = parse_manifest(manifest, run_dir / MANIFEST)
-    run_id = typed.run_id
-    existing = connection.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id])
-    replaced = bool((existing.fetchone() or (0,))[0])
-    rows: dict[str, int] = {}
-    from_parts = False
+    run = prepare_run(run_dir, manifest, tables)
+    return publish(connection, [run], summaries.compute([run]), tables)[0]
+
+
+def forget_runs(
+    run_ids: list[str],
+    db_path: Path | str,
+    forget_missing: bool = False,
+    wait_s: float | None = None,
+    notify: Notify = to_stderr,
+) -> list[str]:
+    """Remove these runs from the warehouse (their runs row, registered files and summaries;
+    the run directories are not touched), and with `forget_missing` every run whose registered
+    files are gone; returns the run_ids removed, sorted. A run_id that is not loaded is a
+    LoadError naming it, and nothing is removed."""
+    with migrated_writer(Path(db_path), wait_s, notify) as connection:
+        loaded = {
+            str(row[0])
+            for row in connection.execute(
+                "SELECT run_id FROM runs WHERE run_id IN (SELECT unnest(?))", [run_ids]
+            ).fetchall()
+        }
+        unknown = [run_id for run_id in run_ids if run_id not in loaded]
+        if unknown:
+            raise LoadError(f"{db_path}: no run {', '.join(unknown)} is loaded; nothing forgotten")
+        if forget_missing:
+            loaded |= {run.run_id for run in catalogue.broken_runs(connection) if run.missing}
+        found = sorted(loaded)
+        publish_forget(connection, found)
+        return found
+
+
+def publish_forget(connection: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
+    """Delete these runs' rows from every stored table and regenerate the raw views."""
     connection.execute("BEGIN TRANSACTION")
     try:
-        connection.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
-        connection.execute(
-            sql_text("insert_run.sql"),
-            {
-                "run_id": run_id,
-                "name": typed.name,
-                "spec_hash": typed.spec_hash,
-                "status": typed.status,
-                "started_at": typed.started_at,
-                "ended_at": typed.ended_at,
-                "manifest": json.dumps(manifest),
-                "run_dir": str(run_dir.resolve()),
-                "host": run_host(typed),
-            },
-        )
-        for table in tables:
-            if table not in TABLES:
-                raise ValueError(f"unknown table {table!r}")
-            connection.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
-            files, used_parts = table_files(run_dir, table)
-            from_parts = from_parts or used_parts
-            if not files:
-                rows[table] = 0
-                continue
-            paths = [str(path) for path in files]
-            foreign = connection.execute(
-                "SELECT count(*) FROM read_parquet(?, union_by_name = true) "
-                "WHERE run_id IS DISTINCT FROM ?",
-                [paths, run_id],
-            ).fetchone()
-            if foreign and foreign[0]:
-                # Such rows would escape the DELETE above and break idempotence.
-                raise LoadError(f"{run_dir}: {table} holds rows of a run_id other than {run_id}")
-            connection.execute(
-                f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)",
-                [paths],
-            )
-            rows[table] = _count(connection, table, run_id)
-        summaries.refresh(connection, run_id)
+        for table in ("runs", "run_files", *summaries.summary_tables()):
+            connection.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?))", [run_ids])
+        catalogue.create_raw_views(connection)
         connection.execute("COMMIT")
     except Exception:
         connection.execute("ROLLBACK")
         raise
-    return LoadResult(
-        run_id=run_id,
-        run_dir=run_dir,
-        status=str(typed.status),
-        replaced=replaced,
-        from_parts=from_parts,
-        rows=rows,
-    )
-
-
-def _count(connection: duckdb.DuckDBPyConnection, table: str, run_id: str) -> int:
-    row = connection.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()
-    return int(row[0]) if row else 0
 
 
 @contextmanager
@@ -174,7 +242,7 @@ def migrated_writer(
     with writer_lock(db, wait_s, notify):
         connection = connect_writer(db, wait_s, notify)
         try:
-            applied = ensure_schema(connection, db)
+            applied = ensure_schema(connection, db, notify)
             if applied:
                 notify(
                     f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
@@ -193,19 +261,26 @@ def load_runs(
 ) -> list[LoadResult]:
     """Load each run directory into the warehouse at `db_path` (created if missing).
 
-    Every directory's manifest is checked before anything is written, so one bad argument
-    loads nothing; a directory without manifest.json raises LoadError with a one-line reason.
-    The writer lock is taken first: while another writer holds it, this waits up to wait_s
-    (default `$COLLOBENCH_WAREHOUSE_WAIT_S`, 60 s), telling `notify` (default: stderr) once,
-    then raises analysis.db.WarehouseBusy. An older warehouse is migrated (and `notify` told),
-    a newer one refused (migrations.SchemaMismatch). Each run is one transaction: a failure
-    part-way leaves that run as it was before."""
+    Every directory's manifest and files are checked before anything is written, so one bad
+    argument loads nothing; a directory without manifest.json raises LoadError with a one-line
+    reason. The runs' summaries are then computed from their files WITHOUT the warehouse (so
+    several hosts can do that at once), and only the short publishing step takes the writer
+    lock: while another writer holds it, this waits up to wait_s (default
+    `$COLLOBENCH_WAREHOUSE_WAIT_S`, 60 s), telling `notify` (default: stderr) once, then
+    raises analysis.db.WarehouseBusy. An older warehouse is migrated (and `notify` told), a
+    newer one refused (migrations.SchemaMismatch). Publishing is one transaction: a failure
+    part-way leaves the warehouse as it was before."""
     directories = [Path(run_dir) for run_dir in run_dirs]
     manifests = [_read_manifest(directory) for directory in directories]
+    prepared = [
+        prepare_run(directory, manifest)
+        for directory, manifest in zip(directories, manifests, strict=True)
+    ]
+    # A run_id given twice is loaded once, from the last directory naming it (as if the
+    # later load replaced the earlier).
+    runs = list({run.run_id: run for run in prepared}.values())
     db = Path(db_path)
     db.parent.mkdir(parents=True, exist_ok=True)
+    rows = summaries.compute(runs, db.parent, notify)
     with migrated_writer(db, wait_s, notify) as connection:
-        return [
-            load_run(connection, directory, manifest)
-            for directory, manifest in zip(directories, manifests, strict=True)
-        ]
+        return publish(connection, runs, rows)

@@ -24,9 +24,12 @@ import duckdb
 from analysis.db import WarehouseError, sql_text
 
 # The schema version this collobench writes and reads: the highest migration's number.
-CURRENT_VERSION = 5
+CURRENT_VERSION = 6
 # The version of a warehouse that has tables but no schema_info (written before issue 10).
 UNVERSIONED = 1
+# The migration that moves raw rows out to Parquet: its SQL file, then Python
+# (analysis.catalogue.move_rows_out), in the same transaction.
+RAW_ROWS_OUT = 6
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 
@@ -112,6 +115,10 @@ def prepare(connection: duckdb.DuckDBPyConnection, db: Path | str) -> list[int]:
         connection.execute("BEGIN TRANSACTION")
         try:
             connection.execute(sql_text(f"migrations/{name}"))
+            if target == RAW_ROWS_OUT:
+                from analysis.catalogue import move_rows_out  # catalogue imports analysis.db
+
+                move_rows_out(connection, db)
             _record(connection, target)
             connection.execute("COMMIT")
         except Exception as error:

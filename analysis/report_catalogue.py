@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from stages.rundir.layout import TABLES
+
 CATALOGUE_FILE = "analysis/report_catalogue.py"
 
 
@@ -468,7 +470,6 @@ NOT_REPORTED: dict[str, str] = {
     "pipeline_outcomes": "each pipeline's counts from the manifest: read by throughput",
     "pipeline_specs": "each pipeline's spec fields: read by the other views",
     "run_warnings": "the manifest's warnings: the run summary prints them",
-    "measured_stage_events": "stage events of measured queries: read by stage_breakdown",
     "load_windows": "each phase's load window: read by the energy and host views",
     "energy_samples": "telemetry samples with energy: read by energy",
     "idle_power": "the idle baseline: read by energy_comparison",
@@ -476,7 +477,7 @@ NOT_REPORTED: dict[str, str] = {
     "phase_figures": "each phase's headline figures: read by contention and interference",
     "host_load": "host CPU load per window: the run summary's foreign-load warnings",
     "profiled_queries": "profiled queries: read by operator_summary",
-    "stage_concurrency": "visits in flight per stage (a sweep over every visit): `collobench sql`",
+    **{table: "raw rows: a view over the loaded runs' Parquet files" for table in TABLES},
 }
 ROW_SOURCE_SUFFIX = "_from_rows"
 

@@ -12,6 +12,8 @@ LoadGen's early-stopping rule, missed by its mirror binomial test, else undecide
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,11 +27,14 @@ from analysis.early_stopping import (
     over_slo_count,
     slo_verdict_by_counts,
 )
-from analysis.loader import ensure_schema, load_run
+from analysis.loader import prepare_run
+from analysis.summaries import definitions_database, files_defining, fill
 from stages.rundir.manifest import LoadgenPart, read_manifest, read_manifest_document
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99
 SUMMARY_TABLES = ("queries",)  # the only table the summary's views read (host_load: + samples)
+# The views summary_figures.sql and summary_verdict_latencies.sql read.
+SUMMARY_VIEWS = ("throughput", "latency", "query_latency")
 PHASE_ORDER = {"solo": 0, "collocated": 1}  # then subset phases `collocated:a+b`, by name
 
 
@@ -81,14 +86,17 @@ class PhaseSummary:
     ci_method: str | None  # batch_means_10 within one trial
 
 
-def _open(run_dir: Path, tables: tuple[str, ...]) -> duckdb.DuckDBPyConnection:
-    """An in-memory warehouse holding these tables of the run directory (merged or from
-    parts/), loaded by the loader's own code path."""
-    manifest = read_manifest_document(run_dir)
-    connection = duckdb.connect(":memory:")
-    ensure_schema(connection)
-    load_run(connection, run_dir, manifest, tables)
-    return connection
+@contextmanager
+def _open(
+    run_dir: Path, tables: tuple[str, ...], views: tuple[str, ...]
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory database holding these tables of the run directory (merged or from
+    parts/), the `views` (and what they read) and their summaries, computed by the loader's
+    own code path. Only those views: this runs after every phase of every run."""
+    run = prepare_run(run_dir, read_manifest_document(run_dir), tables)
+    with definitions_database([run], files=files_defining(frozenset(views))) as connection:
+        fill(connection)
+        yield connection
 
 
 def _loadgens(run_dir: Path) -> dict[str, LoadgenPart]:
@@ -99,8 +107,7 @@ def _summaries(run_dir: Path, trial: int | None, phase: str | None) -> list[Phas
     run_dir = Path(run_dir)
     loadgens = _loadgens(run_dir)
     parameters = {"trial": trial, "phase": phase}
-    connection = _open(run_dir, SUMMARY_TABLES)
-    try:
+    with _open(run_dir, SUMMARY_TABLES, SUMMARY_VIEWS) as connection:
         result = connection.execute(sql_text("summary_figures.sql"), parameters)
         names = [column[0] for column in result.description or []]
         rows = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
@@ -110,8 +117,6 @@ def _summaries(run_dir: Path, trial: int | None, phase: str | None) -> list[Phas
                 sql_text("summary_verdict_latencies.sql"), parameters
             ).fetchall()
         }
-    finally:
-        connection.close()
     summaries = [_summary(row, loadgens, verdicts) for row in rows]
     return sorted(
         summaries, key=lambda s: (s.trial, PHASE_ORDER.get(s.phase, 2), s.phase, s.pipeline)
@@ -181,13 +186,10 @@ def verdict_latencies(run_dir: Path) -> dict[str, list[float]]:
     """Per pipeline, every measured query's verdict latency in ms (failures as +inf), in
     scheduled order: the same rows and SQL as the summary's verdict (trials and phases one
     after the other; a capacity probe has one of each)."""
-    connection = _open(Path(run_dir), SUMMARY_TABLES)
-    try:
+    with _open(Path(run_dir), SUMMARY_TABLES, SUMMARY_VIEWS) as connection:
         rows = connection.execute(
             sql_text("summary_verdict_latencies.sql"), {"trial": None, "phase": None}
         ).fetchall()
-    finally:
-        connection.close()
     latencies: dict[str, list[float]] = {}
     for _trial, _phase, pipeline, values in sorted(
         rows, key=lambda row: (row[0], PHASE_ORDER.get(row[1], 2), row[1], row[2])
@@ -256,13 +258,10 @@ def phase_warnings(run_dir: Path, trial: int, phase: str) -> list[str]:
     """Warnings about one phase's load windows, from the `host_load` view: CPU taken by
     something other than the benchmark's workers, harness and services
     (`foreign_cpu_warning`)."""
-    connection = _open(Path(run_dir), ("queries", "host_samples"))
-    try:
+    with _open(Path(run_dir), ("queries", "host_samples"), ("host_load",)) as connection:
         rows = connection.execute(
             sql_text("summary_host_load.sql"), {"trial": trial, "phase": phase}
         ).fetchall()
-    finally:
-        connection.close()
     return [
         f"trial {trial} {phase}{f' ({pipeline})' if pipeline else ''}: {foreign:.2f} cores of "
         f"foreign CPU load in the load window (host {host:.2f}, workers {workers:.2f}, harness "

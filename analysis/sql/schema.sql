@@ -1,11 +1,9 @@
--- collobench warehouse schema: one row per run in `runs`, and the run directory's Parquet tables
--- mirrored column for column (see the run-directory contract in README.md, "The run directory").
--- Every fact row carries run_id, trial, phase (solo | collocated) and pipeline (NULL for
--- host-wide and device-wide samples). Times are integer nanoseconds of the host's monotonic
--- clock; the manifest maps that clock to wall time once.
--- Loading is idempotent: the loader deletes a run_id's rows from every table, then inserts them
--- again, in one transaction. The fact tables carry no primary keys on purpose (index upkeep would
--- slow bulk inserts, and uniqueness is the writer's contract, not the warehouse's).
+-- collobench warehouse schema: what the warehouse itself stores. One row per run in `runs`, one
+-- row per registered Parquet file in `run_files` (the raw rows stay in the run directories: the
+-- raw tables `queries`, `stage_events`, ... are views over those files, shaped by
+-- raw_tables.sql), the per-run summary tables the view files define (summary_*), and the
+-- capacity searches. Loading is idempotent: the loader deletes a run_id's rows from every
+-- stored table, then inserts them again, in one transaction.
 
 -- The warehouse's schema version: one row per version it has been at, written when it was
 -- created at that version or migrated to it (analysis/migrations.py; the migrations are in
@@ -34,147 +32,18 @@ CREATE TABLE IF NOT EXISTS runs (
                                 -- hostname; migration 005; last, as ALTER TABLE adds it)
 );
 
--- One row per query a load generator scheduled. Latency counts from scheduled_ns (never from
--- issue), so coordinated omission cannot hide a backlog. Warm-up queries are kept, flagged.
-CREATE TABLE IF NOT EXISTS queries (
+-- One row per Parquet file of a loaded run (analysis/catalogue.py): the raw-table views read
+-- exactly these files. bytes and mtime_ns are the file's size and modification time when it
+-- was registered: a reader refuses to open the warehouse when a file is missing or changed
+-- (the run directory moved, was deleted or rewritten) instead of giving other numbers.
+CREATE TABLE IF NOT EXISTS run_files (
     run_id VARCHAR NOT NULL,
-    trial INTEGER NOT NULL,
-    phase VARCHAR NOT NULL,
-    pipeline VARCHAR,
-    query_id BIGINT NOT NULL,       -- unique within (run_id, trial, phase, pipeline)
-    scheduled_ns BIGINT NOT NULL,   -- the arrival time the schedule asked for
-    issued_ns BIGINT,               -- for dropped queries: when the issue was refused
-    completed_ns BIGINT,            -- NULL unless the query ended (ok or error)
-    status VARCHAR NOT NULL,        -- ok | error | dropped | timeout | not_issued
-    samples INTEGER NOT NULL,       -- samples the query carries
-    warmup BOOLEAN NOT NULL         -- issued during warm-up: excluded from results
-);
-
--- One row per stage visit of a query (a query may visit a stage several times on a cycle).
-CREATE TABLE IF NOT EXISTS stage_events (
-    run_id VARCHAR NOT NULL,
-    trial INTEGER NOT NULL,
-    phase VARCHAR NOT NULL,
-    pipeline VARCHAR,
-    query_id BIGINT NOT NULL,
-    stage VARCHAR NOT NULL,
-    visit INTEGER NOT NULL,
-    enqueued_ns BIGINT NOT NULL,    -- put on the stage's input queue (join: first branch's arrival)
-    started_ns BIGINT NOT NULL,     -- taken off it by the stage thread
-    finished_ns BIGINT NOT NULL,
-    status VARCHAR NOT NULL,        -- ok | error
-    first_token_ns BIGINT,          -- generation stages only
-    tokens INTEGER,
-    joined_ns BIGINT,               -- join stages: when every branch had arrived (merged)
-    graded INTEGER,                 -- stages that know the right answers: samples graded
-    correct INTEGER,                --   and samples answered right (accuracy = correct / graded)
-    loss DOUBLE                     -- training stages: the step's loss
-);
-
--- Each distinct stage error once per (run, trial, phase, pipeline, stage), with its count.
-CREATE TABLE IF NOT EXISTS errors (
-    run_id VARCHAR NOT NULL,
-    trial INTEGER NOT NULL,
-    phase VARCHAR NOT NULL,
-    pipeline VARCHAR,
-    stage VARCHAR NOT NULL,
-    first_query_id BIGINT NOT NULL,
-    "count" BIGINT NOT NULL,
-    error VARCHAR NOT NULL
-);
-
--- Host sampler rows: scope 'host' (pipeline NULL, host-wide CPU and energy), scope 'process'
--- (one pipeline's worker process), scope 'service' (a server of the spec's `services:` and its
--- descendants; pipeline = the service's name) and scope 'harness'. energy_j is cumulative since the sampler started; one sampler
--- runs per (trial, phase) and, in the solo phase, per solo baseline.
-CREATE TABLE IF NOT EXISTS host_samples (
-    run_id VARCHAR NOT NULL,
-    trial INTEGER NOT NULL,
-    phase VARCHAR NOT NULL,
-    pipeline VARCHAR,
-    ts_ns BIGINT NOT NULL,
-    scope VARCHAR NOT NULL,         -- host | process (a pipeline) | service | harness
-    pid BIGINT,
-    cpu_util DOUBLE,                -- percent of one core (process) / of all cores (host)
-    rss_mib DOUBLE,
-    energy_j DOUBLE,                -- cumulative since sampler start (host rows)
-    energy_source VARCHAR           -- rapl | model_estimate | NULL (no energy measured)
-);
-
--- GPU sampler rows, one per device and tick (pipeline NULL: a device is shared).
-CREATE TABLE IF NOT EXISTS gpu_samples (
-    run_id VARCHAR NOT NULL,
-    trial INTEGER NOT NULL,
-    phase VARCHAR NOT NULL,
-    pipeline VARCHAR,
-    ts_ns BIGINT NOT NULL,
-    gpu INTEGER NOT NULL,
-    uuid VARCHAR,
-    power_w DOUBLE,
-    energy_j DOUBLE,                -- cumulative since sampler start, counter resets repaired
-    energy_source VARCHAR,          -- nvml_counter | nvml_power | NULL
-    sm_util DOUBLE,
-    mem_util DOUBLE,
-    mem_used_mib DOUBLE,
-    sm_clock_mhz DOUBLE,
-    temp_c DOUBLE,
-    throttle_reasons BIGINT
-);
-
--- Per-process GPU use, so a device's energy can later be split between pipelines and services
--- (pipeline: the pipeline or service whose process or descendant the pid is; NULL: foreign).
-CREATE TABLE IF NOT EXISTS gpu_process_samples (
-    run_id VARCHAR NOT NULL,
-    trial INTEGER NOT NULL,
-    phase VARCHAR NOT NULL,
-    pipeline VARCHAR,
-    ts_ns BIGINT NOT NULL,
-    gpu INTEGER NOT NULL,
-    pid BIGINT NOT NULL,
-    sm_util DOUBLE,
-    mem_util DOUBLE,
-    mem_used_mib DOUBLE
-);
-
--- Operator profiling (model stages with profile_every = N): one row per torch.profiler event of
--- every Nth query's model call, and one row per profiled query with device_type 'window' (the
--- profiler's whole window, operator '[profiler window]'), which marks the (query_id, stage,
--- visit) as profiled. Times are on the same monotonic clock as stage_events; a span lies
--- inside its stage visit's [started_ns, finished_ns]. Empty unless a stage profiled.
-CREATE TABLE IF NOT EXISTS operator_spans (
-    run_id VARCHAR NOT NULL,
-    trial INTEGER NOT NULL,
-    phase VARCHAR NOT NULL,
-    pipeline VARCHAR,
-    query_id BIGINT NOT NULL,
-    stage VARCHAR NOT NULL,
-    visit INTEGER NOT NULL,
-    operator VARCHAR NOT NULL,      -- aten::conv2d, a CUDA kernel's name, cudaLaunchKernel...
-    start_ns BIGINT NOT NULL,
-    end_ns BIGINT NOT NULL,
-    device_type VARCHAR NOT NULL,   -- cpu (operators, runtime calls) | cuda (kernels, copies) | window
-    device_index INTEGER,           -- device events only
-    thread_id BIGINT,               -- torch's id of the calling thread (cpu); the stream (cuda)
-    self_cpu_ns BIGINT,             -- cpu rows: CPU time minus child operators
-    total_cpu_ns BIGINT,            -- cpu rows: CPU time including child operators
-    input_shapes VARCHAR            -- JSON list of input shapes, when the stage records them
-);
-
--- Streamed tokens (`http.openai` stages with stream: true): one row per token chunk's arrival
--- at the client, on the same monotonic clock as stage_events. token_index 0 is the first token
--- (its ts_ns equals the visit's first_token_ns); the gap between consecutive token_index values
--- of one (run_id, trial, phase, pipeline, query_id, stage, visit) is an inter-token latency.
--- Empty unless a stage streamed.
-CREATE TABLE IF NOT EXISTS token_events (
-    run_id VARCHAR NOT NULL,
-    trial INTEGER NOT NULL,
-    phase VARCHAR NOT NULL,
-    pipeline VARCHAR,
-    query_id BIGINT NOT NULL,
-    stage VARCHAR NOT NULL,
-    visit INTEGER NOT NULL,
-    token_index INTEGER NOT NULL,   -- 0 = the first token of the visit
-    ts_ns BIGINT NOT NULL           -- when the client read it (monotonic clock)
+    table_name VARCHAR NOT NULL,    -- the raw table it holds rows of (queries, stage_events...)
+    path VARCHAR NOT NULL,          -- absolute path of the file
+    rows BIGINT NOT NULL,           -- rows in the file (its Parquet footer)
+    bytes BIGINT NOT NULL,          -- size when registered
+    mtime_ns BIGINT NOT NULL,       -- modification time when registered (ns since the epoch)
+    columns VARCHAR[] NOT NULL      -- the file's column names (a newer column may be missing)
 );
 
 -- Capacity searches (`collobench capacity`, stages/capacity): one row per search directory

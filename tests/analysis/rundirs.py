@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.db import run_query
+from analysis.summaries import warehouse_definitions
 from stages.rundir.tables import SCHEMAS
 
 SECOND_NS = 1_000_000_000
@@ -161,3 +162,12 @@ def one(db_path: Path, sql: str) -> dict[str, Any]:
     found = rows_of(db_path, sql)
     assert len(found) == 1, found
     return found[0]
+
+
+def definition_rows_of(db_path: Path, sql: str) -> list[dict[str, Any]]:
+    """`sql` over the loader's definitions (`*_from_rows` views, which the warehouse does not
+    list) of every run loaded in the warehouse at db_path."""
+    with warehouse_definitions(db_path) as connection:
+        result = connection.execute(sql)
+        columns = [column[0] for column in result.description or []]
+        return [dict(zip(columns, row, strict=True)) for row in result.fetchall()]

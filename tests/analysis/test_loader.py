@@ -3,6 +3,7 @@ readers get read-only connections."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -10,13 +11,14 @@ import pytest
 
 from analysis.db import (
     ReadOnlyRequired,
+    WarehouseError,
     connect_read_only,
     query_connection,
     run_query,
     sql_text,
     view_files,
 )
-from analysis.loader import TABLES, LoadError, load_runs
+from analysis.loader import TABLES, LoadError, forget_runs, load_runs
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
 VIEWS = ["throughput", "latency", "stage_breakdown", "energy", "perf_per_watt", "contention"]
@@ -109,10 +111,81 @@ def test_rows_of_another_run_are_refused_and_rolled_back(tmp_path: Path, db_path
     before = counts(db_path)
     stranger = collocated_run(tmp_path / "stranger")
     stranger.write()
-    (stranger.run_dir / "queries.parquet").replace(run_dir / "queries.parquet")
+    copy = tmp_path / "copy" / run_dir.name
+    shutil.copytree(run_dir, copy)
+    (stranger.run_dir / "queries.parquet").replace(copy / "queries.parquet")
     with pytest.raises(LoadError, match="run_id other than"):
-        load_runs([run_dir], db_path)
+        load_runs([copy], db_path)
     assert counts(db_path) == before
+
+
+def test_a_moved_or_rewritten_run_is_refused_by_name_until_loaded_again(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """The rows stay in the run directory: once it moves or a file changes, readers get one
+    line naming the run and the way out, never other numbers; loading it from its new place
+    (or forgetting it) makes the warehouse readable again."""
+    run_dir = single_pipeline_run(tmp_path).write()
+    load_runs([run_dir, collocated_run(tmp_path).write()], db_path)
+    before = counts(db_path)
+    moved = tmp_path / "moved" / run_dir.name
+    moved.parent.mkdir()
+    run_dir.rename(moved)
+    with pytest.raises(WarehouseError) as refused:
+        connect_read_only(db_path)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"run 20260101-000000-single ({run_dir})" in message
+    assert ".parquet is missing" in message
+    assert "collobench load --forget 20260101-000000-single" in message
+    load_runs([moved], db_path)
+    assert counts(db_path) == before
+    (moved / "queries.parquet").write_bytes((moved / "queries.parquet").read_bytes() + b"\0")
+    with pytest.raises(WarehouseError, match=r"queries\.parquet changed since it was loaded"):
+        connect_read_only(db_path)
+    with pytest.raises(LoadError, match="no run never-loaded is loaded"):
+        forget_runs(["20260101-000000-single", "never-loaded"], db_path)
+    assert forget_runs(["20260101-000000-single"], db_path) == ["20260101-000000-single"]
+    assert counts(db_path)["queries"] == before["queries"] - 1030
+
+
+def test_the_cli_names_a_deleted_run_and_forgets_every_missing_one(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """`collobench sql` on a warehouse whose run directory was deleted: exit 2, one line
+    naming it; `collobench load --forget-missing` drops exactly the runs whose files are gone,
+    and the rest reads as before."""
+    from typer.testing import CliRunner
+
+    from stages.cli.app import app
+
+    runner = CliRunner()
+    kept = single_pipeline_run(tmp_path).write()
+    deleted = collocated_run(tmp_path).write()
+    load_runs([kept, deleted], db_path)
+    latency = run_query(
+        db_path, "SELECT * FROM latency WHERE run_id = '20260101-000000-single' ORDER BY ALL"
+    )
+    shutil.rmtree(deleted)
+    query = ["sql", "SELECT count(*) FROM latency", "--db", str(db_path)]
+    refused = runner.invoke(app, query)
+    assert refused.exit_code == 2
+    assert len(refused.output.strip().splitlines()) == 1
+    assert f"({deleted})" in refused.output and "--forget-missing" in refused.output
+    unknown = runner.invoke(app, ["load", "--forget", "nope", "--db", str(db_path)])
+    assert unknown.exit_code == 2 and "no run nope is loaded" in unknown.output
+    forgot = runner.invoke(app, ["load", "--forget-missing", "--db", str(db_path)])
+    assert forgot.exit_code == 0, forgot.output
+    assert f"forgot {deleted.name}" in forgot.output and kept.name not in forgot.output
+    assert run_query(db_path, "SELECT run_id FROM runs")[1] == [(kept.name,)]
+    assert (
+        run_query(
+            db_path, "SELECT * FROM latency WHERE run_id = '20260101-000000-single' ORDER BY ALL"
+        )
+        == latency
+    )
+    nothing = runner.invoke(app, ["load", "--db", str(db_path)])
+    assert nothing.exit_code == 2 and "give run directories" in nothing.output
 
 
 def test_read_only_connection_refuses_writes(tmp_path: Path, db_path: Path) -> None:

@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from analysis import migrations
 from analysis.db import connect_read_only, run_query, sql_text, view_files
-from analysis.loader import TABLES, load_runs, table_files
+from analysis.loader import load_runs
 from analysis.migrations import CURRENT_VERSION, SchemaMismatch
 from stages.cli.app import app
+from stages.rundir.layout import TABLES, table_files
 from tests.analysis.runs import collocated_run, single_pipeline_run
 from tests.analysis.test_tokens import generation_run, streaming_run
 
@@ -219,15 +220,13 @@ def test_v3_warehouse_gains_token_events_and_recomputes_its_token_figures(
     try:
         for statement in (
             "DROP VIEW token_goodput",
-            "DROP VIEW token_goodput_from_rows",
             "DROP TABLE summary_token_goodput",
             "DROP VIEW tokens",
-            "DROP VIEW tokens_from_rows",
             "ALTER TABLE summary_tokens DROP COLUMN itl_gaps",
             "ALTER TABLE summary_tokens DROP COLUMN itl_p50_ms",
             "ALTER TABLE summary_tokens DROP COLUMN itl_p99_ms",
             "CREATE VIEW tokens AS SELECT * FROM summary_tokens",
-            "DROP TABLE token_events",
+            "DROP VIEW token_events",  # a table before version 6 (migration 4 makes one)
             "UPDATE schema_info SET version = 3",  # a new warehouse records its version once
             "UPDATE summaries_version SET views_sha256 = 'issue 19'",
         ):

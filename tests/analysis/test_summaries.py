@@ -11,7 +11,7 @@ import pytest
 
 from analysis import summaries
 from analysis.db import connect_read_only
-from analysis.loader import load_runs
+from analysis.loader import LoadError, load_runs
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
 
@@ -23,6 +23,11 @@ def rows(db_path: Path, sql: str) -> list[tuple[object, ...]]:
         connection.close()
 
 
+def definition_rows(db_path: Path, sql: str) -> list[tuple[object, ...]]:
+    with summaries.warehouse_definitions(db_path) as connection:
+        return sorted(connection.execute(sql).fetchall(), key=repr)
+
+
 def summarised_views() -> list[str]:
     return [table.removeprefix("summary_") for table in summaries.summary_tables()]
 
@@ -32,10 +37,16 @@ def test_every_summarised_view_equals_its_definition_over_all_rows(
 ) -> None:
     load_runs([single_pipeline_run(tmp_path).write(), collocated_run(tmp_path).write()], db_path)
     views = summarised_views()
-    assert {"throughput", "latency", "stage_breakdown", "goodput", "load_windows"} <= set(views)
+    assert {
+        "throughput",
+        "latency",
+        "stage_breakdown",
+        "goodput",
+        "load_windows",
+    } <= set(views)
     for view in views:
         stored = rows(db_path, f"SELECT * FROM {view}")
-        computed = rows(db_path, f"SELECT * FROM {view}_from_rows")
+        computed = definition_rows(db_path, f"SELECT * FROM {view}_from_rows")
         assert stored == computed, view
     assert len(rows(db_path, "SELECT * FROM latency")) == 5  # 1 + 4 (run, phase, pipeline)
 
@@ -46,8 +57,10 @@ def test_loading_a_run_leaves_the_other_runs_summaries_alone(tmp_path: Path, db_
     load_runs([collocated_run(tmp_path).write()], db_path)
     after = rows(db_path, "SELECT * FROM latency WHERE run_id = '20260101-000000-single'")
     assert after == before
-    # The scope variable is gone after a load: the definition sees every run again.
-    assert len(rows(db_path, "SELECT * FROM latency_from_rows")) == 5
+    assert len(definition_rows(db_path, "SELECT * FROM latency_from_rows")) == 5
+    # Definitions are the loader's, never the warehouse's: only figures are listed there.
+    listed = rows(db_path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")
+    assert listed and not [name for (name,) in listed if str(name).endswith("_from_rows")]
 
 
 def test_summaries_stored_by_other_view_definitions_are_recomputed(
@@ -72,10 +85,41 @@ def test_summaries_stored_by_other_view_definitions_are_recomputed(
 
 
 def test_a_failed_load_keeps_the_runs_stored_summaries(tmp_path: Path, db_path: Path) -> None:
-    run = single_pipeline_run(tmp_path)
-    load_runs([run.write()], db_path)
+    load_runs([single_pipeline_run(tmp_path / "first").write()], db_path)
     before = rows(db_path, "SELECT * FROM stage_breakdown")
-    (run.run_dir / "stage_events.parquet").write_bytes(b"not parquet")
-    with pytest.raises(duckdb.Error):
-        load_runs([run.run_dir], db_path)
+    again = single_pipeline_run(tmp_path / "again")  # the same run_id, from another directory
+    again.write()
+    (again.run_dir / "stage_events.parquet").write_bytes(b"not parquet")
+    with pytest.raises(LoadError, match=r"stage_events\.parquet: not a readable Parquet file"):
+        load_runs([again.run_dir], db_path)
     assert rows(db_path, "SELECT * FROM stage_breakdown") == before
+
+
+def test_each_guard_is_false_only_where_its_definition_is_empty(tmp_path: Path) -> None:
+    """A summary file's `-- empty unless:` guard lets the loader skip the definition: on runs
+    without the rows it names the guard is false and the definition (run anyway) empty; on runs
+    with them the guard is true."""
+    from analysis.loader import _read_manifest, prepare_run
+    from tests.analysis.test_accuracy_views import graded_run
+    from tests.analysis.test_tokens import generation_run
+
+    guards = summaries.guards()
+    assert set(guards) == {
+        "summary_accuracy",
+        "summary_training",
+        "summary_tokens",
+        "summary_token_goodput",
+    }
+    plain = [single_pipeline_run(tmp_path / "p").write(), collocated_run(tmp_path / "p").write()]
+    rich = [graded_run(tmp_path / "r").write(), generation_run(tmp_path / "r").write()]
+    for run_dirs, expected in ((plain, False), (rich, True)):
+        runs = [prepare_run(path, _read_manifest(path)) for path in run_dirs]
+        with summaries.definitions_database(runs) as connection:
+            summaries.fill(connection, guarded=False)
+            for table, guard in guards.items():
+                said = connection.execute(guard).fetchall()[0][0]
+                if table != "summary_training":  # no fixture trains: checked empty below
+                    assert said is expected, (table, run_dirs)
+                if not said:
+                    definition = table.removeprefix("summary_") + "_from_rows"
+                    assert connection.execute(f"SELECT * FROM {definition}").fetchall() == []

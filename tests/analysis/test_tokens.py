@@ -17,7 +17,7 @@ from analysis.report_catalogue import MARKDOWN_NUMBERS
 from analysis.report_file import write_report
 from stages.cli.commands.report import _worth_showing_after_run
 from stages.spec.loading import validate_document
-from tests.analysis.rundirs import MS_NS, RunBuilder, one, rows_of
+from tests.analysis.rundirs import MS_NS, RunBuilder, definition_rows_of, one, rows_of
 from tests.analysis.runs import BASE_NS
 
 
@@ -213,7 +213,7 @@ def test_inter_token_latency_from_token_events(tmp_path: Path, db_path: Path) ->
     assert row["tpot_p50_ms"] == pytest.approx(7) and row["tpot_p99_ms"] == pytest.approx(11)
     assert row["ttft_p50_ms"] == pytest.approx(7) and row["ttft_p99_ms"] == pytest.approx(11)
     # The stored summary is its definition over the raw rows.
-    assert rows_of(db_path, "SELECT * FROM tokens_from_rows") == [row]
+    assert definition_rows_of(db_path, "SELECT * FROM tokens_from_rows") == [row]
 
 
 def test_no_token_events_means_no_inter_token_latency(tmp_path: Path, db_path: Path) -> None:
@@ -250,7 +250,7 @@ def test_token_goodput_counts_failures_as_not_good(
     assert row["window_s"] == pytest.approx(window_s)
     assert row["goodput_per_s"] == pytest.approx(good / window_s)
     assert row["good_tokens_per_s"] == pytest.approx(4 * good / window_s)
-    assert rows_of(db_path, "SELECT * FROM token_goodput_from_rows") == [row]
+    assert definition_rows_of(db_path, "SELECT * FROM token_goodput_from_rows") == [row]
 
 
 def test_token_goodput_without_a_token_slo_is_null(tmp_path: Path, db_path: Path) -> None:

@@ -293,6 +293,39 @@ def test_latency_by_run_averages_trials_with_a_t_interval(tmp_path: Path, db_pat
     assert row["ci_method"] == "t_over_trials"
 
 
+def test_stage_breakdown_counts_each_query_of_a_revisited_stage_once(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """A loop: query 0 visits `loop` three times, queries 1 and 2 once (5 visits, 3 queries);
+    `once` sees each query once. Both the revisited and the single-visit paths of the
+    definition count queries, not visits."""
+    run = RunBuilder(tmp_path, "20260111-000000-loop", {"a": "server"})
+    run.uniform_queries(0, "solo", "a", 3, 10 * MS_NS, start_ns=BASE_NS)
+    visits = [(0, "loop", 1), (0, "loop", 2), (0, "loop", 3), (1, "loop", 1), (2, "loop", 1)]
+    visits += [(query_id, "once", 1) for query_id in range(3)]
+    for query_id, stage, visit in visits:
+        started_ns = BASE_NS + (query_id * 10 + visit) * MS_NS
+        run.add(
+            "stage_events",
+            0,
+            "solo",
+            "a",
+            query_id=query_id,
+            stage=stage,
+            visit=visit,
+            enqueued_ns=started_ns,
+            started_ns=started_ns,
+            finished_ns=started_ns + MS_NS,
+            status="ok",
+        )
+    load_runs([run.write()], db_path)
+    found = rows_of(db_path, "SELECT stage, visits, queries FROM stage_breakdown ORDER BY stage")
+    assert found == [
+        {"stage": "loop", "visits": 5, "queries": 3},
+        {"stage": "once", "visits": 3, "queries": 3},
+    ]
+
+
 def test_stage_concurrency_counts_overlapping_visits(tmp_path: Path, db_path: Path) -> None:
     """Visits of `pool` at [0, 4), [1, 3), [2, 6), [6, 8) ms: three at once at 2 ms; the one
     that starts as another finishes (6 ms) does not overlap it. `one` runs a visit at a time."""
@@ -314,10 +347,14 @@ def test_stage_concurrency_counts_overlapping_visits(tmp_path: Path, db_path: Pa
                 status="ok",
             )
     load_runs([run.write()], db_path)
-    pool = one(db_path, "SELECT * FROM stage_concurrency WHERE stage = 'pool'")
+    pool = one(
+        db_path, "SELECT * FROM stage_concurrency('20260110-000000-conc') WHERE stage = 'pool'"
+    )
     assert (pool["visits"], pool["in_flight_max"]) == (4, 3)
     assert pool["busy_s"] == pytest.approx(0.008)
     assert pool["service_s"] == pytest.approx(0.012)  # 4 + 2 + 4 + 2 ms
     assert pool["in_flight_mean"] == pytest.approx(12 / 8)
-    alone = one(db_path, "SELECT * FROM stage_concurrency WHERE stage = 'one'")
+    alone = one(
+        db_path, "SELECT * FROM stage_concurrency('20260110-000000-conc') WHERE stage = 'one'"
+    )
     assert (alone["in_flight_max"], alone["in_flight_mean"]) == (1, pytest.approx(1.0))

@@ -143,6 +143,30 @@ def test_reader_connections_have_external_access_off_and_locked(tmp_path: Path) 
     figures.count("security_checks", "reader_connection_locked")
 
 
+def test_a_reader_reads_the_registered_files_and_no_other(tmp_path: Path) -> None:
+    """The raw-table views read the loaded runs' Parquet files; nothing else opens: not an
+    unloaded run's file beside them, not a glob, and the allowed paths cannot be widened."""
+    from analysis.loader import load_runs
+    from tests.analysis.runs import collocated_run, single_pipeline_run
+
+    db = tmp_path / "results.duckdb"
+    loaded = single_pipeline_run(tmp_path / "runs").write()
+    stranger = collocated_run(tmp_path / "runs").write()  # beside it, never loaded
+    load_runs([loaded], db)
+    connection = connect_read_only(db)
+    try:
+        assert connection.execute("SELECT count(*) FROM queries").fetchall()[0][0] > 0
+        own = str((loaded / "queries.parquet").resolve())
+        assert connection.execute(f"SELECT count(*) FROM read_parquet('{own}')").fetchall()
+        for path in (stranger / "queries.parquet", tmp_path / "runs" / "*" / "queries.parquet"):
+            with pytest.raises(duckdb.PermissionException):
+                connection.execute(f"SELECT count(*) FROM read_parquet('{path}')")
+        with pytest.raises(duckdb.InvalidInputException, match="locked"):
+            connection.execute(f"SET allowed_paths = ['{stranger / 'queries.parquet'}']")
+    finally:
+        connection.close()
+
+
 def test_retrieval_sql_cannot_read_other_files_at_run_time(tmp_path: Path) -> None:
     """A SELECT passes validation, but the stage's connection has external access off."""
     database = tmp_path / "facts.duckdb"

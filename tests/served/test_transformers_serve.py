@@ -135,7 +135,9 @@ def test_the_first_trial_measures_the_served_model(served_run: Any) -> None:
     )[0]
     assert overlapping > 0
     ((max_in_flight,),) = query(
-        db, "SELECT max(in_flight_max) FROM stage_concurrency WHERE trial = 0 AND stage = 'llm'"
+        db,
+        "SELECT max(in_flight_max) FROM stage_concurrency((SELECT max(run_id) FROM runs)) "
+        "WHERE trial = 0 AND stage = 'llm'",
     )
     assert max_in_flight > 1
     ((ttft_p50, tokens, itl_p50),) = query(

@@ -15,19 +15,19 @@
 -- list_sort and much smaller at tens of millions of rows.
 CREATE OR REPLACE MACRO loadgen_quantile(x, p) AS quantile_disc(x, least(p + 1e-12, 1.0));
 
+-- loadgen_quantile_levels(ps): the quantile_disc levels that give LoadGen's index for each p.
+CREATE OR REPLACE MACRO loadgen_quantile_levels(ps) AS
+    list_transform(ps, lambda p: least(p + 1e-12, 1.0));
+
 -- loadgen_quantiles(x, ps): the same for a constant list of p at once, a list in the order of
 -- ps. One aggregate keeps one copy of the values where each loadgen_quantile keeps its own:
 -- the five latency percentiles of 10M queries fit in 300 MB this way instead of 1 GB.
 CREATE OR REPLACE MACRO loadgen_quantiles(x, ps) AS
-    quantile_disc(x, list_transform(ps, lambda p: least(p + 1e-12, 1.0)));
+    quantile_disc(x, loadgen_quantile_levels(ps));
 
--- in_scope(run_id): TRUE for every row, except while the loader computes one run's stored
--- summaries (analysis/summaries.py sets the variable collobench_summary_run): then TRUE only for
--- that run's rows. getvariable() is a constant when a query is planned, so DuckDB folds this to
--- TRUE, or to run_id = '<run>' and pushes that into the table scan, where zone maps skip every
--- other run's row groups. Every view that a stored summary reads applies it to its raw tables.
-CREATE OR REPLACE MACRO in_scope(run) AS
-    getvariable('collobench_summary_run') IS NULL OR run = getvariable('collobench_summary_run');
+-- loadgen_list_quantiles(values, ps): the same over a list's non-NULL values.
+CREATE OR REPLACE MACRO loadgen_list_quantiles(values, ps) AS
+    list_aggregate(values, 'quantile_disc', loadgen_quantile_levels(ps));
 
 -- tpot_ms(finished_ns, first_token_ns, tokens): a generation visit's time per output token
 -- after the first, in ms: (finished - first token) / (tokens - 1); NULL for a one-token answer
@@ -67,6 +67,20 @@ CREATE OR REPLACE MACRO wilson95(p, n, side) AS
 -- error is stddev(batch statistics) / sqrt(batches). Consecutive batches keep the run's
 -- autocorrelation inside each batch, which a per-query bootstrap would ignore.
 CREATE OR REPLACE MACRO ci_batches() AS 10;
+
+-- batch_slice(values, b): batch b (0-based) of `values`, a list already in batch order, cut as
+-- ntile(ci_batches()) cuts: N // 10 values each, the first N % 10 batches one more (fewer than
+-- 10 values: one value a batch). Cutting each group's ordered list costs about half the window
+-- function `ntile(...) OVER (PARTITION BY ... ORDER BY ...)` over every row; batches b go from
+-- 0 to least(N, ci_batches()) - 1.
+CREATE OR REPLACE MACRO batch_slice(values, b) AS
+    values[
+        b * (len(values) // ci_batches()) + least(b, len(values) % ci_batches()) + 1 :
+        (b + 1) * (len(values) // ci_batches()) + least(b + 1, len(values) % ci_batches())
+    ];
+
+-- batch_count(values): how many batches batch_slice cuts `values` into.
+CREATE OR REPLACE MACRO batch_count(values) AS least(len(values), ci_batches());
 
 -- batch_min_size(p): the fewest queries a batch needs for its p-quantile to be more than its
 -- maximum (p99 needs 100, p50 needs 2).

@@ -12,15 +12,9 @@
 -- batches or a batch spans no time. queries_per_s_se is that standard error (for contention).
 CREATE OR REPLACE VIEW throughput_from_rows AS
 WITH measured AS (
-    SELECT
-        *,
-        coalesce(completed_ns, issued_ns, scheduled_ns) AS end_ns,
-        ntile(ci_batches()) OVER (
-            PARTITION BY run_id, trial, phase, pipeline
-            ORDER BY coalesce(completed_ns, issued_ns, scheduled_ns), query_id
-        ) AS batch
+    SELECT *, coalesce(completed_ns, issued_ns, scheduled_ns) AS end_ns
     FROM queries
-    WHERE NOT warmup AND in_scope(run_id)
+    WHERE NOT warmup
 ),
 counted AS (
     SELECT
@@ -40,18 +34,29 @@ counted AS (
     FROM measured
     GROUP BY run_id, trial, phase, pipeline
 ),
+-- Each group's measured queries in order of their end (query id breaks ties), cut into
+-- batches (batch_slice: ntile's cut); a batch ends at its last query's end.
+ordered AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        list({'end_ns': end_ns, 'ok': status = 'ok'} ORDER BY end_ns, query_id) AS ends
+    FROM measured
+    GROUP BY run_id, trial, phase, pipeline
+),
 batches AS (
     SELECT
         run_id,
         trial,
         phase,
         pipeline,
-        batch,
-        count(*) AS size,
-        count(*) FILTER (WHERE status = 'ok') AS ok_queries,
-        max(end_ns) AS batch_end_ns
-    FROM measured
-    GROUP BY run_id, trial, phase, pipeline, batch
+        b + 1 AS batch,
+        len(batch_slice(ends, b)) AS size,
+        len(list_filter(batch_slice(ends, b), lambda q: q.ok)) AS ok_queries,
+        batch_slice(ends, b)[-1].end_ns AS batch_end_ns
+    FROM (SELECT *, unnest(range(batch_count(ends))) AS b FROM ordered)
 ),
 batch_rates AS (
     SELECT
@@ -59,6 +64,7 @@ batch_rates AS (
         b.trial,
         b.phase,
         b.pipeline,
+        b.batch,
         b.size,
         b.ok_queries / nullif(
             (b.batch_end_ns - coalesce(
@@ -79,7 +85,7 @@ spread AS (
         phase,
         pipeline,
         batch_se(
-            stddev_samp(rate),
+            stddev_samp(rate ORDER BY batch),
             count(*),
             min(size),
             2,

@@ -24,4 +24,4 @@ SELECT
     CASE WHEN status = 'ok' THEN (completed_ns - issued_ns) / 1e6 END AS from_issue_ms,
     (issued_ns - scheduled_ns) / 1e3 AS issue_delay_us
 FROM queries
-WHERE NOT warmup AND in_scope(run_id);
+WHERE NOT warmup;

@@ -19,15 +19,7 @@
 -- queries) or a batch value is infinite. latency_p50_se_ms / latency_p99_se_ms are the standard
 -- errors, used by `contention`. ci_method is NULL when no interval could be computed.
 CREATE OR REPLACE VIEW latency_from_rows AS
-WITH measured AS (
-    SELECT
-        *,
-        ntile(ci_batches()) OVER (
-            PARTITION BY run_id, trial, phase, pipeline ORDER BY scheduled_ns, query_id
-        ) AS batch
-    FROM query_latency
-),
-quantiles AS (
+WITH quantiles AS (
     SELECT
         run_id,
         trial,
@@ -42,7 +34,7 @@ quantiles AS (
         max(completed_ms) AS completed_max_ms,
         loadgen_quantiles(from_issue_ms, [0.5, 0.99]) AS from_issue,
         loadgen_quantiles(issue_delay_us, [0.5, 0.99]) AS issue_delay
-    FROM measured
+    FROM query_latency
     GROUP BY run_id, trial, phase, pipeline
 ),
 whole AS (
@@ -71,6 +63,18 @@ whole AS (
         issue_delay[2] AS issue_delay_p99_us
     FROM quantiles
 ),
+-- Each group's verdict latencies in scheduled order (query id breaks ties), to be cut into
+-- batches (batch_slice: ntile's cut).
+ordered AS (
+    SELECT
+        run_id,
+        trial,
+        phase,
+        pipeline,
+        list(verdict_ms ORDER BY scheduled_ns, query_id) AS verdicts
+    FROM query_latency
+    GROUP BY run_id, trial, phase, pipeline
+),
 batches AS (
     SELECT
         run_id,
@@ -90,11 +94,11 @@ batches AS (
             trial,
             phase,
             pipeline,
-            batch,
-            count(verdict_ms) AS size,
-            loadgen_quantiles(verdict_ms, [0.5, 0.9, 0.95, 0.99, 0.999]) AS verdict
-        FROM measured
-        GROUP BY run_id, trial, phase, pipeline, batch
+            b + 1 AS batch,
+            list_count(batch_slice(verdicts, b)) AS size,
+            loadgen_list_quantiles(batch_slice(verdicts, b), [0.5, 0.9, 0.95, 0.99, 0.999])
+                AS verdict
+        FROM (SELECT *, unnest(range(batch_count(verdicts))) AS b FROM ordered)
     )
 ),
 spread AS (
@@ -104,19 +108,19 @@ spread AS (
         phase,
         pipeline,
         batch_se(
-            stddev_samp(p50), count(*), min(size), batch_min_size(0.5), bool_and(isfinite(p50))
+            stddev_samp(p50 ORDER BY batch), count(*), min(size), batch_min_size(0.5), bool_and(isfinite(p50))
         ) AS p50_se,
         batch_se(
-            stddev_samp(p90), count(*), min(size), batch_min_size(0.9), bool_and(isfinite(p90))
+            stddev_samp(p90 ORDER BY batch), count(*), min(size), batch_min_size(0.9), bool_and(isfinite(p90))
         ) AS p90_se,
         batch_se(
-            stddev_samp(p95), count(*), min(size), batch_min_size(0.95), bool_and(isfinite(p95))
+            stddev_samp(p95 ORDER BY batch), count(*), min(size), batch_min_size(0.95), bool_and(isfinite(p95))
         ) AS p95_se,
         batch_se(
-            stddev_samp(p99), count(*), min(size), batch_min_size(0.99), bool_and(isfinite(p99))
+            stddev_samp(p99 ORDER BY batch), count(*), min(size), batch_min_size(0.99), bool_and(isfinite(p99))
         ) AS p99_se,
         batch_se(
-            stddev_samp(p999),
+            stddev_samp(p999 ORDER BY batch),
             count(*),
             min(size),
             batch_min_size(0.999),

@@ -23,7 +23,6 @@ SELECT
     (max(coalesce(completed_ns, issued_ns, scheduled_ns)) - min(scheduled_ns)) / 1e9 AS window_s
 FROM queries
 WHERE NOT warmup AND (phase IN ('solo', 'collocated') OR phase LIKE 'collocated:%')
-    AND in_scope(run_id)
 GROUP BY run_id, trial, phase, CASE WHEN phase = 'solo' THEN pipeline END;
 
 -- Stored once per run at load (analysis/summaries.py), so reading `load_windows` scans a few rows

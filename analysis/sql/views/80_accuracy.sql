@@ -15,7 +15,7 @@
 CREATE OR REPLACE VIEW accuracy_from_rows AS
 WITH graded_visits AS (
     SELECT e.run_id, e.trial, e.phase, e.pipeline, e.stage, e.graded, e.correct
-    FROM measured_stage_events AS e
+    FROM measured_stage_events_from_rows AS e
     WHERE e.graded IS NOT NULL AND e.status = 'ok'
 ),
 totals AS (
@@ -52,5 +52,7 @@ FROM wilson;
 
 -- Stored once per run at load (analysis/summaries.py), so reading `accuracy` scans a few rows
 -- per run however many events the warehouse holds; `accuracy_from_rows` is the definition.
+-- The loader skips this summary for runs without a graded visit (it would be empty):
+-- empty unless: SELECT count(*) > 0 FROM stage_events WHERE graded IS NOT NULL
 CREATE TABLE IF NOT EXISTS summary_accuracy AS SELECT * FROM accuracy_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW accuracy AS SELECT * FROM summary_accuracy;

@@ -24,7 +24,7 @@ WITH steps AS (
             ORDER BY e.started_ns, e.query_id
         ) AS step,
         count(*) OVER (PARTITION BY e.run_id, e.trial, e.phase, e.pipeline, e.stage) AS steps
-    FROM measured_stage_events AS e
+    FROM measured_stage_events_from_rows AS e
     WHERE e.loss IS NOT NULL AND e.status = 'ok'
 )
 SELECT
@@ -45,5 +45,7 @@ GROUP BY run_id, trial, phase, pipeline, stage;
 
 -- Stored once per run at load (analysis/summaries.py), so reading `training` scans a few rows
 -- per run however many events the warehouse holds; `training_from_rows` is the definition.
+-- The loader skips this summary for runs without a visit with a loss (it would be empty):
+-- empty unless: SELECT count(*) > 0 FROM stage_events WHERE loss IS NOT NULL
 CREATE TABLE IF NOT EXISTS summary_training AS SELECT * FROM training_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW training AS SELECT * FROM summary_training;

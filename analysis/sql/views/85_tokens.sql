@@ -55,8 +55,6 @@ WITH events AS (
         AND e.pipeline IS NOT DISTINCT FROM q.pipeline
         AND e.query_id = q.query_id
     WHERE NOT q.warmup
-        AND in_scope(e.run_id)
-        AND in_scope(q.run_id)
         AND token_visit(e.status, e.first_token_ns, e.tokens)
 ),
 -- One row per gap between consecutive chunks of a visit counted above (the inner join keeps
@@ -78,7 +76,6 @@ gaps AS (
         AND k.query_id = e.query_id
         AND k.stage = e.stage
         AND k.visit = e.visit
-    WHERE in_scope(k.run_id)
     WINDOW visit AS (
         PARTITION BY k.run_id, k.trial, k.phase, k.pipeline, k.query_id, k.stage, k.visit
         ORDER BY k.token_index
@@ -154,5 +151,7 @@ LEFT JOIN throughput AS t
 
 -- Stored once per run at load (analysis/summaries.py), so reading `tokens` scans a few rows
 -- per run however many events the warehouse holds; `tokens_from_rows` is the definition.
+-- The loader skips this summary for runs without a visit with a first token (it would be empty):
+-- empty unless: SELECT count(*) > 0 FROM stage_events WHERE first_token_ns IS NOT NULL
 CREATE TABLE IF NOT EXISTS summary_tokens AS SELECT * FROM tokens_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW tokens AS SELECT * FROM summary_tokens;

@@ -35,7 +35,7 @@ CREATE OR REPLACE VIEW token_goodput_from_rows AS
 WITH token_stages AS (
     SELECT DISTINCT run_id, pipeline, stage
     FROM stage_events
-    WHERE in_scope(run_id) AND first_token_ns IS NOT NULL
+    WHERE first_token_ns IS NOT NULL
 ),
 answered AS (
     SELECT
@@ -49,7 +49,7 @@ answered AS (
         max(tpot_ms(finished_ns, first_token_ns, tokens)) AS tpot_ms,
         sum(tokens) AS tokens
     FROM stage_events
-    WHERE in_scope(run_id) AND token_visit(status, first_token_ns, tokens)
+    WHERE token_visit(status, first_token_ns, tokens)
     GROUP BY run_id, trial, phase, pipeline, stage, query_id
 ),
 judged AS (
@@ -137,5 +137,7 @@ LEFT JOIN throughput AS t
 -- Stored once per run at load (analysis/summaries.py), so reading `token_goodput` scans a few
 -- rows per run however many events the warehouse holds; `token_goodput_from_rows` is the
 -- definition.
+-- The loader skips this summary for runs without a visit with a first token (it would be empty):
+-- empty unless: SELECT count(*) > 0 FROM stage_events WHERE first_token_ns IS NOT NULL
 CREATE TABLE IF NOT EXISTS summary_token_goodput AS SELECT * FROM token_goodput_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW token_goodput AS SELECT * FROM summary_token_goodput;

@@ -16,24 +16,50 @@ from stages.cli.render import compact_table, frame_table
 
 
 def load(
-    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories.", show_default=False)],
+    run_dirs: Annotated[
+        list[Path] | None, typer.Argument(help="Run directories.", show_default=False)
+    ] = None,
     db: DbOption = None,
+    forget: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--forget",
+            help="Remove this run (a run_id) from the warehouse instead; its directory stays. "
+            "Repeatable.",
+        ),
+    ] = None,
+    forget_missing: Annotated[
+        bool,
+        typer.Option(
+            "--forget-missing",
+            help="Remove every run whose files are gone (its directory was moved or deleted).",
+        ),
+    ] = False,
 ) -> None:
-    """Load run directories into DuckDB; loading a run again replaces it (idempotent)."""
+    """Load run directories into DuckDB; loading a run again replaces it (idempotent). The
+    rows stay in the run directories' Parquet files, which the warehouse registers."""
     from analysis.db import WarehouseError
-    from analysis.loader import LoadError, load_runs
+    from analysis.loader import LoadError, forget_runs, load_runs
 
     db_path = db or settings.duckdb_path()
+    forgetting = bool(forget) or forget_missing
+    if forgetting and run_dirs:
+        raise fail_input(["--forget: give run ids to forget or run directories to load, not both"])
+    if not forgetting and not run_dirs:
+        raise fail_input(["load: give run directories (or --forget RUN_ID / --forget-missing)"])
     try:
-        results = load_runs(run_dirs, db_path)
+        if forgetting:
+            for run_id in forget_runs(list(forget or []), db_path, forget_missing):
+                out.print(f"forgot {run_id}", highlight=False)
+        else:
+            for loaded in load_runs(list(run_dirs or []), db_path):
+                verb = "replaced" if loaded.replaced else "loaded"
+                counts = ", ".join(f"{rows} {table}" for table, rows in loaded.rows.items() if rows)
+                out.print(f"{verb} {loaded.run_id} ({loaded.status}): {counts}", highlight=False)
     except (LoadError, WarehouseError) as error:
         # WarehouseError: the writer lock or another program held the warehouse past
         # COLLOBENCH_WAREHOUSE_WAIT_S, or its schema is newer than this collobench: exit 2
         raise fail_input([str(error)]) from None
-    for loaded in results:
-        verb = "replaced" if loaded.replaced else "loaded"
-        counts = ", ".join(f"{rows} {table}" for table, rows in loaded.rows.items() if rows)
-        out.print(f"{verb} {loaded.run_id} ({loaded.status}): {counts}", highlight=False)
     out.print(f"database: {db_path}", highlight=False)
 
 
