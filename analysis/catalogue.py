@@ -277,8 +277,9 @@ def _base_tables(connection: duckdb.DuckDBPyConnection) -> set[str]:
 
 
 def _count(connection: duckdb.DuckDBPyConnection, table: str, run_id: str) -> int:
-    row = connection.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()
-    return int(row[0]) if row else 0
+    # fetchall: a result left unfinished would block the connection's next register()
+    rows = connection.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchall()
+    return int(rows[0][0]) if rows else 0
 
 
 def move_rows_out(connection: duckdb.DuckDBPyConnection, db: Path | str) -> None:

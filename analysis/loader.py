@@ -10,9 +10,9 @@
    rows inserted, and the raw-table views regenerated over every registered file
    (analysis/catalogue.py). The rows themselves stay in the run directories.
 Loading a run twice (or again after it grew) leaves one copy. The schema and views are
-(re)created on every publish, so a new version of a view reaches an existing warehouse the next
-time anything is loaded; an older warehouse is migrated first (analysis/migrations.py) and a
-newer one is refused.
+(re)created when the warehouse was made by other SQL (a new collobench), so a new version of a
+view reaches an existing warehouse the next time anything is loaded; an older warehouse is
+migrated first (analysis/migrations.py) and a newer one is refused.
 """
 
 from __future__ import annotations

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,20 +167,20 @@ def create_views(connection: duckdb.DuckDBPyConnection, definitions: bool) -> No
 
 @contextmanager
 def definitions_database(
-    runs: Sequence[RunRecord], temp_dir: Path | None = None, files: Sequence[str] | None = None
+    runs: Sequence[RunRecord],
+    temp_dir: Path | None = None,
+    files: Sequence[str] | None = None,
+    threads: int | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """An in-memory database holding `runs` (runs rows, raw views over their files) and the
     objects of the view `files` (default: every view file), definitions included, with empty
     summary tables; closed on exit. What summaries are computed in, and what tests compare the
-    stored summaries against."""
+    stored summaries against. `threads`: DuckDB's worker threads (default: one per core)."""
     with tempfile.TemporaryDirectory(prefix="collobench-summaries-", dir=temp_dir) as spill:
-        connection = duckdb.connect(
-            ":memory:",
-            config={
-                "memory_limit": memory_limit(),
-                "temp_directory": spill,
-            },
-        )
+        config: dict[str, str | int] = {"memory_limit": memory_limit(), "temp_directory": spill}
+        if threads is not None:
+            config["threads"] = threads
+        connection = duckdb.connect(":memory:", config=config)
         try:
             connection.execute("SET enable_progress_bar = false")  # not on a user's terminal
             # Every definition opens the same files: read each footer once.
@@ -262,23 +265,51 @@ def compute(
     notify: Notify | None = None,
 ) -> dict[str, pa.Table]:
     """Every summary table's rows for `runs`, computed batch by batch from their files (no
-    warehouse involved); `notify` hears progress when there is more than one batch."""
-    parts: dict[str, list[pa.Table]] = {table: [] for table in summary_tables()}
+    warehouse involved); `notify` hears progress when there is more than one batch.
+
+    One database per core, each single-threaded, takes the batches in turn: DuckDB's own
+    threads leave a core idle through much of a definition (windows, list aggregates and
+    their final phases), so two batches at once load 100 runs in about two thirds of the
+    time on two cores."""
     if not runs:
         return {}
     cut = batches(runs)
+    workers = max(1, min(len(cut), os.cpu_count() or 1))
+    pending = list(enumerate(cut))
+    results: dict[int, dict[str, pa.Table]] = {}
+    lock = threading.Lock()
     started = time.monotonic()
-    done = 0
-    with definitions_database([], temp_dir, summary_files()) as connection:
-        for batch in cut:
-            use_runs(connection, batch)
-            fill(connection)
-            for table in parts:
-                parts[table].append(connection.sql(f"SELECT * FROM {table}").to_arrow_table())
-            done += len(batch)
-            if notify is not None and len(cut) > 1:
-                notify(f"summarised {done}/{len(runs)} runs ({time.monotonic() - started:.1f} s)")
-    return {table: pa.concat_tables(tables) for table, tables in parts.items() if tables}
+
+    def work() -> None:
+        with definitions_database([], temp_dir, summary_files(), threads=1) as connection:
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    index, batch = pending.pop(0)
+                use_runs(connection, batch)
+                fill(connection)
+                rows = {
+                    table: connection.sql(f"SELECT * FROM {table}").to_arrow_table()
+                    for table in summary_tables()
+                }
+                with lock:
+                    results[index] = rows
+                    done = sum(len(cut[i]) for i in results)
+                    if notify is not None and len(cut) > 1:
+                        elapsed = time.monotonic() - started
+                        notify(f"summarised {done}/{len(runs)} runs ({elapsed:.1f} s)")
+
+    if workers == 1:
+        work()
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="summaries") as pool:
+            for future in [pool.submit(work) for _ in range(workers)]:
+                future.result()  # re-raises a worker's error
+    return {
+        table: pa.concat_tables([results[index][table] for index in sorted(results)])
+        for table in summary_tables()
+    }
 
 
 def store(
@@ -302,8 +333,8 @@ def prepare(connection: duckdb.DuckDBPyConnection) -> bool:
     """Before the view files run: drop stored summaries made by other view definitions.
     Returns True when they must be recomputed for every run (`rebuild_all`)."""
     connection.execute(f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (views_sha256 VARCHAR)")
-    row = connection.execute(f"SELECT max(views_sha256) FROM {STATE_TABLE}").fetchone()
-    if row is not None and row[0] == views_hash():
+    rows = connection.execute(f"SELECT max(views_sha256) FROM {STATE_TABLE}").fetchall()
+    if rows and rows[0][0] == views_hash():
         return False
     existing = connection.execute(
         "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE 'summary\\_%' ESCAPE '\\'"
