@@ -177,7 +177,10 @@ def definitions_database(
     summary tables; closed on exit. What summaries are computed in, and what tests compare the
     stored summaries against. `threads`: DuckDB's worker threads (default: one per core)."""
     with tempfile.TemporaryDirectory(prefix="collobench-summaries-", dir=temp_dir) as spill:
-        config: dict[str, str | int] = {"memory_limit": memory_limit(), "temp_directory": spill}
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "memory_limit": memory_limit(),
+            "temp_directory": spill,
+        }
         if threads is not None:
             config["threads"] = threads
         connection = duckdb.connect(":memory:", config=config)
