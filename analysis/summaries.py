@@ -270,21 +270,24 @@ def compute(
     """Every summary table's rows for `runs`, computed batch by batch from their files (no
     warehouse involved); `notify` hears progress when there is more than one batch.
 
-    One database per core, each single-threaded, takes the batches in turn: DuckDB's own
+    One database per core, each single-threaded, takes the batches in turn (fewer batches
+    than cores: each database gets the cores over): DuckDB's own
     threads leave a core idle through much of a definition (windows, list aggregates and
     their final phases), so two batches at once load 100 runs in about two thirds of the
     time on two cores."""
     if not runs:
         return {}
     cut = batches(runs)
-    workers = max(1, min(len(cut), os.cpu_count() or 1))
+    cores = os.cpu_count() or 1
+    workers = max(1, min(len(cut), cores))
     pending = list(enumerate(cut))
     results: dict[int, dict[str, pa.Table]] = {}
     lock = threading.Lock()
     started = time.monotonic()
 
     def work() -> None:
-        with definitions_database([], temp_dir, summary_files(), threads=1) as connection:
+        threads = max(1, cores // workers)  # one batch alone (one run) still uses every core
+        with definitions_database([], temp_dir, summary_files(), threads=threads) as connection:
             while True:
                 with lock:
                     if not pending:
