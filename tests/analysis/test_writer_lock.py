@@ -195,10 +195,10 @@ def test_the_writer_wait_setting(
     value: str, expected: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """$COLLOBENCH_WAREHOUSE_WAIT_S: 60 s unset, a number >= 0, anything else one clear error;
-    $COLLOBENCH_DUCKDB_MEMORY: "1GB" unset."""
+    $COLLOBENCH_DUCKDB_MEMORY: "2GB" unset."""
     monkeypatch.setenv(warehouse.WAIT_ENV, value)
     monkeypatch.setenv(warehouse.MEMORY_ENV, value)
-    assert warehouse.memory_limit() == (value or "1GB")
+    assert warehouse.memory_limit() == (value or "2GB")
     if expected is None:
         with pytest.raises(WarehouseError, match=warehouse.WAIT_ENV):
             warehouse.writer_wait_s()

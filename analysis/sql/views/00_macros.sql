@@ -25,9 +25,9 @@ CREATE OR REPLACE MACRO loadgen_quantile_levels(ps) AS
 CREATE OR REPLACE MACRO loadgen_quantiles(x, ps) AS
     quantile_disc(x, loadgen_quantile_levels(ps));
 
--- loadgen_list_quantiles(values, ps): the same over a list's non-NULL values.
-CREATE OR REPLACE MACRO loadgen_list_quantiles(values, ps) AS
-    list_aggregate(values, 'quantile_disc', loadgen_quantile_levels(ps));
+-- loadgen_list_quantiles(items, ps): the same over a list's non-NULL values.
+CREATE OR REPLACE MACRO loadgen_list_quantiles(items, ps) AS
+    list_aggregate(items, 'quantile_disc', loadgen_quantile_levels(ps));
 
 -- tpot_ms(finished_ns, first_token_ns, tokens): a generation visit's time per output token
 -- after the first, in ms: (finished - first token) / (tokens - 1); NULL for a one-token answer
@@ -68,19 +68,19 @@ CREATE OR REPLACE MACRO wilson95(p, n, side) AS
 -- autocorrelation inside each batch, which a per-query bootstrap would ignore.
 CREATE OR REPLACE MACRO ci_batches() AS 10;
 
--- batch_slice(values, b): batch b (0-based) of `values`, a list already in batch order, cut as
+-- batch_slice(items, b): batch b (0-based) of `items`, a list already in batch order, cut as
 -- ntile(ci_batches()) cuts: N // 10 values each, the first N % 10 batches one more (fewer than
 -- 10 values: one value a batch). Cutting each group's ordered list costs about half the window
 -- function `ntile(...) OVER (PARTITION BY ... ORDER BY ...)` over every row; batches b go from
 -- 0 to least(N, ci_batches()) - 1.
-CREATE OR REPLACE MACRO batch_slice(values, b) AS
-    values[
-        b * (len(values) // ci_batches()) + least(b, len(values) % ci_batches()) + 1 :
-        (b + 1) * (len(values) // ci_batches()) + least(b + 1, len(values) % ci_batches())
+CREATE OR REPLACE MACRO batch_slice(items, b) AS
+    items[
+        b * (len(items) // ci_batches()) + least(b, len(items) % ci_batches()) + 1 :
+        (b + 1) * (len(items) // ci_batches()) + least(b + 1, len(items) % ci_batches())
     ];
 
--- batch_count(values): how many batches batch_slice cuts `values` into.
-CREATE OR REPLACE MACRO batch_count(values) AS least(len(values), ci_batches());
+-- batch_count(items): how many batches batch_slice cuts `items` into.
+CREATE OR REPLACE MACRO batch_count(items) AS least(len(items), ci_batches());
 
 -- batch_min_size(p): the fewest queries a batch needs for its p-quantile to be more than its
 -- maximum (p99 needs 100, p50 needs 2).
