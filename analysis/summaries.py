@@ -165,6 +165,51 @@ def create_views(connection: duckdb.DuckDBPyConnection, definitions: bool) -> No
         connection.execute(f"DROP VIEW {view}")
 
 
+@dataclass
+class _Database:
+    """An in-memory definitions database and the spill folder it lives with."""
+
+    connection: duckdb.DuckDBPyConnection
+    spill: tempfile.TemporaryDirectory[str]
+
+    def close(self) -> None:
+        self.connection.close()
+        self.spill.cleanup()
+
+
+# Idle definitions databases by (files, threads, spill parent, memory limit): setting a
+# database's views up costs about 0.15 s, which every load of a process (a test session, a
+# capacity search, a Dagster run) would otherwise pay again. At most one per core is kept.
+_IDLE: dict[tuple[object, ...], list[_Database]] = {}
+_IDLE_LOCK = threading.Lock()
+
+
+def _new_database(
+    temp_dir: Path | None, files: Sequence[str] | None, threads: int | None
+) -> _Database:
+    spill = tempfile.TemporaryDirectory(prefix="collobench-summaries-", dir=temp_dir)
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "memory_limit": memory_limit(),
+        "temp_directory": spill.name,
+    }
+    if threads is not None:
+        config["threads"] = threads
+    connection = duckdb.connect(":memory:", config=config)
+    try:
+        connection.execute("SET enable_progress_bar = false")  # not on a user's terminal
+        # Summary rows are keyed, never read in insertion order: let DuckDB reorder.
+        connection.execute("SET preserve_insertion_order = false")
+        connection.execute(sql_text("schema.sql"))
+        use_runs(connection, [])
+        for name in view_files() if files is None else files:
+            connection.execute(sql_text(f"views/{name}"))
+    except BaseException:
+        connection.close()
+        spill.cleanup()
+        raise
+    return _Database(connection, spill)
+
+
 @contextmanager
 def definitions_database(
     runs: Sequence[RunRecord],
@@ -174,29 +219,28 @@ def definitions_database(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """An in-memory database holding `runs` (runs rows, raw views over their files) and the
     objects of the view `files` (default: every view file), definitions included, with empty
-    summary tables; closed on exit. What summaries are computed in, and what tests compare the
-    stored summaries against. `threads`: DuckDB's worker threads (default: one per core)."""
-    with tempfile.TemporaryDirectory(prefix="collobench-summaries-", dir=temp_dir) as spill:
-        config: dict[str, str | bool | int | float | list[str]] = {
-            "memory_limit": memory_limit(),
-            "temp_directory": spill,
-        }
-        if threads is not None:
-            config["threads"] = threads
-        connection = duckdb.connect(":memory:", config=config)
-        try:
-            connection.execute("SET enable_progress_bar = false")  # not on a user's terminal
-            # Every definition opens the same files: read each footer once.
-            connection.execute("SET parquet_metadata_cache = true")
-            # Summary rows are keyed, never read in insertion order: let DuckDB reorder.
-            connection.execute("SET preserve_insertion_order = false")
-            connection.execute(sql_text("schema.sql"))
-            use_runs(connection, runs)
-            for name in view_files() if files is None else files:
-                connection.execute(sql_text(f"views/{name}"))
-            yield connection
-        finally:
-            connection.close()
+    summary tables. What summaries are computed in, and what tests compare the stored
+    summaries against. `threads`: DuckDB's worker threads (default: one per core). On exit it
+    is emptied and kept for the next caller of this process (closed if the block failed)."""
+    key = (None if files is None else tuple(files), threads, str(temp_dir), memory_limit())
+    with _IDLE_LOCK:
+        idle = _IDLE.get(key, [])
+        database = idle.pop() if idle else None
+    if database is None:
+        database = _new_database(temp_dir, files, threads)
+    try:
+        use_runs(database.connection, runs)
+        yield database.connection
+        use_runs(database.connection, [])
+    except BaseException:
+        database.close()
+        raise
+    with _IDLE_LOCK:
+        kept = _IDLE.setdefault(key, [])
+        if len(kept) < (os.cpu_count() or 1):
+            kept.append(database)
+            return
+    database.close()
 
 
 def use_runs(connection: duckdb.DuckDBPyConnection, runs: Sequence[RunRecord]) -> None:

@@ -100,7 +100,8 @@ def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
 def test_a_second_load_waits_for_the_writer_then_succeeds(tmp_path: Path, db_path: Path) -> None:
     load_runs([single_pipeline_run(tmp_path).write()], db_path)
     run_dir = collocated_run(tmp_path).write()
-    with holder(HOLD_WRITER_LOCK, db_path, 2.0) as first:
+    # 5 s: the second load checks and summarises its run before it asks for the lock
+    with holder(HOLD_WRITER_LOCK, db_path, 5.0) as first:
         started = time.monotonic()
         second = cli("load", str(run_dir), "--db", str(db_path), COLLOBENCH_WAREHOUSE_WAIT_S="30")
         waited = time.monotonic() - started
