@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -17,6 +18,16 @@ from tests.noop_run import NoopCollocatedRun, run_noop_collocated
 # pools file (os.devnull is no regular file), so the implicit pool `local`. A test of its own
 # pools sets $COLLOBENCH_POOLS_FILE itself (bench_defs/pools.py).
 os.environ["COLLOBENCH_POOLS_FILE"] = os.devnull
+
+# A session started in the background (`pytest &` in a script, nohup) inherits SIGINT ignored,
+# and Dagster's in-process execution (dg.materialize) gives SIGTERM SIGINT's handler and leaves
+# it so. An ignored signal survives exec, so every process a later test starts would ignore
+# SIGTERM: each stop waits out its grace (10-30 s) and a test that ends a service with SIGTERM
+# fails. Python's own SIGINT handler, as in a foreground session, is reset at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)
