@@ -69,6 +69,8 @@ def test_draining_while_the_owner_appends_and_flushes_loses_and_repeats_nothing(
     # while the owner appends to the same list and swaps it at its own flushes.
     monkeypatch.setattr(recorder_module, "FLUSH_PERIOD_NS", 0)
     monkeypatch.setattr(recorder_module, "DRAIN_TICK_S", 0.0005)
+    # No pause between conversion slices: the writer takes as often as it can.
+    monkeypatch.setattr(recorder_module, "SLICE_PAUSE_S", 0.0)
     recorder = Recorder(None, {}, ["s"], "x")
     buffer = recorder.buffer()
     total = 200_000

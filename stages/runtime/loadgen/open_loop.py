@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from stages.runtime.loadgen.arrivals import ArrivalProcess
+from stages.runtime.loadgen.idle_gc import IdleCollector
 from stages.runtime.loadgen.scenarios import EARLY_STOPS, LoadOutcome, Scenario
 from stages.runtime.loadgen.timing import ArrivalClock
 from stages.runtime.pipeline import PipelineRuntime
@@ -25,6 +26,17 @@ class OpenLoopScenario(Scenario[LoadgenBase]):
         self.arrivals = arrivals
 
     def drive(self, runtime: PipelineRuntime, start_ns: int, buffer: RowBuffer) -> LoadOutcome:
+        # Garbage is collected only where no query is in flight (idle_gc).
+        with IdleCollector() as collector:
+            return self._drive(runtime, start_ns, buffer, collector)
+
+    def _drive(
+        self,
+        runtime: PipelineRuntime,
+        start_ns: int,
+        buffer: RowBuffer,
+        collector: IdleCollector,
+    ) -> LoadOutcome:
         arrivals = self.arrivals
         clock = ArrivalClock()
         block = self.spec.on_full == "backlog"
@@ -34,6 +46,7 @@ class OpenLoopScenario(Scenario[LoadgenBase]):
         stopped_by = "schedule_end"
         not_issued = 0
         stop_issuing = runtime.stop_issuing
+        wait_idle = runtime.wait_idle
         deadline_ns = start_ns + end.timeout_ns
         numbered = enumerate(arrivals.schedule(random.Random(self.seed)))
         for index, (offset_ns, samples) in numbered:
@@ -46,6 +59,7 @@ class OpenLoopScenario(Scenario[LoadgenBase]):
                 scheduled_ns = start_ns + offset_ns
                 warmup = end.is_warmup(index, offset_ns)
                 query = runtime.new_query(index, scheduled_ns, samples, warmup)
+                collector.before_sleep(scheduled_ns, wait_idle)
                 clock.sleep_until(scheduled_ns)
                 if runtime.issue(query, block, deadline_ns):
                     last_issue_ns = query.issued_ns
