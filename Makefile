@@ -62,6 +62,7 @@ perf: install
 	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf,cluster]'
 	$(BIN)/python perf/stage_overhead.py
 	$(BIN)/python perf/loadgen_accuracy.py
+	$(BIN)/python perf/issue_delay_rounds.py
 	$(BIN)/python perf/sampler_cost.py
 	$(BIN)/python perf/launch.py
 	$(BIN)/python perf/profiling_cost.py
