@@ -27,19 +27,21 @@ def _columns(connection: duckdb.DuckDBPyConnection, table: str) -> Columns:
     return [(str(name), str(kind), bool(nullable)) for name, kind, nullable in rows]
 
 
-@pytest.fixture(scope="module")
-def shapes() -> duckdb.DuckDBPyConnection:
+def _database(sql_file: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory database holding what `sql_file` creates."""
     connection = duckdb.connect(":memory:")
-    connection.execute(sql_text("raw_tables.sql"))
+    connection.execute(sql_text(sql_file))
     return connection
 
 
+@pytest.fixture(scope="module")
+def shapes() -> duckdb.DuckDBPyConnection:
+    return _database("raw_tables.sql")
+
+
 def _tables(sql_file: str) -> set[str]:
-    connection = duckdb.connect(":memory:")
-    connection.execute(sql_text(sql_file))
-    return {
-        row[0] for row in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()
-    }
+    query = "SELECT table_name FROM duckdb_tables()"
+    return {row[0] for row in _database(sql_file).execute(query).fetchall()}
 
 
 def _from_arrow(schema: pa.Schema) -> Columns:
