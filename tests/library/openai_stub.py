@@ -3,12 +3,14 @@
 
 HTTP/1.1 with keep-alive on asyncio streams; `/v1/completions` and `/v1/chat/completions`,
 streamed (chunked transfer encoding, one SSE event per HTTP chunk) or not. The script: the first
-token `ttft_ms` after the request was read, then one every `gap_ms`, `tokens` content chunks,
-a last chunk with `finish_reason`, a usage chunk when the request asked for it (`usage`:
-completion_tokens = tokens x `tokens_per_chunk`), then `[DONE]`. The stub notes when it
-actually wrote each chunk (`time.monotonic_ns()` after the write: on one machine the client's
-arrival stamps are on the same clock), per request keyed by the prompt, and how many connections
-it accepted; `GET /stats` returns them as JSON (`GET /stats/take` also forgets the timings).
+token `ttft_ms` after the request arrived (stamped when the event loop handed the stub its
+first bytes, before another request's parsing could delay it), then one every `gap_ms`,
+`tokens` content chunks, a last chunk with `finish_reason`, a usage chunk when the request
+asked for it (`usage`: completion_tokens = tokens x `tokens_per_chunk`), then `[DONE]`. The
+stub notes when it actually wrote each chunk (`time.monotonic_ns()` after the write: on one
+machine the client's arrival stamps are on the same clock), per request keyed by the prompt,
+and how many connections it accepted; `GET /stats` returns them as JSON (`GET /stats/take`
+also forgets the timings).
 
 Hostile `mode`s: `ok`, `bad_json` (a data line that is not JSON), `no_data` (a line that is
 not SSE), `http_500`, `truncate` (the connection closed mid-stream), `no_done` (a clean end of
@@ -31,9 +33,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, SupportsIndex
 
 HUGE_BYTES = 16 << 20
 HUGE_PIECE = b"x" * (64 << 10)
@@ -72,6 +75,20 @@ def _event(document: Any) -> bytes:
     return _chunk(b"data: " + json.dumps(document).encode() + b"\n\n")
 
 
+class _StampedReader(asyncio.StreamReader):
+    """A stream reader that notes when bytes arrived into an empty buffer: the stub's "request
+    read" stamp. Stamped in the protocol's callback, so a burst of requests handled one after
+    another in the stub's loop all carry the time their bytes came, not the time the stub got
+    round to parsing each."""
+
+    arrived_ns = 0
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        if not self._buffer:  # type: ignore[attr-defined]
+            self.arrived_ns = time.monotonic_ns()
+        super().feed_data(data)
+
+
 class StubServer:
     def __init__(self, script: Script | None = None) -> None:
         self.script = script or Script()
@@ -81,7 +98,12 @@ class StubServer:
 
     async def start(self, port: int = 0) -> int:
         self._slots = asyncio.Semaphore(self.script.max_streams or 1_000_000_000)
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", port)
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            return asyncio.StreamReaderProtocol(_StampedReader(), self._connection)
+
+        self._server = await loop.create_server(protocol, "127.0.0.1", port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -114,7 +136,7 @@ class StubServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         head = await reader.readuntil(b"\r\n\r\n")
-        read_ns = time.monotonic_ns()
+        read_ns = reader.arrived_ns if isinstance(reader, _StampedReader) else time.monotonic_ns()
         lines = head.decode("latin-1").split("\r\n")
         method, path, _ = lines[0].split(" ", 2)
         headers = {}
