@@ -62,6 +62,7 @@ from common import (
     wait_for_quiet,
 )
 
+from stages.collocation.placement import SCHEDULING_POLICIES
 from stages.runtime.driver import PhaseResult
 from stages.spec.loadgen import LoadgenSpec, loadgen_spec
 from stages.spec.models import PipelineSpec, StageSpec
@@ -89,21 +90,27 @@ def rounded(value: float, digits: int = 2) -> float:
 
 class Affinity:
     """Restricts the calling thread, and every thread it starts meanwhile, to `cpus` (None:
-    leave as is). Stage, recorder and bare-chain threads are all started inside the block."""
+    leave as is) under `scheduling_policy` (`placement.scheduling_policy`'s names; threads
+    inherit it too). Stage, recorder and bare-chain threads are all started inside the block,
+    so both sides of a comparison run under the same policy."""
 
-    def __init__(self, cpus: set[int] | None) -> None:
+    def __init__(self, cpus: set[int] | None, scheduling_policy: str = "other") -> None:
         self.cpus = cpus
+        self.policy = SCHEDULING_POLICIES[scheduling_policy]
         self._previous: set[int] = set()
+        self._previous_policy = os.sched_getscheduler(0)
 
     def __enter__(self) -> Affinity:
         if self.cpus is not None:
             self._previous = os.sched_getaffinity(0)
             os.sched_setaffinity(0, self.cpus)
+        os.sched_setscheduler(0, self.policy, os.sched_param(0))
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.cpus is not None:
             os.sched_setaffinity(0, self._previous)
+        os.sched_setscheduler(0, self._previous_policy, os.sched_param(0))
 
 
 # --------------------------------------------------------------------------- pipelines
@@ -204,11 +211,18 @@ def per_stage_figures(latency_ns: np.ndarray, depth: int) -> dict[str, float]:
 
 
 def measure_depth(
-    depth: int, placement: str, duration_s: float, rounds: int, warmup: int, work: Path
+    depth: int,
+    placement: str,
+    duration_s: float,
+    rounds: int,
+    warmup: int,
+    work: Path,
+    scheduling_policy: str = "other",
 ) -> dict[str, Any]:
     """Alternate `rounds` windows of ours and of the bare chain (so drift in the machine's
     background load hits both alike) and pool each side's latencies. `placement` one_core pins
-    every thread of both sides to CPU 0; two_cores leaves them free."""
+    every thread of both sides to CPU 0; two_cores leaves them free. Both sides run under
+    `scheduling_policy`."""
     loadgen = loadgen_spec(
         type="closed_loop",
         concurrency=1,
@@ -224,13 +238,13 @@ def measure_depth(
     statuses: set[str] = set()
     cpus = {0} if placement == "one_core" else None
     for round_index in range(rounds):
-        with Affinity(cpus):
+        with Affinity(cpus, scheduling_policy):
             result, rows = run_recorded(spec, work / f"d{depth}-{placement}-r{round_index}")
         statuses.add(result.status)
         measured = rows["ok"] & ~rows["warmup"]
         ours_issued_parts.append((rows["completed_ns"] - rows["issued_ns"])[measured])
         ours_scheduled_parts.append((rows["completed_ns"] - rows["scheduled_ns"])[measured])
-        with Affinity(cpus):
+        with Affinity(cpus, scheduling_policy):
             bare_issued, bare_scheduled = bare_chain_latencies_ns(
                 depth, duration_s / rounds, warmup
             )
@@ -247,6 +261,7 @@ def measure_depth(
     figures = {
         "depth": depth,
         "placement": placement,
+        "scheduling_policy": scheduling_policy,
         "queries_ours": int(ours_issued.size),
         "queries_bare": int(bare_issued.size),
         "status_ours": ",".join(sorted(statuses)),
@@ -417,6 +432,13 @@ def main() -> None:
     parser.add_argument(
         "--flatness-only", action="store_true", help="only the flatness run (make soak's part)"
     )
+    parser.add_argument(
+        "--scheduling-policy",
+        choices=sorted(SCHEDULING_POLICIES),
+        default="other",
+        help="the Linux scheduling policy of both sides' threads in the chain measurements "
+        "(placement.scheduling_policy; batch = SCHED_BATCH)",
+    )
     args = parser.parse_args()
     chain_s = 1.0 if args.quick else 8.0
     rounds = 2 if args.quick else 4
@@ -440,7 +462,9 @@ def main() -> None:
             for depth in DEPTHS:
 
                 def measure(depth: int = depth, placement: str = placement) -> dict[str, Any]:
-                    return measure_depth(depth, placement, chain_s, rounds, warmup, work)
+                    return measure_depth(
+                        depth, placement, chain_s, rounds, warmup, work, args.scheduling_policy
+                    )
 
                 depths.append(timed(f"depth_{depth}_{placement}", measure, background))
         offline = timed("offline", lambda: measure_offline(offline_repeats, work), background)
@@ -452,6 +476,7 @@ def main() -> None:
         "chain_window_s": chain_s,
         "chain_rounds": rounds,
         "chain_warmup_queries": warmup,
+        "chain_scheduling_policy": args.scheduling_policy,
         "latency_basis": "completed_ns - issued_ns from the recorded queries.parquet rows",
         "chains": depths,
         **offline,

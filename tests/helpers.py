@@ -6,15 +6,20 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from stages.collocation.launcher import RunOptions, run_benchmark
+from stages.runtime.driver import prepare_load, run_load
+from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.query import Query
-from stages.runtime.registry import default_registry, stage_type
+from stages.runtime.recorder import Recorder
+from stages.runtime.registry import StageRegistry, default_registry, stage_type
 from stages.runtime.stage import Route, Stage
 from stages.spec.loading import validate_document
+from stages.spec.models import PipelineSpec
 from tests.paths import REPO as REPO  # re-exported: many tests import REPO from here
 
 default_registry()
@@ -32,6 +37,29 @@ class TagStage(Stage):
 
 def pipeline_doc(stages: list[dict[str, Any]], **loadgen: Any) -> dict[str, Any]:
     return {"name": "p", "loadgen": loadgen, "stages": stages}
+
+
+def registry_with(extra: dict[str, type[Stage[Any]]]) -> StageRegistry:
+    """The default stage types plus `extra` (name -> class), without a reinstall of the entry
+    points."""
+    known = StageRegistry()
+    for name in default_registry().names():
+        known.register(name, default_registry().get(name))
+    for name, stage_class in extra.items():
+        known.register(name, stage_class)
+    return known
+
+
+def run_in_process(spec: PipelineSpec, registry: StageRegistry) -> tuple[PipelineRuntime, Recorder]:
+    """Prepare, start and drive `spec` in this process, its rows kept in memory; the runtime
+    and the closed recorder."""
+    recorder = Recorder(None, {}, [stage.id for stage in spec.stages], "x")
+    runtime = PipelineRuntime(spec, recorder, registry=registry)
+    runtime.prepare()
+    runtime.start()
+    run_load(runtime, prepare_load(runtime, 0), time.monotonic_ns())
+    recorder.close()
+    return runtime, recorder
 
 
 def rows(recorder: Any, table: str) -> list[dict[str, Any]]:

@@ -57,6 +57,26 @@ def apply_cpu_affinity(cpus: list[int] | None) -> None:
     os.sched_setaffinity(0, cpus)
 
 
+# The Linux scheduling policy each `placement.scheduling_policy` names.
+SCHEDULING_POLICIES: dict[str, int] = {
+    "other": getattr(os, "SCHED_OTHER", 0),
+    "batch": getattr(os, "SCHED_BATCH", 3),
+}
+
+
+def apply_scheduling_policy(policy: str) -> None:
+    """Give the calling thread `policy`; threads it starts afterwards inherit it, so the
+    worker applies it before its first thread. The default leaves the process untouched."""
+    if policy == "other":
+        return
+    if not hasattr(os, "sched_setscheduler"):
+        raise PlacementError(f"scheduling_policy '{policy}' needs Linux (sched_setscheduler)")
+    try:
+        os.sched_setscheduler(0, SCHEDULING_POLICIES[policy], os.sched_param(0))
+    except OSError as error:
+        raise PlacementError(f"scheduling_policy '{policy}' was refused: {error}") from error
+
+
 def mps_pipe_directory() -> Path:
     return Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", MPS_DEFAULT_PIPE_DIRECTORY))
 

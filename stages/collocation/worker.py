@@ -130,14 +130,21 @@ def _run(task: WorkerTask, connection: Connection) -> int:
 
 
 def _placed_pipeline(task: WorkerTask) -> PipelineSpec:
-    """The task's pipeline, with this process placed for it (environment, CPU affinity) and
-    its device as torch will see it once CUDA_VISIBLE_DEVICES narrowed the view."""
-    from stages.collocation.placement import apply_cpu_affinity, torch_device, worker_environment
+    """The task's pipeline, with this process placed for it (environment, CPU affinity,
+    scheduling policy) and its device as torch will see it once CUDA_VISIBLE_DEVICES narrowed
+    the view."""
+    from stages.collocation.placement import (
+        apply_cpu_affinity,
+        apply_scheduling_policy,
+        torch_device,
+        worker_environment,
+    )
     from stages.spec.models import PipelineSpec
 
     pipeline = PipelineSpec.model_validate(task.pipeline)
     os.environ.update(worker_environment(pipeline, task.collocation_mode))
     apply_cpu_affinity(pipeline.placement.cpus)
+    apply_scheduling_policy(pipeline.placement.scheduling_policy)  # before any thread starts
     return pipeline.model_copy(update={"device": torch_device(pipeline, task.collocation_mode)})
 
 

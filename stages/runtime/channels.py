@@ -12,7 +12,7 @@ import queue
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from stages.runtime.query import Query
 
@@ -20,6 +20,17 @@ STOP = object()
 """Sentinel that tells a stage thread to finish."""
 
 Empty = queue.Empty
+
+
+class Outlet(Protocol):
+    """What a stage's output sends into: a `Channel` to the next stage's thread, or a fused
+    stage's hand-off within one thread (`stages.runtime.fusion.FusedHandOff`)."""
+
+    def full(self) -> bool: ...
+
+    def put(self, item: Any, timeout: float | None = None) -> bool: ...
+
+    def put_unbounded(self, item: Any) -> None: ...
 
 
 class Channel:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stages.runtime.channels import Channel, JoinBuffer
+from stages.runtime.channels import JoinBuffer, Outlet
 from stages.runtime.counters import Tally
 from stages.runtime.query import ERROR, OK, TIMEOUT, Query
 from stages.runtime.recorder import RowBuffer
@@ -112,7 +112,7 @@ class Completion:
             self.tallies.append(tally)
         return tally
 
-    def send(self, channel: Channel, query: Query) -> None:
+    def send(self, channel: Outlet, query: Query) -> None:
         """Put with back-pressure; a full downstream is waited out unless shutting down."""
         if channel.put(query, timeout=IDLE_WAKE_S):
             return

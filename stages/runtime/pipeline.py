@@ -21,6 +21,7 @@ from stages.runtime.async_stage import AsyncStage
 from stages.runtime.async_thread import AsyncStageThread
 from stages.runtime.completion import Completion
 from stages.runtime.counters import PipelineCounters
+from stages.runtime.fusion import FusedHandOff, chain_head, fused_links
 from stages.runtime.graph import StageGraph, StageNode
 from stages.runtime.query import Query
 from stages.runtime.recorder import Recorder, RowBuffer
@@ -28,7 +29,7 @@ from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import StageContext
 from stages.runtime.stage_thread import StageThread
 from stages.runtime.wiring import build_nodes, entry_channels
-from stages.spec.models import PipelineSpec
+from stages.spec.models import PipelineSpec, StageSpec
 
 THREAD_JOIN_TIMEOUT_S = 5.0  # a stage thread still alive after this at shutdown is leaked
 REPLICA_SEED_STRIDE = 1024
@@ -67,6 +68,8 @@ class PipelineRuntime:
             pipeline.loadgen.queue_depth,
         )
         self.stage_count = len(self.nodes)
+        self.fused = fused_links(pipeline, self.graph, self._is_async)
+        """Fused stage index -> the index of the stage before it (`stages.runtime.fusion`)."""
         self.completion = Completion(
             [node.name for node in self.nodes],
             pipeline.error_budget,
@@ -84,6 +87,9 @@ class PipelineRuntime:
         self.issue_offline = self.admission.issue_offline
         self.record_dropped = self.admission.record_dropped
         self.record_not_issued = self.admission.record_not_issued
+
+    def _is_async(self, stage: StageSpec) -> bool:
+        return isinstance(self.nodes[self.graph.index_of[stage.id]].stage, AsyncStage)
 
     def _stage_context(self, node: StageNode, replica: int = 0) -> StageContext:
         pipeline = self.spec
@@ -163,18 +169,41 @@ class PipelineRuntime:
 
     def start(self) -> None:
         """A thread per stage and per further thread of its `concurrency` (`stage:<id>`, then
-        `stage:<id>#<n>`); an asynchronous stage's thread runs its event loop."""
+        `stage:<id>#<n>`); an asynchronous stage's thread runs its event loop. A fused stage
+        has no thread of its own: the thread of its chain's first stage runs it."""
+        chains = self._fuse()
         for node in self.nodes:
+            if node.index in self.fused:
+                continue
             for replica, stage in enumerate(node.replicas):
                 body: StageThread | AsyncStageThread
                 if isinstance(stage, AsyncStage):
                     body = AsyncStageThread(node, stage, self.completion, self.recorder)
                 else:
                     body = StageThread(node, self.completion, self.recorder, stage)
+                    body.followers = chains.get(node.index, [])
                 name = f"stage:{node.name}" + (f"#{replica}" if replica else "")
                 thread = threading.Thread(target=body.run, name=name, daemon=True)
                 node.threads.append(thread)
                 thread.start()
+
+    def _fuse(self) -> dict[int, list[StageThread]]:
+        """Wire the fused links (`stages.runtime.fusion`): the output that fed each fused stage
+        now serves it in the sending thread, and its body is built without a thread of its own.
+        Returns each chain's first stage index -> the bodies fused into its thread."""
+        hand_offs: dict[int, FusedHandOff] = {}
+        for index, before in self.fused.items():
+            hand_offs[index] = hand_off = FusedHandOff()
+            output = (self.nodes[index].name, hand_off, False)
+            self.nodes[before].outputs[0] = output
+            self.nodes[before].output_by_name[output[0]] = output
+        chains: dict[int, list[StageThread]] = {}
+        # Bodies only now: a body reads its outputs when built, and every link is rewired.
+        for index, hand_off in hand_offs.items():
+            node = self.nodes[index]
+            hand_off.body = body = StageThread(node, self.completion, self.recorder, node.stage)
+            chains.setdefault(chain_head(self.fused, index), []).append(body)
+        return chains
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no query is in flight; False if `timeout_s` passed first."""

@@ -73,6 +73,9 @@ class StageThread:
     ) -> None:
         """`stage`: the instance this thread runs (one of `node.stages`; default the first)."""
         self.node = node
+        self.followers: list[StageThread] = []
+        """The bodies of the stages fused into this thread (they have no thread of their own);
+        their rows are flushed with this thread's."""
         self.stage = node.stage if stage is None else stage
         self.completion = completion
         self.buffer = recorder.buffer()
@@ -95,6 +98,8 @@ class StageThread:
             tally.samples_ok += samples_ok
             tally.last_completed_ns = max(tally.last_completed_ns, last_completed_ns)
             buffer.flush()
+            for follower in self.followers:
+                follower.buffer.flush()
             if ended_by == STOPPED:
                 return
             if ended_by == IDLE and join is not None:
@@ -160,6 +165,25 @@ class StageThread:
         except Empty:  # nothing arrived for IDLE_WAKE_S
             return IDLE, ok, samples_ok, last_completed_ns
         return STOPPED, ok, samples_ok, last_completed_ns
+
+    def serve_one(self, query: Query) -> None:
+        """A fused stage's turn for one query, in the thread of the stage before it (called by
+        its `FusedHandOff`): the same visit, stage row and routing as `_serve_until_flush`, by
+        `Completion`'s general path."""
+        index, outcome = self.node.index, self.outcome
+        query.visits[index] = visit = query.visits[index] + 1
+        started_ns = time.monotonic_ns()
+        try:
+            route, status = self.run_stage(query), OK
+        except Exception as error:
+            self._note_failure(query, error)
+            route, status = FAILED, ERROR
+        finished_ns = time.monotonic_ns()
+        self.buffer.stage_rows.append((
+            query.query_id, index, visit, query.enqueued_ns, started_ns, finished_ns, status,
+            outcome.first_token_ns, outcome.tokens, None, outcome.graded, outcome.correct,
+            outcome.loss))  # fmt: skip
+        self.completion.route(self.node, query, route, finished_ns, self.buffer, self.tally)
 
     def _taker(self) -> tuple[Callable[[], Any], Channel]:
         """How the loop takes its next query (or STOP), `take()`, raising `Empty` after

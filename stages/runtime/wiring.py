@@ -15,14 +15,16 @@ from stages.runtime.channels import (
     Inbox,
     JoinBuffer,
     JoinInbox,
+    Outlet,
     PriorityInbox,
 )
 from stages.runtime.graph import StageGraph, StageNode
 from stages.runtime.registry import StageRegistry
 from stages.runtime.stage import Stage, StageContext
 
-Output = tuple[str, Channel, bool]
-"""One outgoing edge: (target stage id, the target's channel for this stage, is a back-edge)."""
+Output = tuple[str, Outlet, bool]
+"""One outgoing edge: (target stage id, the target's channel for this stage, or its fused
+hand-off, is a back-edge)."""
 
 
 class RuntimeNode:

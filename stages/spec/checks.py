@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from stages.runtime.async_stage import AsyncStage
+from stages.runtime.fusion import fusion_problem
 from stages.runtime.graph import StageGraph, StageNode
 from stages.runtime.registry import StageRegistry, default_registry
 from stages.spec.models import BenchmarkSpec, PipelineSpec, StageSpec
@@ -164,6 +165,22 @@ def _check_pipeline(
             SpecProblem(format_location((*where, "stages", node.index, field)), message)
             for field, message in _input_policy_problems(graph, node)
         ]
+    return problems + _check_fuse(graph, where, registry)
+
+
+def _check_fuse(graph: StageGraph, where: Where, registry: StageRegistry) -> list[SpecProblem]:
+    """A stage's own `fuse: true` must be possible (the pipeline's `fuse` takes only the links
+    that are)."""
+
+    def is_async(stage: StageSpec) -> bool:
+        return stage.type in registry and issubclass(registry.get(stage.type), AsyncStage)
+
+    problems = []
+    for node in graph.nodes:
+        if node.spec.fuse and (problem := fusion_problem(graph, node.index, is_async)):
+            problems.append(
+                SpecProblem(format_location((*where, "stages", node.index, "fuse")), problem)
+            )
     return problems
 
 
@@ -213,5 +230,41 @@ def check_spec(spec: BenchmarkSpec, registry: StageRegistry | None = None) -> li
                 f"{MAX_PIPELINES_ALL_SUBSETS} pipelines: use 'pairs'",
             )
         )
+    problems += _check_scheduling_policies(spec)
     pipelines = {pipeline.name for pipeline in spec.pipelines}
     return problems + check_services(spec.services, pipeline_names=pipelines)
+
+
+def _check_scheduling_policies(spec: BenchmarkSpec) -> list[SpecProblem]:
+    """A pipeline with a scheduling policy other than the default has its cores to itself:
+    `cpus` given, and no other pipeline or started service may run on them (one without
+    `cpus` may run on any core). A policy applied on a shared core would change what the
+    contention figures measure."""
+    problems: list[SpecProblem] = []
+    for index, pipeline in enumerate(spec.pipelines):
+        policy = pipeline.placement.scheduling_policy
+        if policy == "other":
+            continue
+        at = format_location(("pipelines", index, "placement", "scheduling_policy"))
+        cores = set(pipeline.placement.cpus or [])
+        if not cores:
+            problems.append(SpecProblem(at, f"'{policy}' needs placement.cpus for this pipeline"))
+            continue
+        neighbours = [
+            (f"pipeline '{other.name}'", other.placement.cpus)
+            for other in spec.pipelines
+            if other is not pipeline
+        ] + [
+            (f"service '{service.name}'", service.placement.cpus)
+            for service in spec.services
+            if service.type != "external"  # not started here
+        ]
+        for name, cpus in neighbours:
+            if cpus is None:
+                reason = f"{name} has no placement.cpus (it may run on any core)"
+            elif shared := sorted(cores & set(cpus)):
+                reason = f"{name} also runs on cpus {shared}"
+            else:
+                continue
+            problems.append(SpecProblem(at, f"'{policy}' needs cores of its own, but {reason}"))
+    return problems

@@ -39,6 +39,14 @@ class PlacementSpec(StrictModel):
         None, ge=1, le=100, description="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in `mps` mode."
     )
     mig: str | None = Field(None, description="MIG instance UUID in `mig` mode.")
+    scheduling_policy: Literal["other", "batch"] = Field(
+        "other",
+        description="Linux scheduling policy of the worker's threads: `other` (the default, "
+        "SCHED_OTHER) or `batch` (SCHED_BATCH: a woken thread does not preempt the running one, "
+        "so a hand-off between the pipeline's own threads costs fewer context switches). "
+        "`batch` needs `cpus` that no other pipeline or started service runs on: on a shared "
+        "core it would change what contention measures.",
+    )
 
     @field_validator("cpus")
     @classmethod
@@ -49,6 +57,15 @@ class PlacementSpec(StrictModel):
             if any(cpu < 0 for cpu in value):
                 raise ValueError("cpu indices must be >= 0")
         return value
+
+    @model_serializer(mode="wrap")
+    def _omit_default_policy(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Leave `scheduling_policy: other` out of the dump, so the normal form, and so the spec
+        hash, of every spec written before the field existed is unchanged."""
+        data: dict[str, object] = handler(self)
+        if data.get("scheduling_policy") == "other":
+            data.pop("scheduling_policy")
+        return data
 
 
 class StageSpec(StrictModel):
@@ -82,6 +99,14 @@ class StageSpec(StrictModel):
         "an asynchronous stage type runs one event loop per thread. More than 1 needs "
         "input_policy `any`.",
     )
+    fuse: bool = Field(
+        False,
+        description="Run this stage in the thread of the stage before it, right after it, for "
+        "every query: no queue and no thread hand-off between them, recorded exactly as "
+        "before (a stage row each). Gives up pipelining across the pair. Needs a linear link: "
+        "this stage's only input is a stage whose only output is this one, both synchronous, "
+        "concurrency 1, not on a cycle.",
+    )
 
     @model_validator(mode="after")
     def _concurrency_needs_one_queue(self) -> StageSpec:
@@ -93,14 +118,14 @@ class StageSpec(StrictModel):
         return self
 
     @model_serializer(mode="wrap")
-    def _omit_default_concurrency(
-        self, handler: SerializerFunctionWrapHandler
-    ) -> dict[str, object]:
-        """Leave `concurrency: 1` out of the dump: the normal form, and so the spec hash, of
-        every spec written before the field existed is unchanged."""
+    def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Leave `concurrency: 1` and `fuse: false` out of the dump: the normal form, and so
+        the spec hash, of every spec written before the fields existed is unchanged."""
         data: dict[str, object] = handler(self)
         if data.get("concurrency") == 1:
             data.pop("concurrency")
+        if data.get("fuse") is False:
+            data.pop("fuse")
         return data
 
 
@@ -118,6 +143,21 @@ class PipelineSpec(StrictModel):
         "null = never.",
     )
     stages: list[StageSpec] = Field(..., min_length=1, description="The stage graph.")
+    fuse: bool = Field(
+        False,
+        description="Fuse every linear link of the graph (as `fuse: true` on each stage that "
+        "can be fused; the others keep their threads): each linear chain of stages runs in one "
+        "thread, giving up pipelining along it.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_default_fuse(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Leave `fuse: false` out of the dump, so the spec hash of every spec written before
+        the field existed is unchanged."""
+        data: dict[str, object] = handler(self)
+        if data.get("fuse") is False:
+            data.pop("fuse")
+        return data
 
 
 class CollocationSpec(StrictModel):

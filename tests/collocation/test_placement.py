@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from stages.collocation.placement import (
     worker_environment,
 )
 from stages.spec.models import BenchmarkSpec, PipelineSpec
+from tests.helpers import REPO
 
 
 def pipeline(**fields: object) -> PipelineSpec:
@@ -88,3 +91,30 @@ def test_cpu_affinity_is_applied_and_checked() -> None:
         os.sched_setaffinity(0, before)
     with pytest.raises(PlacementError, match=r"cpus \[4096\] are not available"):
         apply_cpu_affinity([4096])
+
+
+def test_the_worker_places_itself_with_the_policy_before_its_threads() -> None:
+    """In a process of its own (the policy stays with the process): the worker's placement
+    step gives it its cores and SCHED_BATCH, and a thread started afterwards inherits both;
+    `other` touches nothing."""
+    script = (
+        "import os, threading\n"
+        "from stages.collocation.placement import apply_scheduling_policy\n"
+        "from stages.collocation.worker import WorkerTask, _placed_pipeline\n"
+        "apply_scheduling_policy('other')\n"
+        "before = os.sched_getscheduler(0)\n"
+        "pipeline = {'name': 'p', 'stages': [{'id': 's', 'type': 'noop'}],\n"
+        "            'placement': {'cpus': [0], 'scheduling_policy': 'batch'}}\n"
+        "_placed_pipeline(WorkerTask(run_dir='.', run_id='r', trial=0, phase='solo',\n"
+        "                            pipeline=pipeline, spec_seed=0,\n"
+        "                            collocation_mode='cpu_pinned', cache_dir='.'))\n"
+        "seen = []\n"
+        "def look(): seen.extend([os.sched_getscheduler(0), *os.sched_getaffinity(0)])\n"
+        "thread = threading.Thread(target=look)\n"
+        "thread.start(); thread.join()\n"
+        "print(before, os.sched_getscheduler(0), *seen)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert [int(value) for value in out] == [os.SCHED_OTHER, os.SCHED_BATCH, os.SCHED_BATCH, 0]

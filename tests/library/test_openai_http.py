@@ -21,13 +21,10 @@ from pydantic import ValidationError
 from stages.library.http_wire import ChunkedDecoder, HttpError
 from stages.library.openai_http import OpenAIConfig, OpenAIRequestError, OpenAIStage
 from stages.library.openai_stream import Completion, SseReader, StreamError
-from stages.runtime.driver import prepare_load, run_load
-from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.recorder import Recorder
-from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import StageContext
 from stages.spec.models import PipelineSpec
-from tests.helpers import REPO, rows
+from tests.helpers import REPO, registry_with, rows, run_in_process
 from tests.library.openai_calibration import make_query
 from tests.library.openai_stub import Script, ThreadedStub
 
@@ -298,12 +295,7 @@ def test_a_refused_connection_is_a_reason() -> None:
 # --------------------------------------------------------------------------- the runtime
 
 
-def registry() -> StageRegistry:
-    known = StageRegistry()
-    for name in default_registry().names():
-        known.register(name, default_registry().get(name))
-    known.register("http.openai", OpenAIStage)  # without a reinstall of the entry points
-    return known
+REGISTRY = registry_with({"http.openai": OpenAIStage})
 
 
 def run_pipeline(config: dict[str, Any], queries: int, clients: int) -> tuple[Any, Recorder]:
@@ -320,13 +312,7 @@ def run_pipeline(config: dict[str, Any], queries: int, clients: int) -> tuple[An
             "stages": stages,
         }
     )  # fmt: skip
-    recorder = Recorder(None, {}, ["prompts", "llm"], "x")
-    runtime = PipelineRuntime(spec, recorder, registry=registry())
-    runtime.prepare()
-    runtime.start()
-    run_load(runtime, prepare_load(runtime, 0), time.monotonic_ns())
-    recorder.close()
-    return runtime, recorder
+    return run_in_process(spec, REGISTRY)
 
 
 def test_a_pipeline_records_stage_rows_and_token_events_that_join() -> None:

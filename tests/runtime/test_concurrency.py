@@ -15,15 +15,13 @@ import pytest
 from stages.library.builtin import AsyncSleepStage
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
 from stages.runtime.async_thread import ASYNC_STOP_GRACE_S
-from stages.runtime.driver import prepare_load, run_load
 from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.query import Query
 from stages.runtime.recorder import STAGE_COLUMNS, Recorder
-from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import Route, Stage, StageConfig
 from stages.spec.checks import check_spec
 from stages.spec.models import BenchmarkSpec, PipelineSpec, StageSpec
-from tests.helpers import rows
+from tests.helpers import registry_with, rows, run_in_process
 
 
 class CountingStage(Stage[StageConfig]):
@@ -79,17 +77,16 @@ class AsyncHangStage(AsyncStage[AsyncStageConfig]):
         return None
 
 
-def registry() -> StageRegistry:
-    known = StageRegistry()
-    for name in default_registry().names():
-        known.register(name, default_registry().get(name))
-    known.register("async_sleep", AsyncSleepStage)  # without a reinstall of the entry points
-    known.register("test.count", CountingStage)
-    known.register("test.shared_count", SharedCountingStage)
-    known.register("test.fail_odd", FailOddStage)
-    known.register("test.async_report", AsyncReportStage)
-    known.register("test.async_hang", AsyncHangStage)
-    return known
+REGISTRY = registry_with(
+    {
+        "async_sleep": AsyncSleepStage,
+        "test.count": CountingStage,
+        "test.shared_count": SharedCountingStage,
+        "test.fail_odd": FailOddStage,
+        "test.async_report": AsyncReportStage,
+        "test.async_hang": AsyncHangStage,
+    }
+)
 
 
 def run(
@@ -110,13 +107,7 @@ def run(
             "stages": stages,
         }
     )
-    recorder = Recorder(None, {}, [stage["id"] for stage in stages], "x")
-    runtime = PipelineRuntime(spec, recorder, registry=registry())
-    runtime.prepare()
-    runtime.start()
-    run_load(runtime, prepare_load(runtime, 0), time.monotonic_ns())
-    recorder.close()
-    return runtime, recorder
+    return run_in_process(spec, REGISTRY)
 
 
 def most_in_flight(events: list[dict[str, Any]]) -> int:
@@ -284,7 +275,7 @@ def test_an_async_stage_type_needs_the_any_input_policy() -> None:
         ],
     }
     spec = BenchmarkSpec.model_validate({"name": "b", "pipelines": [pipeline]})
-    problems = [str(problem) for problem in check_spec(spec, registry())]
+    problems = [str(problem) for problem in check_spec(spec, REGISTRY)]
     assert problems == [
         "pipelines[0].stages[3].input_policy: asynchronous stage type 'async_sleep' needs "
         "input_policy 'any'"

@@ -9,15 +9,13 @@ import time
 from typing import Any
 
 from stages.runtime.channels import Channel
-from stages.runtime.driver import prepare_load, run_load
 from stages.runtime.graph import StageGraph
 from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.query import Query
 from stages.runtime.recorder import STAGE_COLUMNS, Recorder
-from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import Route, Stage
 from stages.spec.models import PipelineSpec, StageSpec
-from tests.helpers import rows
+from tests.helpers import registry_with, rows, run_in_process
 
 QUERIES = 20
 
@@ -38,12 +36,7 @@ class ReportingStage(Stage):
         return None
 
 
-def registry() -> StageRegistry:
-    known = StageRegistry()
-    for name in default_registry().names():
-        known.register(name, default_registry().get(name))
-    known.register("test.report", ReportingStage)
-    return known
+REGISTRY = registry_with({"test.report": ReportingStage})
 
 
 def run(stages: list[dict[str, Any]]) -> tuple[PipelineRuntime, Recorder]:
@@ -60,13 +53,7 @@ def run(stages: list[dict[str, Any]]) -> tuple[PipelineRuntime, Recorder]:
             "stages": stages,
         }
     )
-    recorder = Recorder(None, {}, [stage["id"] for stage in stages], "x")
-    runtime = PipelineRuntime(spec, recorder, registry=registry())
-    runtime.prepare()
-    runtime.start()
-    run_load(runtime, prepare_load(runtime, 0), time.monotonic_ns())
-    recorder.close()
-    return runtime, recorder
+    return run_in_process(spec, REGISTRY)
 
 
 def test_stage_rows_land_in_their_named_columns() -> None:

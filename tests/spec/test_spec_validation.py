@@ -264,3 +264,42 @@ def test_timeout_must_cover_warmup_and_duration(tmp_path: Path) -> None:
         "timeout_s 20 cannot cover warm-up plus duration: it must exceed duration_s 30 + "
         "warmup_s 0 = 30 s" in output
     )
+
+
+TWO_PIPELINES = """
+name: pinned
+pipelines:
+  - name: a
+    placement: {cpus: [0], scheduling_policy: batch}
+    stages: [{id: s, type: noop}]
+  - name: b
+    placement: {cpus: [1]}
+    stages: [{id: s, type: noop}]
+"""
+
+
+def test_a_scheduling_policy_needs_cores_no_one_else_runs_on(tmp_path: Path) -> None:
+    """`batch` on cores of its own validates; without cpus, beside a pipeline that may run
+    anywhere, or on a core another pipeline shares, it is refused with the path and reason."""
+    assert validate(str(write(tmp_path, TWO_PIPELINES)))[0] == 0
+    at = "pipelines[0].placement.scheduling_policy: 'batch' needs"
+    for label, text, reason in [
+        ("no cpus", TWO_PIPELINES.replace("cpus: [0], ", ""), f"{at} placement.cpus"),
+        ("neighbour anywhere", TWO_PIPELINES.replace("placement: {cpus: [1]}", "placement: {}"),
+         f"{at} cores of its own, but pipeline 'b' has no placement.cpus"),
+        ("shared core", TWO_PIPELINES.replace("cpus: [1]", "cpus: [1, 0]"),
+         f"{at} cores of its own, but pipeline 'b' also runs on cpus [0]"),
+    ]:  # fmt: skip
+        code, output = validate(str(write(tmp_path, text, f"{label}.yaml")))
+        assert code == 2 and reason in output, (label, output)
+
+
+def test_the_default_scheduling_policy_leaves_the_spec_hash_unchanged(tmp_path: Path) -> None:
+    """Spelling out `scheduling_policy: other` changes nothing; `batch` is part of the hash
+    (and so of the manifest's spec)."""
+    base = load_spec(write(tmp_path, TWO_PIPELINES.replace(", scheduling_policy: batch", "")))
+    spelled = load_spec(write(tmp_path, TWO_PIPELINES.replace("batch", "other"), "other.yaml"))
+    batch = load_spec(write(tmp_path, TWO_PIPELINES, "batch.yaml"))
+    assert base.spec_hash == spelled.spec_hash != batch.spec_hash
+    assert "scheduling_policy" not in base.normalized["pipelines"][0]["placement"]
+    assert batch.normalized["pipelines"][0]["placement"]["scheduling_policy"] == "batch"
