@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import queue
+import threading
 import time
 
 from stages.runtime.loadgen.scenarios import EARLY_STOPS, EndConditions, LoadOutcome, Scenario
@@ -30,6 +31,8 @@ class ClosedLoopScenario(Scenario[ClosedLoopLoadgen | SingleStreamLoadgen | Mult
         return self.spec.samples_per_query if isinstance(self.spec, MultiStreamLoadgen) else 1
 
     def drive(self, runtime: PipelineRuntime, start_ns: int, buffer: RowBuffer) -> LoadOutcome:
+        if self.clients() == 1 and not self.spec.think_time_ms:
+            return self._drive_inline(runtime, start_ns, buffer)
         clients = _Clients(self, runtime, start_ns, buffer)
         completions = clients.completions
         runtime.on_complete = lambda root: completions.put(root.completed_ns)
@@ -51,6 +54,128 @@ class ClosedLoopScenario(Scenario[ClosedLoopLoadgen | SingleStreamLoadgen | Mult
         return LoadOutcome(
             clients.issued, 0, stopped_by, start_ns, clients.last_issue_ns, not_issued
         )
+
+    def _drive_inline(
+        self, runtime: PipelineRuntime, start_ns: int, buffer: RowBuffer
+    ) -> LoadOutcome:
+        """One client without think time: the thread that completes a query issues the next
+        at once (`_InlineClient`), one thread hand-off fewer per query than waking this
+        thread to issue it. This thread issues the first query and waits for the end."""
+        client = _InlineClient(self, runtime, start_ns)
+        runtime.on_complete = lambda root: client.issue_next(root.completed_ns)
+        client.issue_next(start_ns)
+        stopped_by = client.wait_for_end()
+        runtime.on_complete = None
+        not_issued = 0
+        if stopped_by in EARLY_STOPS and client.due_ns is not None:
+            not_issued = self.record_not_issued(
+                runtime,
+                buffer,
+                [(client.issued, client.due_ns, client.samples)],
+                start_ns,
+                time.monotonic_ns(),
+                client.issued,
+                client.measured,
+            )
+        return LoadOutcome(client.issued, 0, stopped_by, start_ns, client.last_issue_ns, not_issued)
+
+
+class _InlineClient:
+    """The state of a one-client closed loop driven from the completing thread. `issue_next`
+    runs in whichever thread calls it (the load generator's for the first query, then the
+    thread of the stage that completed the previous one) under a lock, so queries are still
+    issued one at a time and in order, by the same rules as `_Clients`: scheduled when the
+    previous one completed, the end conditions checked before each."""
+
+    __slots__ = (
+        "deadline_ns",
+        "due_ns",
+        "end",
+        "ended",
+        "error",
+        "issued",
+        "last_issue_ns",
+        "lock",
+        "measured",
+        "runtime",
+        "samples",
+        "start_ns",
+        "stopped_by",
+    )
+
+    def __init__(
+        self, scenario: ClosedLoopScenario, runtime: PipelineRuntime, start_ns: int
+    ) -> None:
+        self.runtime = runtime
+        self.start_ns = start_ns
+        self.end: EndConditions = scenario.end
+        self.deadline_ns = start_ns + scenario.end.timeout_ns
+        self.samples = scenario.samples()
+        self.issued = self.measured = 0
+        self.last_issue_ns = start_ns
+        self.lock = threading.Lock()
+        self.ended = threading.Event()
+        self.stopped_by: str | None = None
+        self.due_ns: int | None = None
+        """The query that was due when issuing stopped early (recorded `not_issued`)."""
+        self.error: Exception | None = None
+
+    def issue_next(self, due_ns: int) -> None:
+        """Issue the query due at `due_ns`, or end the loop with the reason not to. An error
+        here ends the loop and is raised again in the load generator's thread, never in the
+        stage thread that called it."""
+        with self.lock:
+            if self.stopped_by is not None:
+                return
+            try:
+                self._issue_or_stop(due_ns)
+            except Exception as error:
+                self.error = error
+                self._stop("pipeline")
+
+    def _issue_or_stop(self, due_ns: int) -> None:
+        """`issue_next`'s work, under its lock: the end checks in `_Clients`'s order, then the
+        issue."""
+        runtime = self.runtime
+        if runtime.stop_issuing.is_set():
+            reason: str | None = "pipeline"
+        else:
+            reason = self.end.reached(due_ns - self.start_ns, self.issued, self.measured)
+        if reason is None and time.monotonic_ns() >= self.deadline_ns:
+            reason = "timeout"
+        if reason is None:
+            warmup = self.end.is_warmup(self.issued, due_ns - self.start_ns)
+            query = runtime.new_query(self.issued, due_ns, self.samples, warmup)
+            # Nothing else is in flight, so the entry has room unless the load stopped.
+            if runtime.issue(query, True, self.deadline_ns):
+                self.issued += 1
+                self.measured += not warmup
+                self.last_issue_ns = query.issued_ns
+                return
+            reason = "pipeline" if runtime.stop_issuing.is_set() else "timeout"
+        self.due_ns = due_ns
+        self._stop(reason)
+
+    def wait_for_end(self) -> str:
+        """Wait until the loop ended; a stop of the pipeline or the timeout ends it from here
+        (the query in flight then completes without a successor)."""
+        stop_issuing = self.runtime.stop_issuing
+        while not self.ended.wait(COMPLETION_POLL_S):
+            reason = "pipeline" if stop_issuing.is_set() else None
+            if reason is None and time.monotonic_ns() >= self.deadline_ns:
+                reason = "timeout"
+            if reason is not None:
+                with self.lock:
+                    if self.stopped_by is None:
+                        self._stop(reason)
+        if self.error is not None:
+            raise self.error
+        assert self.stopped_by is not None
+        return self.stopped_by
+
+    def _stop(self, reason: str) -> None:
+        self.stopped_by = reason
+        self.ended.set()
 
 
 class _Clients:
