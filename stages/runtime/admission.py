@@ -1,6 +1,8 @@
 """How queries enter a pipeline: one at a time (refused when the entry is full, or waiting for
 room under back-pressure), all at once for the offline scenario, and the `queries` rows of
-arrivals that never entered (dropped, not issued). Runs in the load generator's thread."""
+arrivals that never entered (dropped, not issued). Runs in the load generator's thread, or,
+for a one-client closed loop, in the thread that completed the previous query (one issue at a
+time either way: `stages.runtime.loadgen.closed_loop`)."""
 
 from __future__ import annotations
 
