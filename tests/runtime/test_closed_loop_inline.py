@@ -48,7 +48,8 @@ def drive(runtime: PipelineRuntime) -> tuple[Any, list[str]]:
     runtime.issue = noting
     runtime.prepare()
     runtime.start()
-    outcome = run_load(runtime, prepare_load(runtime, 0), time.monotonic_ns())
+    # The window opens 50 ms from now, as after a collocated run's start barrier.
+    outcome = run_load(runtime, prepare_load(runtime, 0), time.monotonic_ns() + 50_000_000)
     runtime.recorder.close()
     return outcome, issuers
 
@@ -62,9 +63,11 @@ def test_the_completing_thread_issues_the_next_query(kind: str) -> None:
     assert set(issuers[1:]) == {"stage:b"}  # the last stage's thread
     queries = sorted(rows(runtime.recorder, "queries"), key=lambda q: q["query_id"])
     assert [q["status"] for q in queries] == ["ok"] * 200
+    assert not any(q["warmup"] for q in queries)  # none issued before the window opened
+    assert all(q["issued_ns"] >= q["scheduled_ns"] for q in queries)
+    assert queries[0]["scheduled_ns"] == result.outcome.start_ns
     for previous, current in itertools.pairwise(queries):
         assert current["scheduled_ns"] == previous["completed_ns"]  # no think time
-        assert current["issued_ns"] >= current["scheduled_ns"]
 
 
 def test_two_clients_or_think_time_keep_the_issuing_thread() -> None:

@@ -63,6 +63,7 @@ class ClosedLoopScenario(Scenario[ClosedLoopLoadgen | SingleStreamLoadgen | Mult
         thread to issue it. This thread issues the first query and waits for the end."""
         client = _InlineClient(self, runtime, start_ns)
         runtime.on_complete = lambda root: client.issue_next(root.completed_ns)
+        ArrivalClock().sleep_until(start_ns)  # the window opens at start_ns, never before
         client.issue_next(start_ns)
         stopped_by = client.wait_for_end()
         runtime.on_complete = None
