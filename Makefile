@@ -61,8 +61,10 @@ test: lint typecheck unit
 perf: install
 	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf,cluster]'
 	$(BIN)/python perf/stage_overhead.py
+	$(BIN)/python perf/stage_overhead.py --scheduling-policy batch
 	$(BIN)/python perf/loadgen_accuracy.py
 	$(BIN)/python perf/issue_delay_rounds.py
+	$(BIN)/python perf/hot_path_costs.py
 	$(BIN)/python perf/sampler_cost.py
 	$(BIN)/python perf/launch.py
 	$(BIN)/python perf/profiling_cost.py

@@ -49,6 +49,18 @@ def pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
 
+def spread(values: list[float], digits: int = 2) -> dict[str, float]:
+    """Median and range of per-round figures: how every paired-rounds figure is reported."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {
+        "median": round(median, digits),
+        "min": round(ordered[0], digits),
+        "max": round(ordered[-1], digits),
+    }
+
+
 def pct_or_none(values: np.ndarray, q: float) -> float | None:
     """The `q`-th percentile of `values`; None when there are none."""
     return float(np.percentile(values, q)) if values.size else None

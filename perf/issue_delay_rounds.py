@@ -1,19 +1,19 @@
-"""Issue delay at 2,000 queries/s, paired rounds: CPython's automatic garbage collection
-against `IdleCollector` (collections at idle moments), and that with a real pause between the
-recorder writer's conversion slices instead of `sleep(0)`.
+"""Issue delay at 2,000 queries/s, paired rounds of the hot-path changes one on top of the
+other: CPython's automatic garbage collection (base), `IdleCollector` (collections at idle
+moments), a real pause between the recorder writer's conversion slices instead of `sleep(0)`,
+and smaller slices that keep clear of the issuer's announced next issue (what main runs).
 
 Prints ONE JSON line on stdout (progress on stderr): per variant the median [min, max] over
 rounds of the issue delay p50/p99 and latency p99 (us), and the paired per-round difference of
-the p99 against the base. Rounds alternate the variants' order. Each window is 5 s of Poisson
-arrivals into one `noop` stage, run in this process with Parquet recording, as in
-`perf/loadgen_accuracy.py` (whose `ours_server` it calls). Usage: `python
-perf/issue_delay_rounds.py [ROUNDS]` (default 5, about 2 minutes).
+the p99 against the base and against the variant before it. Rounds alternate the variants'
+order. Each window is 5 s of Poisson arrivals into one `noop` stage, run in this process with
+Parquet recording, as in `perf/loadgen_accuracy.py` (whose `ours_server` it calls). Usage:
+`python perf/issue_delay_rounds.py [ROUNDS]` (default 5, about 2 minutes).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +21,7 @@ from typing import Any
 
 # perf/ is first on sys.path when run as `python perf/issue_delay_rounds.py`.
 import loadgen_accuracy
+from common import spread
 
 import stages.runtime.loadgen.open_loop as open_loop
 import stages.runtime.recorder as recorder
@@ -46,20 +47,29 @@ class AutomaticCollection:
         pass
 
 
-# variant -> (collector class, recorder slice rows, pause between slices in s)
-VARIANTS: dict[str, tuple[type[Any], int, float]] = {
-    "base": (AutomaticCollection, 512, 0.0),
-    "idle_gc": (IdleCollector, 512, 0.0),
-    "idle_gc+pause": (IdleCollector, recorder.SLICE_ROWS, recorder.SLICE_PAUSE_S),
+NO_GAP_WAIT = {"ISSUE_CLEAR_BEFORE_NS": 0, "ISSUE_CLEAR_AFTER_NS": 0}
+# variant -> (collector class, recorder module settings); each variant adds one change.
+VARIANTS: dict[str, tuple[type[Any], dict[str, Any]]] = {
+    "base": (AutomaticCollection, {"SLICE_ROWS": 512, "SLICE_PAUSE_S": 0.0, **NO_GAP_WAIT}),
+    "idle_gc": (IdleCollector, {"SLICE_ROWS": 512, "SLICE_PAUSE_S": 0.0, **NO_GAP_WAIT}),
+    "idle_gc+pause": (
+        IdleCollector,
+        {"SLICE_ROWS": 128, "SLICE_PAUSE_S": recorder.SLICE_PAUSE_S, **NO_GAP_WAIT},
+    ),
+    # What main runs: smaller slices, none started just before an announced issue.
+    "idle_gc+pause+issue_gap": (
+        IdleCollector,
+        {
+            name: getattr(recorder, name)
+            for name in (
+                "SLICE_ROWS",
+                "SLICE_PAUSE_S",
+                "ISSUE_CLEAR_BEFORE_NS",
+                "ISSUE_CLEAR_AFTER_NS",
+            )
+        },
+    ),
 }
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), 2),
-        "min": round(min(values), 2),
-        "max": round(max(values), 2),
-    }
 
 
 def main() -> None:
@@ -69,7 +79,9 @@ def main() -> None:
         for round_index in range(rounds):
             order = list(VARIANTS) if round_index % 2 == 0 else list(reversed(VARIANTS))
             for variant in order:
-                collector, recorder.SLICE_ROWS, recorder.SLICE_PAUSE_S = VARIANTS[variant]
+                collector, settings = VARIANTS[variant]
+                for name, value in settings.items():
+                    setattr(recorder, name, value)
                 setattr(open_loop, "IdleCollector", collector)  # noqa: B010 - the variant under test
                 figures = loadgen_accuracy.ours_server(
                     RATE_QPS, WINDOW_S, Path(work) / f"{variant}{round_index}"
@@ -77,15 +89,18 @@ def main() -> None:
                 measured[variant].append(figures)
     result: dict[str, Any] = {"benchmark": "issue_delay_rounds", "rate_qps": RATE_QPS}
     result["rounds"] = rounds
+    previous: list[dict[str, Any]] | None = None
     for variant, rows in measured.items():
         result[variant] = {name: spread([row[name] for row in rows]) for name in FIGURES}
-        if variant != "base":
-            result[variant]["paired_p99_diff_us"] = spread(
-                [
-                    row["issue_delay_p99_us"] - base["issue_delay_p99_us"]
-                    for row, base in zip(rows, measured["base"], strict=True)
-                ]
-            )
+        if previous is not None:
+            for against, other in (("base", measured["base"]), ("previous", previous)):
+                result[variant][f"paired_p99_diff_vs_{against}_us"] = spread(
+                    [
+                        row["issue_delay_p99_us"] - before["issue_delay_p99_us"]
+                        for row, before in zip(rows, other, strict=True)
+                    ]
+                )
+        previous = rows
     print(json.dumps(result))
 
 

@@ -34,26 +34,30 @@ class Admission:
         channels = self.entry_channels
         if not block and any(channel.full() for channel in channels):
             return False
-        if block and not self._room_by(channels[0], deadline_ns):
+        entry = channels[0]
+        if block and entry.qsize() >= entry.capacity and not self._room_by(entry, deadline_ns):
             return False
         completion = self.completion
         query.outstanding = len(channels)
         completion.inflight[query.query_id] = query  # dict updates are atomic under the GIL
-        if completion.idle.is_set():
-            completion.idle.clear()
+        completion.idle.clear()
         issued_ns = time.monotonic_ns()
         query.issued_ns = issued_ns
         query.enqueued_ns = issued_ns
-        # Branches for further entries are copied before the query is visible to any stage.
-        branches = [query.branch() for _ in channels[1:]]
-        # Room was there a moment ago and the load generator is the entry's only bounded
-        # producer (loop edges into it are unbounded), so this cannot overfill it.
-        channels[0].put_unbounded(query)
-        for channel, branch in zip(channels[1:], branches, strict=True):
-            completion.send(channel, branch)
         self.issued += 1
         if not self.first_issue_ns:
             self.first_issue_ns = issued_ns
+        # Room was there a moment ago and the load generator is the entry's only bounded
+        # producer (loop edges into it are unbounded), so this cannot overfill it.
+        if len(channels) == 1:
+            # The put comes last: the stage thread it wakes waits for nothing more of ours.
+            channels[0].raw_put(query)
+            return True
+        # Branches for further entries are copied before the query is visible to any stage.
+        branches = [query.branch() for _ in channels[1:]]
+        channels[0].put_unbounded(query)
+        for channel, branch in zip(channels[1:], branches, strict=True):
+            completion.send(channel, branch)
         return True
 
     def _room_by(self, channel: Channel, deadline_ns: int | None) -> bool:

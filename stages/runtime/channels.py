@@ -26,6 +26,18 @@ class Outlet(Protocol):
     """What a stage's output sends into: a `Channel` to the next stage's thread, or a fused
     stage's hand-off within one thread (`stages.runtime.fusion.FusedHandOff`)."""
 
+    capacity: int
+    """Items it holds before `full` (a fused hand-off never fills)."""
+
+    def qsize(self) -> int:
+        """Items held now; with `capacity`, the stage loop's room check (a C call on a
+        `Channel`)."""
+        ...
+
+    def raw_put(self, item: Any) -> None:
+        """Append ignoring the bound, as `put_unbounded` (a C call on a `Channel`)."""
+        ...
+
     def full(self) -> bool: ...
 
     def put(self, item: Any, timeout: float | None = None) -> bool: ...
@@ -36,7 +48,15 @@ class Outlet(Protocol):
 class Channel:
     """A bounded FIFO between threads: `put` blocks (or refuses) when full, `get` when empty."""
 
-    __slots__ = ("_items", "_not_full", "capacity", "raw_get", "raw_put", "waiting_producers")
+    __slots__ = (
+        "_items",
+        "_not_full",
+        "capacity",
+        "qsize",
+        "raw_get",
+        "raw_put",
+        "waiting_producers",
+    )
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -49,10 +69,10 @@ class Channel:
         `wake_producer()` when `waiting_producers` is non-zero, as `get` does. Reading the
         attribute costs less than a method call, once per query."""
         self.raw_put: Callable[[Any], None] = self._items.put
-        """The bare `SimpleQueue.put`, ignoring the bound (offline bulk issue)."""
-
-    def qsize(self) -> int:
-        return self._items.qsize()
+        """The bare `SimpleQueue.put`, ignoring the bound (offline bulk issue, the stage loop
+        after its own room check)."""
+        self.qsize: Callable[[], int] = self._items.qsize
+        """Items queued now (the bare `SimpleQueue.qsize`: no Python frame on the hot path)."""
 
     def full(self) -> bool:
         return self._items.qsize() >= self.capacity

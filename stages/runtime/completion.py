@@ -20,10 +20,54 @@ from stages.runtime.query import ERROR, OK, TIMEOUT, Query
 from stages.runtime.recorder import RowBuffer
 from stages.runtime.wiring import RuntimeNode
 
-IDLE_WAKE_S = 0.25  # an idle or blocked thread wakes this often to flush rows and check for stop
+# A producer blocked on a full channel, a join's thread and a priority inbox's thread wake this
+# often (to check for a stop, sweep failed branches, flush rows).
+IDLE_WAKE_S = 0.25
 
 FAILED: Any = object()
 """The route of a visit whose stage call failed: its branch ends in error."""
+
+
+class IdleFlag:
+    """Whether nothing is in flight: `threading.Event`'s interface, but `set`, `clear` and
+    `is_set` take no lock unless a thread is waiting. A one-client closed loop sets and clears
+    it once a query each, and an `Event` takes its condition's lock on both (~1 us a query).
+
+    Correct without the lock: a waiter registers (under the lock) before it tests the flag, so
+    a `set` either sees the waiter and notifies it under the lock, or happened before the
+    waiter's test, which then finds the flag set."""
+
+    __slots__ = ("_condition", "_flag", "_waiters")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiters = 0
+        self._condition = threading.Condition(threading.Lock())
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        if self._waiters:
+            with self._condition:
+                self._condition.notify_all()
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the flag is set (True, as `Event.wait`: even if it was cleared again
+        since); False if `timeout` seconds passed first."""
+        if self._flag:
+            return True
+        with self._condition:
+            self._waiters += 1
+            try:
+                # Only `set` notifies (a Condition has no spurious wake-ups).
+                return self._flag or self._condition.wait(timeout)
+            finally:
+                self._waiters -= 1
 
 
 @dataclass
@@ -93,7 +137,7 @@ class Completion:
         """Guards the tally list and the branch counts of forked queries."""
         self.inflight: dict[int, Query] = {}
         """Issued, unfinished queries by id (dict updates are atomic under the GIL)."""
-        self.idle = threading.Event()
+        self.idle = IdleFlag()
         """Set while nothing is in flight."""
         self.idle.set()
         self.tallies: list[Tally] = []

@@ -11,6 +11,8 @@ fused run as it reads any other.
 
 from __future__ import annotations
 
+import itertools
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -85,11 +87,23 @@ class FusedHandOff:
     """Stands in for a fused stage's input channel on the output of the stage before it: a
     query sent here is served by the fused stage at once, in the sending thread."""
 
-    __slots__ = ("body",)
+    __slots__ = ("body", "qsize", "raw_put")
+
+    capacity = sys.maxsize
+    """Never full: the fused stage runs before `put` returns."""
 
     def __init__(self) -> None:
         self.body: StageThread | None = None
-        """The fused stage's body (set once it is built)."""
+        """The fused stage's body (`attach`)."""
+        self.qsize: Callable[[], int] = itertools.repeat(0).__next__
+        """Always 0, as a C call: the sending loop's room check costs no Python frame."""
+        self.raw_put: Callable[[Any], None] = self.put_unbounded
+        """The fused stage's `serve_one` once attached: the sending loop calls it directly."""
+
+    def attach(self, body: StageThread) -> None:
+        """The fused stage's body, built once every link is rewired."""
+        self.body = body
+        self.raw_put = body.serve_one
 
     def full(self) -> bool:
         return False

@@ -201,7 +201,8 @@ class PipelineRuntime:
         # Bodies only now: a body reads its outputs when built, and every link is rewired.
         for index, hand_off in hand_offs.items():
             node = self.nodes[index]
-            hand_off.body = body = StageThread(node, self.completion, self.recorder, node.stage)
+            body = StageThread(node, self.completion, self.recorder, node.stage)
+            hand_off.attach(body)
             chains.setdefault(chain_head(self.fused, index), []).append(body)
         return chains
 

@@ -26,7 +26,7 @@ JOIN_SWEEP_NS = 100_000_000
 
 # Why `_serve_until_flush` returned.
 FLUSH_DUE = "flush_due"
-IDLE = "idle"  # nothing arrived for IDLE_WAKE_S
+IDLE = "idle"  # nothing arrived for IDLE_WAKE_S (inboxes with a timed take)
 STOPPED = "stopped"
 
 _NO_PRODUCERS = Channel(1)
@@ -89,14 +89,11 @@ class StageThread:
         self.run_stage = self._stage_call()
 
     def run(self) -> None:
-        """Serve queries until STOP, publishing the counts and handing the rows to the
-        recorder at the end of every flush period, when idle and at the end."""
-        tally, buffer, join = self.tally, self.buffer, self.node.join
+        """Serve queries until STOP, handing the rows to the recorder at the end of every
+        flush period and at the end (and, for inboxes that wake when idle, when idle)."""
+        buffer, join = self.buffer, self.node.join
         while True:
-            ended_by, ok, samples_ok, last_completed_ns = self._serve_until_flush()
-            tally.ok += ok
-            tally.samples_ok += samples_ok
-            tally.last_completed_ns = max(tally.last_completed_ns, last_completed_ns)
+            ended_by = self._serve_until_flush()
             buffer.flush()
             for follower in self.followers:
                 follower.buffer.flush()
@@ -105,16 +102,21 @@ class StageThread:
             if ended_by == IDLE and join is not None:
                 self.completion.sweep_join(join, buffer, self.tally)
 
-    def _serve_until_flush(self) -> tuple[str, int, int, int]:
-        """The hot loop, for one flush period: (why it ended, ok, samples ok, last completed)."""
+    def _serve_until_flush(self) -> str:  # noqa: C901 - inlined on purpose
+        """The hot loop, for one flush period; returns why it ended. A query's completion is
+        counted in the tally at once (the counts stay live however long the thread then
+        waits)."""
         node, completion, buffer, tally = self.node, self.completion, self.buffer, self.tally
         take, fifo, run, outcome = self.take, self.fifo, self.run_stage, self.outcome
         index, only_output, ends_here = node.index, self.only_output, self.ends_here
         inflight, idle_set, route_on = completion.inflight, completion.idle.set, completion.route
         inflight_pop, monotonic_ns, stage_rows = inflight.pop, time.monotonic_ns, buffer.stage_rows
         append_stage_row, append_query_row = stage_rows.append, buffer.query_rows.append
-        ok = samples_ok = last_completed_ns = 0
         joins, next_flush_ns = self.joins, buffer.next_flush_ns
+        short_rows = not joins and not self.stage.records_outcome
+        # The single output's room check and put as C calls (`Outlet.qsize`, `raw_put`).
+        outlet = _NO_PRODUCERS if only_output is None else only_output
+        room_taken, capacity, send = outlet.qsize, outlet.capacity, outlet.raw_put
         try:
             # `for`, not `while <flush not due>`: CPython 3.11 specializes code only after 8 calls
             # or unconditional back-jumps (a `while` ran 60% slower for its first 8 periods).
@@ -130,11 +132,16 @@ class StageThread:
                     self._note_failure(query, error)
                     route, status = FAILED, ERROR
                 finished_ns = monotonic_ns()
-                # The stage row, in `recorder.STAGE_COLUMNS` order.
-                append_stage_row((
-                    query.query_id, index, visit, query.enqueued_ns, started_ns, finished_ns,
-                    status, outcome.first_token_ns, outcome.tokens, joined_ns, outcome.graded,
-                    outcome.correct, outcome.loss))  # fmt: skip
+                # The stage row, in `recorder.STAGE_COLUMNS` order; a stage with no outcome
+                # and no join writes the short row (`recorder.SHORT_STAGE_ROW`).
+                if short_rows:
+                    append_stage_row((query.query_id, index, visit, query.enqueued_ns,
+                                      started_ns, finished_ns, status))  # fmt: skip
+                else:
+                    append_stage_row((
+                        query.query_id, index, visit, query.enqueued_ns, started_ns,
+                        finished_ns, status, outcome.first_token_ns, outcome.tokens, joined_ns,
+                        outcome.graded, outcome.correct, outcome.loss))  # fmt: skip
                 if (
                     route is None
                     and ends_here
@@ -146,30 +153,30 @@ class StageThread:
                     root.outstanding = 0
                     if not inflight:
                         idle_set()
-                    root.completed_ns = last_completed_ns = finished_ns
+                    root.completed_ns = tally.last_completed_ns = finished_ns
                     append_query_row((root.query_id, root.scheduled_ns, root.issued_ns,
                                       finished_ns, OK, root.samples, root.warmup))  # fmt: skip
-                    ok += 1
-                    samples_ok += root.samples
+                    tally.ok += 1
+                    tally.samples_ok += root.samples
                     on_complete = completion.on_complete
                     if on_complete is not None:
                         on_complete(root)
-                elif route is None and only_output is not None and not only_output.full():
+                elif route is None and only_output is not None and room_taken() < capacity:
                     query.source = index
                     query.enqueued_ns = finished_ns
-                    only_output.put_unbounded(query)
+                    send(query)
                 else:
                     route_on(node, query, route, finished_ns, buffer, tally)
                 if finished_ns >= next_flush_ns or len(stage_rows) >= CHUNK_ROWS:
-                    return FLUSH_DUE, ok, samples_ok, last_completed_ns
-        except Empty:  # nothing arrived for IDLE_WAKE_S
-            return IDLE, ok, samples_ok, last_completed_ns
-        return STOPPED, ok, samples_ok, last_completed_ns
+                    return FLUSH_DUE
+        except Empty:  # nothing arrived for IDLE_WAKE_S (joins and priority inboxes)
+            return IDLE
+        return STOPPED
 
     def serve_one(self, query: Query) -> None:
         """A fused stage's turn for one query, in the thread of the stage before it (called by
-        its `FusedHandOff`): the same visit, stage row and routing as `_serve_until_flush`, by
-        `Completion`'s general path."""
+        its `FusedHandOff`): the same visit, stage row and routing as `_serve_until_flush`, its
+        fast path to a single output included, the rest by `Completion`'s general path."""
         index, outcome = self.node.index, self.outcome
         query.visits[index] = visit = query.visits[index] + 1
         started_ns = time.monotonic_ns()
@@ -183,16 +190,30 @@ class StageThread:
             query.query_id, index, visit, query.enqueued_ns, started_ns, finished_ns, status,
             outcome.first_token_ns, outcome.tokens, None, outcome.graded, outcome.correct,
             outcome.loss))  # fmt: skip
-        self.completion.route(self.node, query, route, finished_ns, self.buffer, self.tally)
+        only_output = self.only_output
+        if route is None and only_output is not None and only_output.qsize() < only_output.capacity:
+            query.source = index
+            query.enqueued_ns = finished_ns
+            only_output.raw_put(query)
+        elif route is None and self.ends_here:
+            self.completion.end_branch(query, OK, finished_ns, self.buffer, self.tally)
+        else:
+            self.completion.route(self.node, query, route, finished_ns, self.buffer, self.tally)
 
     def _taker(self) -> tuple[Callable[[], Any], Channel]:
-        """How the loop takes its next query (or STOP), `take()`, raising `Empty` after
-        IDLE_WAKE_S; and the channel whose waiting producers it must wake after each take."""
+        """How the loop takes its next query (or STOP), `take()`; and the channel whose
+        waiting producers it must wake after each take.
+
+        A plain FIFO inbox blocks without a timeout: a timed wait arms a kernel timer on every
+        take (~0.25 us a hand-off on these VMs), and nothing needs the wake-up, because the
+        tally is updated at each completion and the recorder's writer takes the rows of a
+        buffer whose owner is overdue. A join wakes every IDLE_WAKE_S (raising `Empty`) to
+        sweep branches whose sibling failed; a priority inbox's `get` takes a timeout too."""
         inbox = self.node.inbox
         if isinstance(inbox, JoinInbox):
             return self._take_merged, _NO_PRODUCERS
         if isinstance(inbox, AnyInbox):
-            return functools.partial(inbox.channel.raw_get, True, IDLE_WAKE_S), inbox.channel
+            return inbox.channel.raw_get, inbox.channel
         # Inboxes of several channels (priority): their `get` wakes producers itself.
         return functools.partial(inbox.get, IDLE_WAKE_S), _NO_PRODUCERS
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -199,7 +200,9 @@ def test_a_killed_worker_is_contained(tmp_path: Path) -> None:
 
 
 def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, list[psutil.Process]]:
-    """A CLI run of two 60 s pipelines, returned once both have flushed rows to disk."""
+    """A CLI run of two 60 s pipelines, returned once both have flushed rows to disk twice
+    (the first hand-off can hold a single row: a stage thread's flush deadline may have passed
+    while it waited for the window to open)."""
     spec = tmp_path / "long.yaml"
     doc = spec_doc({"type": "sleep", "config": {"ms": 1}}, duration_s=60, timeout_s=90)
     doc["pipelines"][1]["loadgen"]["duration_s"] = 60
@@ -224,8 +227,9 @@ def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, list[ps
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         chunks = list(out.glob("*/parts/queries/*.parquet"))
-        if len({path.name.split("-")[2] for path in chunks}) >= 2:
-            break  # both pipelines have flushed rows
+        per_pipeline = collections.Counter(path.name.split("-")[2] for path in chunks)
+        if len(per_pipeline) >= 2 and min(per_pipeline.values()) >= 2:
+            break  # both pipelines have flushed rows twice
         time.sleep(0.2)
     children = psutil.Process(process.pid).children(recursive=True)
     assert len(children) >= 3  # two workers and the host sampler

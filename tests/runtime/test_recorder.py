@@ -112,3 +112,35 @@ def test_the_live_verdict_counts_match_the_query_latency_view_rules() -> None:
     no_slo.buffer().query_rows.extend(rows)
     no_slo.close()
     assert (no_slo.measured, no_slo.measured_over_slo) == (5, 2)  # only the failures
+
+
+def test_short_stage_rows_write_nulls_in_the_columns_after_theirs() -> None:
+    """A stage with no outcome and no join writes `SHORT_STAGE_ROW` fields; its rows get the
+    same columns, with nulls after theirs, even in a hand-off beside full rows."""
+    recorder = Recorder(None, {}, ["s"], "x")
+    short = stage_row(0)[: recorder_module.SHORT_STAGE_ROW]
+    full = (1, 0, 1, 0, 1, 2, 0, 5, 3, 4, None, None, 0.5)
+    buffer = recorder.buffer()
+    buffer.stage_rows.extend([short] * recorder_module.SLICE_ROWS + [full])
+    buffer.flush()
+    recorder.close()
+    table = recorder.table("stage_events")
+    assert set(table) == set(recorder_module.STAGE_COLUMNS)
+    assert table["finished_ns"] == [2] * (recorder_module.SLICE_ROWS + 1)
+    assert table["tokens"] == [None] * recorder_module.SLICE_ROWS + [3]
+    assert table["joined_ns"] == [None] * recorder_module.SLICE_ROWS + [4]
+    assert table["loss"] == [None] * recorder_module.SLICE_ROWS + [0.5]
+    assert recorder.write_errors == []
+
+
+def test_short_stage_rows_after_full_ones_end_their_columns_with_nulls() -> None:
+    recorder = Recorder(None, {}, ["s"], "x")
+    short = stage_row(0)[: recorder_module.SHORT_STAGE_ROW]
+    full = (1, 0, 1, 0, 1, 2, 0, 5, 3, 4, None, None, 0.5)
+    buffer = recorder.buffer()
+    buffer.stage_rows.extend([full] * recorder_module.SLICE_ROWS + [short] * 3)
+    buffer.flush()
+    recorder.close()
+    table = recorder.table("stage_events")
+    assert table["tokens"] == [3] * recorder_module.SLICE_ROWS + [None] * 3
+    assert table["query_id"] == [1] * recorder_module.SLICE_ROWS + [0] * 3

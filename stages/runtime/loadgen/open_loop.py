@@ -47,6 +47,8 @@ class OpenLoopScenario(Scenario[LoadgenBase]):
         not_issued = 0
         stop_issuing = runtime.stop_issuing
         wait_idle = runtime.wait_idle
+        # Announced to the recorder's writer, which keeps its GIL-holding slices clear of it.
+        issue_schedule = runtime.recorder.issue_schedule
         deadline_ns = start_ns + end.timeout_ns
         numbered = enumerate(arrivals.schedule(random.Random(self.seed)))
         for index, (offset_ns, samples) in numbered:
@@ -59,6 +61,7 @@ class OpenLoopScenario(Scenario[LoadgenBase]):
                 scheduled_ns = start_ns + offset_ns
                 warmup = end.is_warmup(index, offset_ns)
                 query = runtime.new_query(index, scheduled_ns, samples, warmup)
+                issue_schedule.next_issue_ns = scheduled_ns
                 collector.before_sleep(scheduled_ns, wait_idle)
                 clock.sleep_until(scheduled_ns)
                 if runtime.issue(query, block, deadline_ns):
