@@ -47,7 +47,7 @@ import stage_overhead
 from common import report_header, spread, wait_for_quiet
 
 from stages.rundir.tables import ChunkWriter, read_table
-from stages.runtime import recorder
+from stages.runtime import recorder, row_slices
 from stages.runtime.loadgen import open_loop
 from stages.spec.loadgen import loadgen_spec
 
@@ -132,9 +132,9 @@ def stage_rows(count: int, width: int) -> list[tuple[Any, ...]]:
 
 def measure_writer(work: Path) -> dict[str, float]:
     """Per row: Arrow conversion (no pauses, no issue schedule) and one Parquet chunk write."""
-    saved_pause = recorder.SLICE_PAUSE_S
-    recorder.SLICE_PAUSE_S = 0.0
-    schedule = recorder.IssueSchedule()
+    saved_pause = row_slices.SLICE_PAUSE_S
+    row_slices.SLICE_PAUSE_S = 0.0
+    schedule = row_slices.IssueSchedule()
     figures: dict[str, float] = {}
     try:
         cases = {
@@ -155,11 +155,11 @@ def measure_writer(work: Path) -> dict[str, float]:
             ),
         }
         for name, (names, types, rows) in cases.items():
-            convert = functools.partial(recorder._rows_to_arrays, names, types, rows, schedule)
+            convert = functools.partial(row_slices.rows_to_arrays, names, types, rows, schedule)
             best = min(_timed(convert) for _ in range(3))
             figures[f"convert_{name}_us"] = round(best / WRITER_ROWS * 1e6, 3)
         names, types, rows = cases["stage_row_short"]
-        columns = recorder._rows_to_arrays(names, types, rows, schedule)
+        columns = row_slices.rows_to_arrays(names, types, rows, schedule)
         columns["stage"] = pa.chunked_array([pa.array(["s3"] * WRITER_ROWS)])
         columns["status"] = pa.chunked_array([pa.array(["ok"] * WRITER_ROWS)])
         keys = {"run_id": "perf", "trial": 0, "phase": "solo", "pipeline": "chain"}
@@ -168,7 +168,7 @@ def measure_writer(work: Path) -> dict[str, float]:
         best = min(_timed(lambda: writer.write_arrays(columns)) for _ in range(3))
         figures["parquet_write_stage_row_us"] = round(best / WRITER_ROWS * 1e6, 3)
     finally:
-        recorder.SLICE_PAUSE_S = saved_pause
+        row_slices.SLICE_PAUSE_S = saved_pause
     log(f"writer: {figures}")
     return figures
 

@@ -24,7 +24,7 @@ import loadgen_accuracy
 from common import spread
 
 import stages.runtime.loadgen.open_loop as open_loop
-import stages.runtime.recorder as recorder
+import stages.runtime.row_slices as row_slices
 from stages.runtime.loadgen.idle_gc import IdleCollector
 
 RATE_QPS = 2000
@@ -48,19 +48,20 @@ class AutomaticCollection:
 
 
 NO_GAP_WAIT = {"ISSUE_CLEAR_BEFORE_NS": 0, "ISSUE_CLEAR_AFTER_NS": 0}
-# variant -> (collector class, recorder module settings); each variant adds one change.
+# variant -> (collector class, `row_slices` settings of the recorder's writer); each variant
+# adds one change.
 VARIANTS: dict[str, tuple[type[Any], dict[str, Any]]] = {
     "base": (AutomaticCollection, {"SLICE_ROWS": 512, "SLICE_PAUSE_S": 0.0, **NO_GAP_WAIT}),
     "idle_gc": (IdleCollector, {"SLICE_ROWS": 512, "SLICE_PAUSE_S": 0.0, **NO_GAP_WAIT}),
     "idle_gc+pause": (
         IdleCollector,
-        {"SLICE_ROWS": 128, "SLICE_PAUSE_S": recorder.SLICE_PAUSE_S, **NO_GAP_WAIT},
+        {"SLICE_ROWS": 128, "SLICE_PAUSE_S": row_slices.SLICE_PAUSE_S, **NO_GAP_WAIT},
     ),
     # What main runs: smaller slices, none started just before an announced issue.
     "idle_gc+pause+issue_gap": (
         IdleCollector,
         {
-            name: getattr(recorder, name)
+            name: getattr(row_slices, name)
             for name in (
                 "SLICE_ROWS",
                 "SLICE_PAUSE_S",
@@ -81,7 +82,7 @@ def main() -> None:
             for variant in order:
                 collector, settings = VARIANTS[variant]
                 for name, value in settings.items():
-                    setattr(recorder, name, value)
+                    setattr(row_slices, name, value)
                 setattr(open_loop, "IdleCollector", collector)  # noqa: B010 - the variant under test
                 figures = loadgen_accuracy.ours_server(
                     RATE_QPS, WINDOW_S, Path(work) / f"{variant}{round_index}"

@@ -85,6 +85,12 @@ class StageThread:
         self.only_output = node.outputs[0][1] if len(node.outputs) == 1 else None
         self.ends_here = not node.outputs  # a pipeline output
         self.joins = node.join is not None
+        self.short_rows = not self.joins and not self.stage.records_outcome
+        """A stage with no outcome and no join writes the short row (`SHORT_STAGE_ROW`)."""
+        # The single output's room check and put as C calls (`Outlet.qsize`, `raw_put`): read
+        # here, since a body is built once its outputs are wired (fused hand-offs attached).
+        outlet = _NO_PRODUCERS if self.only_output is None else self.only_output
+        self.room_taken, self.capacity, self.send = outlet.qsize, outlet.capacity, outlet.raw_put
         self.take, self.fifo = self._taker()
         self.run_stage = self._stage_call()
 
@@ -103,23 +109,17 @@ class StageThread:
                 self.completion.sweep_join(join, buffer, self.tally)
 
     def _serve_until_flush(self) -> str:  # noqa: C901 - inlined on purpose
-        """The hot loop, for one flush period; returns why it ended. A query's completion is
-        counted in the tally at once (the counts stay live however long the thread then
-        waits)."""
+        """The hot loop, for one flush period; returns why it ended (completions count at once)."""
         node, completion, buffer, tally = self.node, self.completion, self.buffer, self.tally
         take, fifo, run, outcome = self.take, self.fifo, self.run_stage, self.outcome
         index, only_output, ends_here = node.index, self.only_output, self.ends_here
         inflight, idle_set, route_on = completion.inflight, completion.idle.set, completion.route
         inflight_pop, monotonic_ns, stage_rows = inflight.pop, time.monotonic_ns, buffer.stage_rows
         append_stage_row, append_query_row = stage_rows.append, buffer.query_rows.append
-        joins, next_flush_ns = self.joins, buffer.next_flush_ns
-        short_rows = not joins and not self.stage.records_outcome
-        # The single output's room check and put as C calls (`Outlet.qsize`, `raw_put`).
-        outlet = _NO_PRODUCERS if only_output is None else only_output
-        room_taken, capacity, send = outlet.qsize, outlet.capacity, outlet.raw_put
+        joins, short_rows, next_flush_ns = self.joins, self.short_rows, buffer.next_flush_ns
+        room_taken, capacity, send = self.room_taken, self.capacity, self.send
         try:
-            # `for`, not `while <flush not due>`: CPython 3.11 specializes code only after 8 calls
-            # or unconditional back-jumps (a `while` ran 60% slower for its first 8 periods).
+            # `for`, not `while`: 3.11 specializes it at once (a `while` ran 60% slower at first).
             for query in iter(take, STOP):
                 if fifo.waiting_producers:
                     fifo.wake_producer()
@@ -132,8 +132,7 @@ class StageThread:
                     self._note_failure(query, error)
                     route, status = FAILED, ERROR
                 finished_ns = monotonic_ns()
-                # The stage row, in `recorder.STAGE_COLUMNS` order; a stage with no outcome
-                # and no join writes the short row (`recorder.SHORT_STAGE_ROW`).
+                # The stage row (`recorder.STAGE_COLUMNS`; short: `recorder.SHORT_STAGE_ROW`).
                 if short_rows:
                     append_stage_row((query.query_id, index, visit, query.enqueued_ns,
                                       started_ns, finished_ns, status))  # fmt: skip
@@ -142,13 +141,10 @@ class StageThread:
                         query.query_id, index, visit, query.enqueued_ns, started_ns,
                         finished_ns, status, outcome.first_token_ns, outcome.tokens, joined_ns,
                         outcome.graded, outcome.correct, outcome.loss))  # fmt: skip
-                if (
-                    route is None
-                    and ends_here
-                    and query.root.outstanding == 1
-                    and query.root.status == OK
-                    and inflight_pop(query.query_id, None) is not None
-                ):  # Fast path of `Completion.end_branch`: the query's only live branch ends ok.
+                if (route is None and ends_here and query.root.outstanding == 1
+                        and query.root.status == OK
+                        and inflight_pop(query.query_id, None) is not None):  # fmt: skip
+                    # Fast path of `Completion.end_branch`: the query's only live branch ends ok.
                     root = query.root
                     root.outstanding = 0
                     if not inflight:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from stages.runtime import recorder as recorder_module
+from stages.runtime import row_slices
 from stages.runtime.driver import run_pipeline
-from stages.runtime.recorder import (
+from stages.runtime.recorder import QUERY_COLUMNS
+from stages.runtime.row_slices import (
     ISSUE_CLEAR_AFTER_NS,
     ISSUE_CLEAR_BEFORE_NS,
-    QUERY_COLUMNS,
     SLICE_WAIT_MAX_NS,
     IssueSchedule,
 )
@@ -18,7 +19,7 @@ from stages.spec.models import PipelineSpec
 
 
 class FakeClock:
-    """`time` for the recorder module: `sleep` advances `monotonic_ns` and is logged."""
+    """`time` for `row_slices`: `sleep` advances `monotonic_ns` and is logged."""
 
     def __init__(self) -> None:
         self.now_ns = 1_000_000_000
@@ -38,7 +39,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr(recorder_module, "time", fake)
+    monkeypatch.setattr(row_slices, "time", fake)
     return fake
 
 
@@ -84,13 +85,13 @@ def test_every_conversion_slice_asks_for_a_gap(monkeypatch: pytest.MonkeyPatch) 
         def wait_for_gap(self) -> None:
             asked.append(1)
 
-    monkeypatch.setattr(recorder_module, "SLICE_PAUSE_S", 0.0)
+    monkeypatch.setattr(row_slices, "SLICE_PAUSE_S", 0.0)
     rows = [(i, 0, 1, 2, 0, 1, False) for i in range(200)]
-    columns = recorder_module._rows_to_arrays(
+    columns = row_slices.rows_to_arrays(
         QUERY_COLUMNS, recorder_module._QUERY_ROW_TYPES, rows, Counting()
     )
     assert columns["query_id"].to_pylist() == list(range(200))
-    assert len(asked) == -(-200 // recorder_module.SLICE_ROWS)
+    assert len(asked) == -(-200 // row_slices.SLICE_ROWS)
 
 
 def _noop_pipeline(loadgen: dict[str, object]) -> PipelineSpec:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from stages.runtime import recorder as recorder_module
+from stages.runtime import row_slices
 from stages.runtime.recorder import Recorder
 
 
@@ -70,7 +71,7 @@ def test_draining_while_the_owner_appends_and_flushes_loses_and_repeats_nothing(
     monkeypatch.setattr(recorder_module, "FLUSH_PERIOD_NS", 0)
     monkeypatch.setattr(recorder_module, "DRAIN_TICK_S", 0.0005)
     # No pause between conversion slices: the writer takes as often as it can.
-    monkeypatch.setattr(recorder_module, "SLICE_PAUSE_S", 0.0)
+    monkeypatch.setattr(row_slices, "SLICE_PAUSE_S", 0.0)
     recorder = Recorder(None, {}, ["s"], "x")
     buffer = recorder.buffer()
     total = 200_000
@@ -121,15 +122,15 @@ def test_short_stage_rows_write_nulls_in_the_columns_after_theirs() -> None:
     short = stage_row(0)[: recorder_module.SHORT_STAGE_ROW]
     full = (1, 0, 1, 0, 1, 2, 0, 5, 3, 4, None, None, 0.5)
     buffer = recorder.buffer()
-    buffer.stage_rows.extend([short] * recorder_module.SLICE_ROWS + [full])
+    buffer.stage_rows.extend([short] * row_slices.SLICE_ROWS + [full])
     buffer.flush()
     recorder.close()
     table = recorder.table("stage_events")
     assert set(table) == set(recorder_module.STAGE_COLUMNS)
-    assert table["finished_ns"] == [2] * (recorder_module.SLICE_ROWS + 1)
-    assert table["tokens"] == [None] * recorder_module.SLICE_ROWS + [3]
-    assert table["joined_ns"] == [None] * recorder_module.SLICE_ROWS + [4]
-    assert table["loss"] == [None] * recorder_module.SLICE_ROWS + [0.5]
+    assert table["finished_ns"] == [2] * (row_slices.SLICE_ROWS + 1)
+    assert table["tokens"] == [None] * row_slices.SLICE_ROWS + [3]
+    assert table["joined_ns"] == [None] * row_slices.SLICE_ROWS + [4]
+    assert table["loss"] == [None] * row_slices.SLICE_ROWS + [0.5]
     assert recorder.write_errors == []
 
 
@@ -138,9 +139,9 @@ def test_short_stage_rows_after_full_ones_end_their_columns_with_nulls() -> None
     short = stage_row(0)[: recorder_module.SHORT_STAGE_ROW]
     full = (1, 0, 1, 0, 1, 2, 0, 5, 3, 4, None, None, 0.5)
     buffer = recorder.buffer()
-    buffer.stage_rows.extend([full] * recorder_module.SLICE_ROWS + [short] * 3)
+    buffer.stage_rows.extend([full] * row_slices.SLICE_ROWS + [short] * 3)
     buffer.flush()
     recorder.close()
     table = recorder.table("stage_events")
-    assert table["tokens"] == [3] * recorder_module.SLICE_ROWS + [None] * 3
-    assert table["query_id"] == [1] * recorder_module.SLICE_ROWS + [0] * 3
+    assert table["tokens"] == [3] * row_slices.SLICE_ROWS + [None] * 3
+    assert table["query_id"] == [1] * row_slices.SLICE_ROWS + [0] * 3
