@@ -29,7 +29,7 @@ from stages.runtime.loadgen.idle_gc import IdleCollector
 
 RATE_QPS = 2000
 WINDOW_S = 5.0
-FIGURES = ("issue_delay_p50_us", "issue_delay_p99_us", "latency_p99_us")
+FIGURES = loadgen_accuracy.ROUND_FIGURES
 
 
 class AutomaticCollection:

@@ -51,11 +51,11 @@ class Admission:
         # producer (loop edges into it are unbounded), so this cannot overfill it.
         if len(channels) == 1:
             # The put comes last: the stage thread it wakes waits for nothing more of ours.
-            channels[0].raw_put(query)
+            entry.raw_put(query)
             return True
         # Branches for further entries are copied before the query is visible to any stage.
         branches = [query.branch() for _ in channels[1:]]
-        channels[0].put_unbounded(query)
+        entry.put_unbounded(query)
         for channel, branch in zip(channels[1:], branches, strict=True):
             completion.send(channel, branch)
         return True
