@@ -1,8 +1,9 @@
 """The architecture as a checked rule: which package may import which, and where torch may load.
 
 The dependency direction: bench_defs -> analysis, stages; stages -> nothing of ours but
-itself (the CLI, the one composition root, also meets analysis); analysis -> stages.rundir only
-(the run-directory contract, which imports nothing else of ours); the runtime knows no concrete
+itself (the CLI, the one composition root, also meets analysis); analysis -> the leaf contracts only
+(stages.rundir, the run-directory contract, and stages.contracts, the contracts both sides share;
+neither imports anything else of ours); the runtime knows no concrete
 stage. Torch loads only where a model runs: never at module level in the spec, runtime, library,
 artefact or Dagster code, so validating a spec (and a Dagster code server) never pays for it.
 """
@@ -18,7 +19,8 @@ import pytest
 
 from tests.helpers import REPO
 
-RUNDIR = ("stages.rundir",)
+LEAVES = ("stages.rundir", "stages.contracts")
+"""The leaf contracts: what `analysis` may import of `stages`."""
 HEAVY = ("torch", "torchvision", "transformers", "sklearn", "tokenizers", "safetensors")
 
 
@@ -80,14 +82,21 @@ def test_packages_import_only_what_the_layering_allows(
     assert _offenders(package, forbidden) == []
 
 
-def test_analysis_imports_of_stages_only_the_run_directory_contract() -> None:
-    assert _offenders("analysis", ("stages", "bench_defs", "dagster"), allowed=RUNDIR) == []
+def test_analysis_imports_of_stages_only_the_leaf_contracts() -> None:
+    assert _offenders("analysis", ("stages", "bench_defs", "dagster"), allowed=LEAVES) == []
 
 
-def test_the_run_directory_contract_imports_nothing_else_of_ours() -> None:
-    """What analysis may import must not pull the rest of stages in behind it."""
+@pytest.mark.parametrize(
+    ("package", "allowed"),
+    [("stages/rundir", LEAVES), ("stages/contracts", ("stages.contracts",))],
+)
+def test_the_leaf_contracts_import_nothing_else_of_ours(
+    package: str, allowed: tuple[str, ...]
+) -> None:
+    """What analysis may import must not pull the rest of stages in behind it: the run
+    directory may use the shared contracts, the contracts nothing of ours."""
     ours = ("stages", "analysis", "bench_defs")
-    assert _offenders("stages/rundir", ours, allowed=RUNDIR) == []
+    assert _offenders(package, ours, allowed=allowed) == []
 
 
 def test_nothing_in_stages_imports_dagster() -> None:
