@@ -1,11 +1,12 @@
-"""The one registry shape every extension point shares (stage types, service types): names map
-to entries, a name taken by another class is refused, an unknown name is answered with the
-closest registered one and the full list."""
+"""The one registry shape every extension point shares (stage types, service types, artefacts):
+names map to entries, a name taken by another class is refused, an unknown name is answered with
+the closest registered one and the full list, and plug-ins come in through an entry point group."""
 
 from __future__ import annotations
 
 import difflib
-from typing import ClassVar, Generic, TypeVar
+import importlib.metadata
+from typing import Any, ClassVar, Generic, TypeVar
 
 EntryT = TypeVar("EntryT")
 
@@ -15,10 +16,13 @@ class NameRegistry(Generic[EntryT]):
 
     kind: ClassVar[str] = "type"
     """How messages name an entry ("stage type", "service type")."""
-    unknown_error: ClassVar[type[KeyError]] = KeyError
+    unknown_error: ClassVar[type[Exception]] = KeyError
+    plugin_base: ClassVar[type[Any] | None] = None
+    """The class an entry point must load (a subclass of); None: this registry takes no plug-ins."""
 
     def __init__(self) -> None:
         self._types: dict[str, EntryT] = {}
+        self._loaded_groups: set[str] = set()
 
     def origin(self, entry: EntryT) -> type:
         """The class an entry came from: registering another class under a taken name fails."""
@@ -31,6 +35,26 @@ class NameRegistry(Generic[EntryT]):
             raise ValueError(f"{self.kind} {name!r} is already registered to {owner}")
         self._types[name] = entry
 
+    def add_plugin(self, name: str, plugin_class: type[Any]) -> None:
+        """Register the `plugin_base` subclass that entry point `name` loaded."""
+        raise NotImplementedError(f"a {self.kind} registry takes no plug-ins")
+
+    def load_entry_points(self, group: str) -> None:
+        """Register every installed entry point of `group` (`name = "pkg.module:Class"`), once:
+        installing a package is how a third party extends the benchmark."""
+        if group in self._loaded_groups:
+            return
+        self._loaded_groups.add(group)
+        for entry_point in importlib.metadata.entry_points(group=group):
+            loaded = entry_point.load()
+            base = self.plugin_base
+            if base is None or not (isinstance(loaded, type) and issubclass(loaded, base)):
+                expected = base.__name__ if base is not None else self.kind
+                raise TypeError(
+                    f"entry point {entry_point.name!r} in {group} is not a {expected} class"
+                )
+            self.add_plugin(entry_point.name, loaded)
+
     def get(self, name: str) -> EntryT:
         try:
             return self._types[name]
@@ -42,6 +66,10 @@ class NameRegistry(Generic[EntryT]):
 
     def names(self) -> list[str]:
         return sorted(self._types)
+
+    def entries(self) -> dict[str, EntryT]:
+        """Every name with its entry, sorted by name (a copy: registering goes through `add`)."""
+        return {name: self._types[name] for name in self.names()}
 
     def unknown_message(self, name: str) -> str:
         close = difflib.get_close_matches(name, self._types, n=1)

@@ -8,7 +8,6 @@ by hand (tests, notebooks).
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -29,6 +28,7 @@ class StageRegistry(NameRegistry[type[Stage[Any]]]):
 
     kind = "stage type"
     unknown_error = UnknownStageTypeError
+    plugin_base = Stage
 
     def origin(self, entry: type[Stage[Any]]) -> type:
         return entry
@@ -36,9 +36,11 @@ class StageRegistry(NameRegistry[type[Stage[Any]]]):
     def register(self, name: str, stage_class: type[Stage[Any]]) -> None:
         self.add(name, stage_class)
 
+    def add_plugin(self, name: str, plugin_class: type[Any]) -> None:
+        self.register(name, plugin_class)
+
 
 _REGISTRY = StageRegistry()
-_loaded = False
 
 
 def stage_type(name: str) -> Callable[[StageT], StageT]:
@@ -53,14 +55,5 @@ def stage_type(name: str) -> Callable[[StageT], StageT]:
 
 def default_registry() -> StageRegistry:
     """The registry with every installed entry-point stage loaded (once)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            stage_class = entry_point.load()
-            if not (isinstance(stage_class, type) and issubclass(stage_class, Stage)):
-                raise TypeError(
-                    f"entry point {entry_point.name!r} in {ENTRY_POINT_GROUP} is not a Stage class"
-                )
-            _REGISTRY.register(entry_point.name, stage_class)
+    _REGISTRY.load_entry_points(ENTRY_POINT_GROUP)
     return _REGISTRY

@@ -8,10 +8,9 @@ come in through the `collobench.services` entry point group (`name = "pkg.module
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from stages.name_registry import NameRegistry
@@ -113,13 +112,17 @@ class ServiceRegistry(NameRegistry[ServiceType]):
 
     kind = "service type"
     unknown_error = UnknownServiceTypeError
+    plugin_base = ServiceType
 
     def register(self, service_class: type[ServiceType]) -> None:
         self.add(service_class.name, service_class())
 
+    def add_plugin(self, name: str, plugin_class: type[Any]) -> None:
+        """A service type registers under its own `name`, whatever its entry point is called."""
+        self.register(plugin_class)
+
 
 _REGISTRY = ServiceRegistry()
-_loaded = False
 
 
 def service_type(service_class: ServiceTypeT) -> ServiceTypeT:
@@ -130,14 +133,7 @@ def service_type(service_class: ServiceTypeT) -> ServiceTypeT:
 
 def default_service_registry() -> ServiceRegistry:
     """The registry with the built-in types and every entry-point type loaded (once)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import stages.services.builders  # noqa: F401  (registers the built-in types)
+    import stages.services.builders  # noqa: F401  (registers the built-in types)
 
-        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            loaded: Callable[..., Any] = entry_point.load()
-            if not (isinstance(loaded, type) and issubclass(loaded, ServiceType)):
-                raise TypeError(f"entry point {entry_point.name!r} is not a ServiceType")
-            _REGISTRY.register(loaded)
+    _REGISTRY.load_entry_points(ENTRY_POINT_GROUP)
     return _REGISTRY

@@ -24,10 +24,10 @@ def test_entry_point_stages_are_registered(monkeypatch: pytest.MonkeyPatch) -> N
         return [plugin] if group == "collobench.stages" else []
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
-    monkeypatch.setattr(registry_module, "_loaded", False)
+    monkeypatch.setattr(registry_module, "_REGISTRY", StageRegistry())
     assert default_registry().get("thirdparty.tag") is TagStage
 
-    monkeypatch.setattr(registry_module, "_loaded", False)
+    monkeypatch.setattr(registry_module, "_REGISTRY", StageRegistry())
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [not_a_stage])
     with pytest.raises(TypeError, match=r"thirdparty\.bad.*is not a Stage class"):
         default_registry()
