@@ -1,6 +1,6 @@
 """Artefact assets (group `artifacts`): one per dataset and model builder of the stage library.
 
-Materialising one calls `stages.artifacts.catalog.ensure_artifact` with the builder's default
+Materialising one calls `stages.artifacts.catalogue.ensure_artifact` with the builder's default
 recipe (the one the shipped specs use; `torchvision_model` builds `resnet18` with seeded
 random weights). The builders import torch, torchvision or scikit-learn inside `build`, so
 nothing heavy loads when the code location does, only in the step that builds. A recipe built
@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 
 from bench_defs.resources import CollobenchResource
-from stages.artifacts.catalog import BUILDERS
+from stages.artifacts.catalogue import ARTIFACTS
 from stages.artifacts.store import ArtifactBuilder, ArtifactStore, BuiltArtifact
 
 ARTIFACTS_GROUP = "artifacts"
@@ -74,7 +74,7 @@ def _artifact_asset(builder: ArtifactBuilder) -> dg.AssetsDefinition:
     def build_artifact(
         context: dg.AssetExecutionContext, collobench: CollobenchResource
     ) -> dg.MaterializeResult:
-        from stages.artifacts.catalog import ensure_artifact
+        from stages.artifacts.catalogue import ensure_artifact
 
         store = ArtifactStore(collobench.home_path() / "artifacts")
         found = store.find(builder, store.params(builder, params))
@@ -89,6 +89,6 @@ def _artifact_asset(builder: ArtifactBuilder) -> dg.AssetsDefinition:
 
 
 artifact_assets: list[dg.AssetsDefinition] = [
-    _artifact_asset(builder) for builder in BUILDERS.values()
+    _artifact_asset(builder) for builder in ARTIFACTS.entries().values()
 ]
-ARTIFACT_NAMES: list[str] = list(BUILDERS)
+ARTIFACT_NAMES: list[str] = ARTIFACTS.names()

@@ -74,13 +74,13 @@ def _raise_if_device_busy(run_dir: Path) -> None:
 
 def _artifact_hashes(collobench: CollobenchResource, names: list[str]) -> dict[str, str]:
     """name -> content hash of its default recipe when built here, else a note."""
-    from stages.artifacts.catalog import BUILDERS
+    from stages.artifacts.catalogue import ARTIFACTS
     from stages.artifacts.store import ArtifactStore
 
     store = ArtifactStore(collobench.home_path() / "artifacts")
     hashes = {}
     for name in names:
-        builder = BUILDERS[name]
+        builder = ARTIFACTS.get(name)
         found = store.find(builder, store.params(builder, default_params(name)))
         hashes[name] = found.content_hash if found else "non-default recipe (see the manifest)"
     return hashes

@@ -179,7 +179,7 @@ class BareLoop:
     def __init__(self, model: str, batch: int) -> None:
         import torch
 
-        from stages.artifacts.catalog import ensure_artifact
+        from stages.artifacts.catalogue import ensure_artifact
         from stages.artifacts.vision import load_digits_split, load_fake_images
         from stages.library.vision import (
             IMAGENET_MEAN,

@@ -1,5 +1,5 @@
-"""Which artefacts exist: name -> builder. Vision, torchvision and text builders live in their
-own modules."""
+"""Which artefacts exist: the artefact registry, name -> builder. Vision, torchvision and text
+builders live in their own modules."""
 
 from __future__ import annotations
 
@@ -8,20 +8,35 @@ from typing import Any
 
 from stages.artifacts import text, torchvision_models, vision
 from stages.artifacts.store import ArtifactBuilder, ArtifactError, ArtifactStore, BuiltArtifact
-
-BUILDERS: dict[str, ArtifactBuilder[Any]] = {
-    builder.name: builder
-    for builder in (*vision.BUILDERS, *torchvision_models.BUILDERS, *text.BUILDERS)
-}
+from stages.name_registry import NameRegistry
 
 
-def builder_named(name: str) -> ArtifactBuilder[Any]:
-    try:
-        return BUILDERS[name]
-    except KeyError:
-        raise ArtifactError(
-            f"unknown artefact '{name}'; known: {', '.join(sorted(BUILDERS))}"
-        ) from None
+class UnknownArtifactError(ArtifactError):
+    """A spec, the CLI or a stage named an artefact that has no builder."""
+
+
+class ArtifactRegistry(NameRegistry[ArtifactBuilder[Any]]):
+    """Maps artefact names to their builders; an unknown name lists the known ones."""
+
+    kind = "artefact"
+    unknown_error = UnknownArtifactError
+
+    def register(self, builder: ArtifactBuilder[Any]) -> None:
+        self.add(builder.name, builder)
+
+    def unknown_message(self, name: str) -> str:
+        """Without the did-you-mean hint: spec checks and the CLI print this line as it is."""
+        return f"unknown {self.kind} '{name}'; known: {', '.join(self.names()) or 'none'}"
+
+
+def _builtin_artifacts() -> ArtifactRegistry:
+    registry = ArtifactRegistry()
+    for builder in (*vision.BUILDERS, *torchvision_models.BUILDERS, *text.BUILDERS):
+        registry.register(builder)
+    return registry
+
+
+ARTIFACTS = _builtin_artifacts()
 
 
 def ensure_artifact(
@@ -32,6 +47,6 @@ def ensure_artifact(
     build: bool = True,
 ) -> BuiltArtifact:
     """The artefact `name` built with `params` (defaults for the rest), building it if needed."""
-    builder = builder_named(name)
+    builder = ARTIFACTS.get(name)
     store = store if store is not None else ArtifactStore()
     return store.ensure(builder, store.params(builder, params), build=build)

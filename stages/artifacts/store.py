@@ -204,7 +204,7 @@ class ArtifactStore:
         recipe: dict[str, Any],
         digest_of_recipe: str,
     ) -> BuiltArtifact:
-        from stages.artifacts.catalog import ensure_artifact  # builders' dependencies
+        from stages.artifacts.catalogue import ensure_artifact  # builders' dependencies
 
         dependencies = {
             name: ensure_artifact(name, dependency_params, store=self)

@@ -22,11 +22,10 @@ DOCUMENTS_FIELD = "documents"
 
 
 def _known_artifact(name: str) -> str:
-    from stages.artifacts.catalog import BUILDERS
+    from stages.artifacts.catalogue import ARTIFACTS
 
-    if name not in BUILDERS:
-        known = ", ".join(sorted(BUILDERS)) or "none"
-        raise ValueError(f"unknown artefact '{name}'; known: {known}")
+    if name not in ARTIFACTS:
+        raise ValueError(ARTIFACTS.unknown_message(name))
     return name
 
 
@@ -67,7 +66,7 @@ def corpus_file(config: CorpusConfig) -> Path:
         if not path.is_file():
             raise FileNotFoundError(f"corpus_path {path} does not exist")
         return path
-    from stages.artifacts.catalog import ensure_artifact
+    from stages.artifacts.catalogue import ensure_artifact
 
     assert config.corpus is not None
     built = ensure_artifact(config.corpus, config.corpus_params)

@@ -132,7 +132,7 @@ class DigitsDatasetStage(_BatchServer[DigitsConfig]):
     `batch_size` float32 images [B,1,8,8] in [0,1] and their labels."""
 
     def _load(self) -> tuple[Any, Any]:
-        from stages.artifacts.catalog import ensure_artifact
+        from stages.artifacts.catalogue import ensure_artifact
         from stages.artifacts.vision import load_digits_split
 
         return load_digits_split(ensure_artifact("digits"), self.config.split)
@@ -143,7 +143,7 @@ class FakeImagesDatasetStage(_BatchServer[FakeImagesConfig]):
     uint8 images [B,3,H,W] and labels (`torchvision.preprocess` makes them float)."""
 
     def _load(self) -> tuple[Any, Any]:
-        from stages.artifacts.catalog import ensure_artifact
+        from stages.artifacts.catalogue import ensure_artifact
         from stages.artifacts.vision import load_fake_images
 
         params = {

@@ -39,7 +39,7 @@ class PromptsStage(Stage[PromptsConfig]):
     def prepare(self) -> None:
         import random
 
-        from stages.artifacts.catalog import ensure_artifact
+        from stages.artifacts.catalogue import ensure_artifact
         from stages.artifacts.text import read_prompts
 
         built = ensure_artifact(

@@ -17,7 +17,7 @@ def load_text_model(
     reference: str, task: Literal["causal_lm", "encoder"], params: dict[str, Any]
 ) -> tuple[Any, Any, str]:
     """(model, tokenizer, description) for `tiny_lm`, `minilm` or `hf:<name>`, in eval mode."""
-    from stages.artifacts.catalog import ensure_artifact
+    from stages.artifacts.catalogue import ensure_artifact
     from stages.artifacts.hub import hub_name, load_hub_model
 
     name = hub_name(reference)

@@ -169,7 +169,7 @@ class ModelChoiceConfig(ModelStageConfig):
 
 def load_classifier(config: ModelChoiceConfig) -> Any:
     """The `nn.Module` a model stage runs (CPU, float32), from its artefact."""
-    from stages.artifacts.catalog import ensure_artifact
+    from stages.artifacts.catalogue import ensure_artifact
     from stages.artifacts.torchvision_models import load_torchvision_model
     from stages.artifacts.vision import build_digits_cnn, load_digits_cnn
 

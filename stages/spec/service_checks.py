@@ -56,10 +56,9 @@ def check_services(
 
 
 def _check_artifact(name: str, at: tuple[int | str, ...]) -> list[SpecProblem]:
-    from stages.artifacts.catalog import BUILDERS
+    from stages.artifacts.catalogue import ARTIFACTS
 
-    if name in BUILDERS:
+    if name in ARTIFACTS:
         return []
-    known = ", ".join(sorted(BUILDERS)) or "none"
     where = format_location((*at, "model", "artifact"))
-    return [SpecProblem(where, f"unknown artefact '{name}'; known: {known}")]
+    return [SpecProblem(where, ARTIFACTS.unknown_message(name))]

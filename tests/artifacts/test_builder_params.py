@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
 
-from stages.artifacts.catalog import BUILDERS
+from stages.artifacts.catalogue import ARTIFACTS
 from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
 
 
@@ -33,7 +33,7 @@ def test_the_type_argument_sets_params_model() -> None:
 
 
 def test_every_catalogued_builder_validates_with_its_type_argument() -> None:
-    for name, builder in BUILDERS.items():
+    for name, builder in ARTIFACTS.entries().items():
         (declared,) = (
             get_args(base)[0]
             for base in type(builder).__orig_bases__  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import Field
 
-from stages.artifacts import catalog
+from stages.artifacts import catalogue
 from stages.artifacts.store import (
     METADATA,
     ArtifactBuilder,
@@ -125,9 +125,11 @@ def test_concurrent_workers_share_one_build(tmp_path: Path) -> None:
 
 
 def test_unknown_artefact_lists_known_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(catalog, "BUILDERS", {"count": CountBuilder(Path("unused"))})
+    only_count = catalogue.ArtifactRegistry()
+    only_count.register(CountBuilder(Path("unused")))
+    monkeypatch.setattr(catalogue, "ARTIFACTS", only_count)
     with pytest.raises(ArtifactError, match=r"unknown artefact 'nope'; known: count"):
-        catalog.ensure_artifact("nope")
+        catalogue.ensure_artifact("nope")
 
 
 def test_cli_build_errors_are_one_line_with_exit_2() -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from stages.artifacts import torchvision_models, vision
-from stages.artifacts.catalog import ensure_artifact
+from stages.artifacts.catalogue import ensure_artifact
 from stages.artifacts.store import ArtifactError, ArtifactStore
 from stages.library.datasets import DIGITS_SPLIT_SIZES
 

@@ -9,7 +9,7 @@ from typing import Any
 import dagster as dg
 
 from bench_defs.artifacts import artifact_assets
-from stages.artifacts.catalog import BUILDERS
+from stages.artifacts.catalogue import ARTIFACTS
 
 
 def _asset(name: str) -> dg.AssetsDefinition:
@@ -17,10 +17,10 @@ def _asset(name: str) -> dg.AssetsDefinition:
 
 
 def test_one_asset_per_builder_with_its_version() -> None:
-    assert {a.key.to_user_string() for a in artifact_assets} == set(BUILDERS)
+    assert {a.key.to_user_string() for a in artifact_assets} == set(ARTIFACTS.names())
     for asset in artifact_assets:
         assert asset.group_names_by_key[asset.key] == "artifacts"
-        assert asset.code_versions_by_key[asset.key] == BUILDERS[asset.key.path[-1]].version
+        assert asset.code_versions_by_key[asset.key] == ARTIFACTS.get(asset.key.path[-1]).version
 
 
 def test_prompts_asset_builds_then_finds(
@@ -39,7 +39,7 @@ def test_prompts_asset_builds_then_finds(
     )
     assert event.tags is not None
     assert event.tags["dagster/data_version"] == metadata["content_hash"]
-    assert event.tags["dagster/code_version"] == BUILDERS["prompts"].version
+    assert event.tags["dagster/code_version"] == ARTIFACTS.get("prompts").version
     # a second materialisation finds the same bytes: the same data version
     again = dg.materialize([_asset("prompts")], instance=instance, resources=resources)
     tags = again.get_asset_materialization_events()[0].materialization.tags or {}

@@ -12,14 +12,14 @@ import pytest
 
 from bench_defs.definitions import defs
 from bench_defs.specs import BenchmarkRunConfig
-from stages.artifacts.catalog import BUILDERS
+from stages.artifacts.catalogue import ARTIFACTS
 from tests.helpers import REPO
 
 
 def test_the_names_users_and_docs_rely_on() -> None:
     repository = defs.get_repository_def()
     keys = {key.to_user_string() for key in repository.asset_graph.get_all_asset_keys()}
-    assert set(BUILDERS) | {"benchmark_run", "warehouse"} <= keys
+    assert set(ARTIFACTS.names()) | {"benchmark_run", "warehouse"} <= keys
     assert {"throughput", "latency", "perf_per_watt", "contention"} <= keys
     assert {job.name for job in repository.get_all_jobs()} >= {"artifacts_job", "benchmark_job"}
     assert repository.get_sensor_def("spec_files_sensor").job_name == "benchmark_job"
@@ -27,7 +27,7 @@ def test_the_names_users_and_docs_rely_on() -> None:
     graph = repository.asset_graph
     # lineage: the benchmark depends on every artefact, the model on its dataset
     assert {k.to_user_string() for k in graph.get(dg.AssetKey("benchmark_run")).parent_keys} == (
-        set(BUILDERS)
+        set(ARTIFACTS.names())
     )
     assert dg.AssetKey("digits") in graph.get(dg.AssetKey("digits_cnn")).parent_keys
     checks = {(key.asset_key.to_user_string(), key.name) for key in graph.asset_check_keys}

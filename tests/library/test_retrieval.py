@@ -16,7 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from stages.artifacts import catalog
+from stages.artifacts import catalogue
 from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
 from stages.cli.app import app
 from stages.library.retrieval import (
@@ -144,6 +144,14 @@ class _FakeCorpusBuilder(ArtifactBuilder):
         return {"size": params.size}
 
 
+def _with_fake_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The artefact registry, for this test, with `fake_corpus` beside the real artefacts."""
+    registry = catalogue.ArtifactRegistry()
+    for builder in (*catalogue.ARTIFACTS.entries().values(), _FakeCorpusBuilder()):
+        registry.register(builder)
+    monkeypatch.setattr(catalogue, "ARTIFACTS", registry)
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [
@@ -167,7 +175,7 @@ class _FakeCorpusBuilder(ArtifactBuilder):
 def test_vector_bad_config_is_one_validation_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], message: str
 ) -> None:
-    monkeypatch.setitem(catalog.BUILDERS, "fake_corpus", _FakeCorpusBuilder())
+    _with_fake_corpus(monkeypatch)
     code, lines = validate_lines(
         tmp_path, {"id": "r", "type": "retrieval.vector", "config": config}
     )
@@ -180,7 +188,7 @@ def test_vector_bad_config_is_one_validation_line(
 def test_vector_resolves_a_corpus_artifact_in_prepare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(catalog.BUILDERS, "fake_corpus", _FakeCorpusBuilder())
+    _with_fake_corpus(monkeypatch)
     stage = make_stage(
         VectorRetrievalStage,
         {"corpus": "fake_corpus", "corpus_params": {"size": 12}, "k": 12},

@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from stages.artifacts.catalog import ensure_artifact
+from stages.artifacts.catalogue import ensure_artifact
 from stages.cli.app import app
 from stages.library import vision as vision_stages
 from stages.library.datasets import DIGITS_SPLIT_SIZES, DigitsDatasetStage, FakeImagesDatasetStage

@@ -39,12 +39,12 @@ def _params(pairs: list[str]) -> dict[str, Any]:
 @artifacts_app.command("list")
 def list_artifacts() -> None:
     """Every artefact name with what it is, and the builds found under $COLLOBENCH_HOME."""
-    from stages.artifacts.catalog import BUILDERS
+    from stages.artifacts.catalogue import ARTIFACTS
     from stages.artifacts.store import METADATA, ArtifactStore
 
     store = ArtifactStore()
     table = Table("name", "kind", "what", "built here (content hash: params)")
-    for name, builder in sorted(BUILDERS.items()):
+    for name, builder in ARTIFACTS.entries().items():
         builds = []
         for metadata_path in sorted((store.root / name).glob(f"*/{METADATA}")):
             metadata = json.loads(metadata_path.read_text())
@@ -64,7 +64,7 @@ def build(
     ] = None,
 ) -> None:
     """Build an artefact (or find it built) and print its folder and metadata."""
-    from stages.artifacts.catalog import ensure_artifact
+    from stages.artifacts.catalogue import ensure_artifact
     from stages.artifacts.store import ArtifactError
 
     started = time.monotonic()
