@@ -21,7 +21,7 @@ from bench_defs.specs import spec_partitions
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class MaterialisedRun:
     """What a `benchmark_run` materialisation recorded about its run."""
 
     run_id: str
@@ -38,7 +38,7 @@ def metadata_value(metadata: dict[str, Any], key: str) -> Any:
 
 def benchmark_runs(
     instance: dg.DagsterInstance, partition_key: str, limit: int = 2
-) -> list[RunRecord]:
+) -> list[MaterialisedRun]:
     """The latest `limit` materialisations of `benchmark_run` for a partition, newest first."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=benchmark_run.key, asset_partitions=[partition_key]),
@@ -52,7 +52,7 @@ def benchmark_runs(
         metadata = dict(materialization.metadata)
         run_id, run_dir = metadata_value(metadata, "run_id"), metadata_value(metadata, "run_dir")
         if run_id and run_dir:
-            runs.append(RunRecord(str(run_id), Path(str(run_dir)), record.run_id))
+            runs.append(MaterialisedRun(str(run_id), Path(str(run_dir)), record.run_id))
     return runs
 
 
@@ -67,7 +67,9 @@ RECENT = 20
 """How many recent materialisations are searched for this Dagster run's own."""
 
 
-def current_and_previous(context: dg.AssetExecutionContext) -> tuple[RunRecord, RunRecord | None]:
+def current_and_previous(
+    context: dg.AssetExecutionContext,
+) -> tuple[MaterialisedRun, MaterialisedRun | None]:
     """This Dagster run's own benchmark run when it materialised one, else the partition's
     latest; and the one materialised before it (or None). A Failure names the fix when the
     partition has none."""
@@ -79,7 +81,7 @@ def current_and_previous(context: dg.AssetExecutionContext) -> tuple[RunRecord, 
     return runs[index], runs[index + 1] if index + 1 < len(runs) else None
 
 
-def latest_run(context: dg.AssetExecutionContext) -> RunRecord:
+def latest_run(context: dg.AssetExecutionContext) -> MaterialisedRun:
     """The benchmark run a report reads (see `current_and_previous`)."""
     return current_and_previous(context)[0]
 

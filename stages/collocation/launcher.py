@@ -38,7 +38,7 @@ from stages.collocation.energy_notes import (
     measure_idle_baseline,
 )
 from stages.collocation.lifetime import ParentWatch, stop_reason
-from stages.collocation.manifest_writer import RunRecord, manifest_of, write_manifest
+from stages.collocation.manifest_writer import RunState, manifest_of, write_manifest
 from stages.collocation.phase_plan import COLLOCATED, phases_of, subset_phase_name, subsets_of
 from stages.collocation.preflight import (
     DEVICE_BUSY,
@@ -355,7 +355,7 @@ class Launcher:
         if ended_at is not None:
             self._probe.join(timeout_s=60)
         started_at, clock = self._started
-        record = RunRecord(
+        record = RunState(
             run_id=self.run_id,
             status=status,
             started_at=started_at,

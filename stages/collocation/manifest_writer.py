@@ -20,7 +20,7 @@ from stages.spec.models import BenchmarkSpec
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class RunState:
     """What the manifest records besides the spec: the run's state at the time of writing."""
 
     run_id: str
@@ -36,7 +36,7 @@ class RunRecord:
     host: str | None = None  # the host id (stages.settings.host_id)
 
 
-def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunRecord) -> dict[str, Any]:
+def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunState) -> dict[str, Any]:
     """The manifest: `loaded` as given, `spec` with its files resolved (what ran)."""
     return {
         "format_version": FORMAT_VERSION,

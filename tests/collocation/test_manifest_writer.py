@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stages.collocation.manifest_writer import RunRecord, manifest_of, write_manifest
+from stages.collocation.manifest_writer import RunState, manifest_of, write_manifest
 from stages.collocation.results import PipelineOutcome
 from stages.rundir.layout import MANIFEST
 from stages.rundir.manifest import ManifestError, PipelineResult, read_manifest
@@ -19,8 +19,8 @@ from stages.spec.loading import load_spec
 from tests.helpers import REPO
 
 
-def _record(results: list[PipelineOutcome]) -> RunRecord:
-    return RunRecord(
+def _record(results: list[PipelineOutcome]) -> RunState:
+    return RunState(
         run_id="run-1",
         status="running",
         started_at="2026-01-01T00:00:00+00:00",

@@ -133,11 +133,11 @@ def test_asset_graph_and_run_page_render(ui: Ui, tmp_path: Path) -> None:
     run_id = runs[0].run_id
     profile = tmp_path / "chromium"
 
-    catalog = render(f"{ui.base_url}/assets", tmp_path / "assets.png", profile)
+    assets_page = render(f"{ui.base_url}/assets", tmp_path / "assets.png", profile)
     for name in ("benchmark_run", "warehouse", "latency", "throughput", "prompts", "tiny_lm"):
-        assert name in catalog, name
-    assert "Materialized" in catalog  # the prompts artefact
-    assert "Never materialized" in catalog  # the artefacts the tiny spec does not use
+        assert name in assets_page, name
+    assert "Materialized" in assets_page  # the prompts artefact
+    assert "Never materialized" in assets_page  # the artefacts the tiny spec does not use
 
     lineage = render(f"{ui.base_url}/asset-groups", tmp_path / "lineage.png", profile)
     for group in ("artifacts", "benchmark", "reports"):
