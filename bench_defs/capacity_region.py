@@ -27,7 +27,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field
 
-from bench_defs.capacity import (
+from bench_defs.capacity_assets import (
     CAPACITY_PARTITIONS,
     REGION_TAG,
     TARGET_TAG,

@@ -18,7 +18,7 @@ import dagster as dg
 
 from bench_defs.artifacts import artifact_assets
 from bench_defs.benchmark import benchmark_run
-from bench_defs.capacity import CapacitySearchResource, capacity, capacity_job
+from bench_defs.capacity_assets import CapacitySearchResource, capacity, capacity_job
 from bench_defs.capacity_region import capacity_region_job, capacity_region_sensor
 from bench_defs.jobs import artifacts_job, benchmark_job
 from bench_defs.reports import report_assets

@@ -183,7 +183,7 @@ def await_region(cluster: Cluster, identifier: str, runs: int, timeout_s: float)
     all that exist ended and one failed (the rays never come then); run id -> record."""
     from dagster import RunsFilter
 
-    from bench_defs.capacity import REGION_TAG
+    from bench_defs.capacity_assets import REGION_TAG
 
     deadline = time.monotonic() + timeout_s
     with instance(cluster) as dagster_instance:

@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from bench_defs.capacity import (
+from bench_defs.capacity_assets import (
     CAPACITY_PARTITIONS,
     TARGET_TAG,
     CapacityConfig,

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from bench_defs.capacity import TARGET_TAG
+from bench_defs.capacity_assets import TARGET_TAG
 from bench_defs.pools import POOL_TAG, Pool, load_pools, pool_tags
 from bench_defs.specs import MAX_RUNTIME_TAG, SPEC_PARTITIONS
 from stages.capacity.region_store import read_region

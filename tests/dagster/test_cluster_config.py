@@ -101,7 +101,7 @@ def test_status_of_a_cluster_not_up_exits_1(capsys: pytest.CaptureFixture[str]) 
 def test_every_host_and_dagster_process_writes_results_to_one_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench_defs.capacity import CapacitySearchResource
+    from bench_defs.capacity_assets import CapacitySearchResource
     from bench_defs.cluster.dagster_procs import dagster_env, worker_env
     from bench_defs.cluster.layout import Layout
     from bench_defs.resources import CollobenchResource, WarehouseResource

@@ -20,7 +20,7 @@ from dagster._core.remote_origin import (
 from dagster._core.test_utils import create_run_for_test
 
 from bench_defs.benchmark import benchmark_run
-from bench_defs.capacity import CAPACITY_PARTITIONS, CapacitySearchResource, capacity
+from bench_defs.capacity_assets import CAPACITY_PARTITIONS, CapacitySearchResource, capacity
 from bench_defs.capacity_region import (
     RegionRequest,
     add_region_partitions,

@@ -1,4 +1,5 @@
-"""`capacity`: one capacity search per dynamic partition `<spec>|<target>` (capacity_keys).
+"""The `capacity` asset: one capacity search per dynamic partition `<spec>|<target>`
+(capacity_keys).
 
 Materialising a partition runs `collobench capacity` in a Pipes child in its own process group
 (`bench_defs.capacity_runner`, started by `GroupPipesClient` as `benchmark_run` is), writing
