@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from bench_defs import checks
+from bench_defs import warehouse_checks
 from bench_defs.benchmark import BENCHMARK_GROUP, benchmark_run
 from bench_defs.resources import WarehouseResource
 from bench_defs.specs import spec_partitions
@@ -91,7 +91,7 @@ def latest_run(context: dg.AssetExecutionContext) -> MaterialisedRun:
     deps=[benchmark_run],
     group_name=BENCHMARK_GROUP,
     kinds={"duckdb"},
-    check_specs=checks.check_specs("warehouse"),
+    check_specs=warehouse_checks.check_specs("warehouse"),
     description="The partition's latest benchmark run loaded into the DuckDB warehouse "
     "(idempotent), with report.md, its plots and trace.json written beside the run; checks: "
     "validity, SLO verdicts, regression and reproducibility against the previous "
@@ -106,7 +106,7 @@ def warehouse(
     current, previous = current_and_previous(context)
     loaded = duckdb_warehouse.load([current.run_dir])[0]
     with duckdb_warehouse.reader() as connection:
-        known = checks.loaded_run(connection, previous.run_id) if previous else None
+        known = warehouse_checks.loaded_run(connection, previous.run_id) if previous else None
     if previous is not None and known is None and previous.run_dir.is_dir():
         duckdb_warehouse.load([previous.run_dir])
     files = write_report(duckdb_warehouse.db_path(), current.run_id)
@@ -114,9 +114,9 @@ def warehouse(
     previous_id = previous.run_id if previous else None
     with duckdb_warehouse.reader() as connection:
         results = [
-            checks.validity_result(connection, current.run_id),
-            checks.slo_result(connection, current.run_id),
-            *checks.comparison_results(connection, previous_id, current.run_id),
+            warehouse_checks.validity_result(connection, current.run_id),
+            warehouse_checks.slo_result(connection, current.run_id),
+            *warehouse_checks.comparison_results(connection, previous_id, current.run_id),
         ]
     return dg.MaterializeResult(
         metadata={

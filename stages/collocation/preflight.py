@@ -16,7 +16,7 @@ from stages.spec.models import BenchmarkSpec
 
 PROBE_TIMEOUT_S = 120.0  # the environment probe must end before the first load window
 DEVICE_BUSY = "device_busy"  # the run status when the pre-flight refuses a busy device
-FOREIGN_PROCESS = "foreign compute process on the GPU"  # bench_defs.checks matches this
+FOREIGN_PROCESS = "foreign compute process on the GPU"  # bench_defs.warehouse_checks matches this
 
 
 class DeviceInUse(LaunchError):

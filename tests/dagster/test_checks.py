@@ -21,7 +21,7 @@ import pytest
 
 from analysis.db import connect_read_only
 from analysis.loader import load_runs
-from bench_defs import checks
+from bench_defs import warehouse_checks
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
@@ -89,7 +89,7 @@ def warehouse(tmp_path: Path, *run_dirs: Path) -> Iterator[duckdb.DuckDBPyConnec
 
 def test_validity_passes_on_a_good_run(good_run: Path, tmp_path: Path) -> None:
     with warehouse(tmp_path, good_run) as connection:
-        result = checks.validity_result(connection, "good")
+        result = warehouse_checks.validity_result(connection, "good")
     assert result.passed, result.metadata["problems"]
 
 
@@ -148,7 +148,7 @@ def test_validity_fails_on_a_crafted_bad_run(
     }
     bad = clone(good_run, f"bad-{tmp_path.name}", edit, select)
     with warehouse(tmp_path, bad) as connection:
-        result = checks.validity_result(connection, bad.name)
+        result = warehouse_checks.validity_result(connection, bad.name)
     assert not result.passed
     assert expected in str(result.metadata["problems"].value)
 
@@ -172,9 +172,9 @@ def test_regression_and_reproducibility_pass_on_a_rerun_that_agrees(
 ) -> None:
     twin = clone(good_run, f"twin-{tmp_path.name}")
     with warehouse(tmp_path, good_run, twin) as connection:
-        regression = checks.regression_result(connection, "good", twin.name)
-        reproduced = checks.reproducibility_result(connection, "good", twin.name)
-        first = checks.regression_result(connection, None, "good")
+        regression = warehouse_checks.regression_result(connection, "good", twin.name)
+        reproduced = warehouse_checks.reproducibility_result(connection, "good", twin.name)
+        first = warehouse_checks.regression_result(connection, None, "good")
     assert regression.passed and regression.metadata["compared_with"].value == "good"
     assert reproduced.passed, reproduced.metadata["problems"]
     assert first.passed and "no previous" in str(first.description)
@@ -195,7 +195,7 @@ def test_regression_fails_when_latency_got_worse(
     monkeypatch.setattr(analysis.compare, "compare_connection", counted)
     slow = clone(good_run, f"slow-{tmp_path.name}", select={"queries": _SLOWER})
     with warehouse(tmp_path, good_run, slow) as connection:
-        result, reproduced = checks.comparison_results(connection, "good", slow.name)
+        result, reproduced = warehouse_checks.comparison_results(connection, "good", slow.name)
     assert comparisons == [slow.name]  # both checks read one comparison
     assert not result.passed
     assert "latency" in str(result.metadata["regressions"].value)
@@ -206,7 +206,7 @@ def test_regression_fails_when_latency_got_worse(
 def test_reproducibility_fails_on_another_schedule(good_run: Path, tmp_path: Path) -> None:
     moved = clone(good_run, f"moved-{tmp_path.name}", select={"queries": _RESCHEDULED})
     with warehouse(tmp_path, good_run, moved) as connection:
-        result = checks.reproducibility_result(connection, "good", moved.name)
+        result = warehouse_checks.reproducibility_result(connection, "good", moved.name)
     assert not result.passed
     assert "scheduled arrivals differ" in str(result.metadata["problems"].value)
 
@@ -214,8 +214,8 @@ def test_reproducibility_fails_on_another_schedule(good_run: Path, tmp_path: Pat
 def test_runs_of_another_spec_are_not_compared(good_run: Path, tmp_path: Path) -> None:
     other = clone(good_run, f"other-{tmp_path.name}", lambda m: m.update(spec_hash="0" * 64))
     with warehouse(tmp_path, good_run, other) as connection:
-        regression = checks.regression_result(connection, "good", other.name)
-        reproduced = checks.reproducibility_result(connection, "good", other.name)
+        regression = warehouse_checks.regression_result(connection, "good", other.name)
+        reproduced = warehouse_checks.reproducibility_result(connection, "good", other.name)
     assert regression.passed and "not comparable" in str(regression.description)
     assert reproduced.passed and "not comparable" in str(reproduced.description)
 
@@ -238,12 +238,12 @@ def test_the_time_between_two_solo_baselines_is_not_a_telemetry_gap(tmp_path: Pa
         return run.write()
 
     with warehouse(tmp_path, build("20260101-000000-apart", None)) as connection:
-        problems = checks.validity_problems(connection, "20260101-000000-apart")
+        problems = warehouse_checks.validity_problems(connection, "20260101-000000-apart")
     assert not [problem for problem in problems if "telemetry gap" in problem], problems
     with warehouse(
         tmp_path / "hole", build("20260101-000000-hole", (2 * SECOND_NS, 3 * SECOND_NS))
     ) as connection:
-        problems = checks.validity_problems(connection, "20260101-000000-hole")
+        problems = warehouse_checks.validity_problems(connection, "20260101-000000-hole")
     gaps = [problem for problem in problems if "telemetry gap" in problem]
     assert gaps == [
         "trial 0 solo b: host telemetry gap of 1100 ms in the load window "
@@ -297,7 +297,7 @@ def test_slo_check_warns_on_a_missed_slo_and_lists_undecided_ones(
     queries: too few to prove it, undecided (listed, passes). Six times the queries: met."""
     run_dir = _slo_run(good_run, f"slo-{tmp_path.name}", slo_ms, select)
     with warehouse(tmp_path, run_dir) as connection:
-        result = checks.slo_result(connection, run_dir.name)
+        result = warehouse_checks.slo_result(connection, run_dir.name)
     assert (result.passed, result.severity) == (passed, dg.AssetCheckSeverity.WARN)
     assert str(result.description).startswith(expected), result.description
     assert result.metadata[verdict].value == 1
@@ -306,5 +306,5 @@ def test_slo_check_warns_on_a_missed_slo_and_lists_undecided_ones(
 
 def test_slo_check_passes_a_run_without_an_slo(good_run: Path, tmp_path: Path) -> None:
     with warehouse(tmp_path, good_run) as connection:
-        result = checks.slo_result(connection, "good")
+        result = warehouse_checks.slo_result(connection, "good")
     assert result.passed and result.description == "no pipeline of this run has an SLO"

@@ -21,7 +21,7 @@ import yaml
 
 from analysis.db import connect_read_only
 from analysis.loader import load_runs
-from bench_defs import checks
+from bench_defs import warehouse_checks
 from stages.rundir.tables import read_table
 from tests.helpers import REPO, spec_doc
 
@@ -184,7 +184,7 @@ def fresh_warehouse(db: Path, run_dir: Path) -> Iterator[Any]:
 def validity(connection: Any, run_id: str) -> tuple[bool, str]:
     """The Dagster `validity` check, as the warehouse asset runs it: (passed, description and
     every problem)."""
-    result = checks.validity_result(connection, run_id)
+    result = warehouse_checks.validity_result(connection, run_id)
     problems = result.metadata["problems"]
     return result.passed, f"{result.description}\n{getattr(problems, 'value', problems)}"
 
