@@ -141,14 +141,14 @@ def _metadata_float(entry: Any) -> float | None:
 
 
 @dataclass(frozen=True)
-class SoloCapacity:
+class MaterialisedSoloCapacity:
     """What a ray takes from a solo partition's latest materialisation."""
 
     capacity_qps: float
     search_id: str
 
 
-def solo_capacity(instance: dg.DagsterInstance, key: str) -> SoloCapacity:
+def solo_capacity(instance: dg.DagsterInstance, key: str) -> MaterialisedSoloCapacity:
     """The capacity a ray scales by (as the region CLI does): the certified_qps of the latest
     materialisation of a solo partition, else its estimate_qps, and its search id; a Failure
     naming the partition to materialise first when there is none, or when it found neither."""
@@ -166,7 +166,9 @@ def solo_capacity(instance: dg.DagsterInstance, key: str) -> SoloCapacity:
     for name in ("certified_qps", "estimate_qps"):
         value = _metadata_float(metadata.get(name))
         if value is not None and value > 0:
-            return SoloCapacity(value, str(getattr(metadata.get("search_id"), "value", "")))
+            return MaterialisedSoloCapacity(
+                value, str(getattr(metadata.get("search_id"), "value", ""))
+            )
     raise dg.Failure(
         f"the latest solo search of {key!r} found no capacity (stop reason "
         f"{getattr(metadata.get('stop_reason'), 'value', '?')}): the region has no extent "

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, model_validator
 
 from stages.library.http_wire import ConnectionPool, HttpError, Response
-from stages.library.openai_stream import Completion, SseReader, StreamError, excerpt
+from stages.library.openai_stream import SseReader, StreamedCompletion, StreamError, excerpt
 from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
 from stages.runtime.query import Query
@@ -200,7 +200,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         texts, batched = prompt_texts(payload, self.config.text_field, self.config.use_documents)
         if batched:
             raise ValueError(f"one prompt per query, got a list of {len(texts)}")
-        completion = Completion(self.config.api == "chat")
+        completion = StreamedCompletion(self.config.api == "chat")
         try:
             async with asyncio.timeout(self.config.timeout_s):
                 await self._request(self._body(texts[0]), completion)
@@ -224,7 +224,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         text = f"{self.url}: {excerpt(text)}"
         return text.replace(self._secret, "***") if self._secret else text
 
-    async def _request(self, body: bytes, completion: Completion) -> None:
+    async def _request(self, body: bytes, completion: StreamedCompletion) -> None:
         assert self._pool is not None, "start_async makes the connection pool"
         head = self._head_start + b"%d\r\n\r\n" % len(body)
         response = await self._pool.request(head, body)
@@ -242,7 +242,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         finally:
             self._pool.release(response, complete)
 
-    def _record(self, query: Query, visit: int, completion: Completion) -> None:
+    def _record(self, query: Query, visit: int, completion: StreamedCompletion) -> None:
         arrivals = completion.arrivals_ns
         query.first_token_ns = arrivals[0] if arrivals else None
         # Not streamed, the body is one chunk: only the server's usage counts tokens.
@@ -258,7 +258,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         self.context.write_rows("token_events", rows)
 
 
-async def _read_stream(response: Response, completion: Completion) -> None:
+async def _read_stream(response: Response, completion: StreamedCompletion) -> None:
     """Parse a streamed response as it arrives; events carry their segment's arrival time."""
     reader = SseReader(MAX_EVENT_BYTES)
     feed, add_event, piece = reader.feed, completion.add_event, response.piece_nowait

@@ -97,7 +97,7 @@ def _choice_text(choice: dict[str, Any], chat: bool) -> Any:
     return part.get("content") if type(part) is dict else None
 
 
-class Completion:
+class StreamedCompletion:
     """What a response said so far: the text pieces, when each content chunk arrived
     (monotonic ns), whether a choice finished or `[DONE]` came, and the server's usage."""
 

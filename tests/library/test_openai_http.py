@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from stages.library.http_wire import ChunkedDecoder, HttpError
 from stages.library.openai_http import OpenAIConfig, OpenAIRequestError, OpenAIStage
-from stages.library.openai_stream import Completion, SseReader, StreamError
+from stages.library.openai_stream import SseReader, StreamedCompletion, StreamError
 from stages.runtime.recorder import Recorder
 from stages.runtime.stage import StageContext
 from stages.spec.models import PipelineSpec
@@ -105,7 +105,7 @@ def test_the_sse_reader_refuses_an_event_past_its_bound() -> None:
 
 
 def test_chunks_that_are_not_completions_are_malformed_or_the_servers_error() -> None:
-    completion = Completion(chat=True)
+    completion = StreamedCompletion(chat=True)
     with pytest.raises(StreamError, match="not a JSON object"):
         completion.add_event(b"[1, 2]", 0)
     with pytest.raises(StreamError, match="a choice is not an object"):
