@@ -19,7 +19,8 @@ import pandas as pd
 from analysis import plots
 from analysis.db import connect_read_only
 from analysis.report import latest_run_id, report
-from analysis.report_catalogue import CATALOGUE, MARKDOWN_NUMBERS, PLOTS
+from analysis.report_catalogue import CATALOGUE, PLOTS
+from analysis.report_entries import MARKDOWN_NUMBERS
 
 REPORT_NAME = "report.md"
 
