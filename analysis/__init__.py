@@ -1,4 +1,7 @@
-"""Analysis of run directories: DuckDB schema and views (SQL files), loader, reports.
+"""Analysis of run directories: the DuckDB warehouse (SQL files, loader) and the reports on it.
 
-Depends on nothing of ours but the run-directory file contract.
+Warehouse side: db, view_manifest, catalogue, warehouse_runs, loader, summaries, definitions_db,
+migrations, export. Reports side: report_entries, report_catalogue, views_not_per_run, report,
+report_file, plots, contention_plot, trace, compare. Depends on nothing of ours but the leaf
+contracts (stages.rundir, stages.contracts; tests/test_layering.py).
 """

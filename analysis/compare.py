@@ -1,15 +1,18 @@
 """Run B against run A: the change in throughput and in p50/p99 latency, with intervals.
 
-`compare_runs()` is what `collobench compare RUN_A RUN_B` prints and what a regression check
-(Dagster's, later) can call: one row per (trial, phase, pipeline, metric), plus a row over the
-trials (trial NULL) when both runs have two or more, each with the ratio B / A, its 95% interval
-and a verdict ('faster', 'slower', 'no measurable change'), and the host each run ran on
-(`a_host`, `b_host`: runs from several hosts share one warehouse). Every figure is computed in SQL
-(`analysis/sql/compare.sql`) from the `throughput` and `latency` views, with the interval
-machinery of `contention` and `contention_by_run`, so the numbers agree with the report.
+`compare_runs()` is what `collobench compare RUN_A RUN_B` prints (COMPARISON_TERMINAL under
+COMPARISON_TITLE); the Dagster regression check (bench_defs.checks) calls `compare_connection()`
+on its own read-only connection and fails on the rows `regressions()` keeps (COMPARISON_MARKDOWN).
+A comparison has one row per (trial, phase, pipeline, metric), plus a row over the trials
+(trial NULL) when both runs have two or more trials in common, each with the ratio B / A, its
+95% interval and a verdict ('faster', 'slower', 'no measurable change'), and the host each run
+ran on (`a_host`, `b_host`: runs from several hosts share one warehouse). Every figure is
+computed in SQL (`analysis/sql/compare.sql`) from the `phase_figures` view (each phase's
+`throughput` and `latency`), with the interval machinery of `contention` and
+`contention_by_run`, so the numbers agree with the report.
 
-Two runs of different specs measure different things: comparing them is refused unless the
-caller says so (`allow_different_specs=True`).
+Two runs of different specs measure different things: comparing them raises SpecMismatch
+unless the caller says so (`allow_different_specs=True`); a run not loaded raises UnknownRun.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import duckdb
 import pandas as pd
 
 from analysis.db import connect_read_only, require_read_only, sql_text
+from analysis.report_entries import MarkdownColumns, names
 
 # The columns of a comparison, in order (see analysis/sql/compare.sql for their definitions).
 COLUMNS = [
@@ -40,6 +44,28 @@ COLUMNS = [
     "a_host",
     "b_host",
 ]
+
+
+# What `collobench compare` shows (of COLUMNS; ratio_ci_low/high fold into the ratio's cell),
+# under a title naming run B and run A.
+COMPARISON_TITLE = (
+    "{run_b} (B, host {host_b}) against {run_a} (A, host {host_a}): ratio B / A "
+    "[95% interval]; trial 'all' = over the trials"
+)
+COMPARISON_TERMINAL = names(
+    "trial phase pipeline metric a_value b_value ratio ratio_ci_low ratio_ci_high verdict "
+    "a_failed_queries b_failed_queries ci_method"
+)
+# The Dagster regression check's Markdown table of the figures that got worse: run A is the
+# partition's previous run, run B this one (bench_defs.checks).
+COMPARISON_MARKDOWN: MarkdownColumns = (
+    *((key, key) for key in ("trial", "phase", "pipeline")),
+    ("metric", "metric"),
+    ("previous", "a_value"),
+    ("this run", "b_value"),
+    ("ratio", "ratio|ratio_ci_low|ratio_ci_high"),
+    ("verdict", "verdict"),
+)
 
 
 class UnknownRun(LookupError):

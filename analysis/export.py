@@ -19,7 +19,6 @@ import decimal
 import io
 import json
 import math
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -54,34 +53,48 @@ def query_arrow(db_path: Path | str, sql: str) -> pa.Table:
 def json_value(value: Any) -> Any:
     """One value made JSON-safe (see the module docstring for the rules)."""
     if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return value
+        return _json_float(value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, decimal.Decimal):
-        return json_value(float(value))
+        return _json_float(float(value))
+    if isinstance(value, (dict, list, tuple)):
+        return _json_container(value)
+    return _json_scalar(value)
+
+
+def _json_float(value: float) -> float | str | None:
+    """NaN as null, the infinities as "inf" and "-inf", any other float as it is."""
+    if math.isnan(value):
+        return None
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _json_scalar(value: Any) -> Any:
+    """Times as ISO 8601 text, durations in seconds, bytes as hex, anything else as str()."""
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
-    if isinstance(value, uuid.UUID):
-        return str(value)
+    return str(value)  # a UUID among others
+
+
+def _json_container(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Any:
+    """A dict or a MAP (Arrow gives a list of (key, value) tuples) as an object; a list or a
+    tuple as an array."""
     if isinstance(value, dict):
         return {str(key): json_value(item) for key, item in value.items()}
     if (
         isinstance(value, list)
         and value
         and all(isinstance(item, tuple) and len(item) == 2 for item in value)
-    ):  # Arrow gives a MAP value as a list of (key, value) tuples: an object
+    ):
         return {str(key): json_value(item) for key, item in value}
-    if isinstance(value, (list, tuple)):
-        return [json_value(item) for item in value]
-    return str(value)
+    return [json_value(item) for item in value]
 
 
 def table_rows(table: pa.Table) -> list[tuple[Any, ...]]:

@@ -29,7 +29,8 @@ import duckdb
 from analysis import catalogue, migrations, summaries
 from analysis.catalogue import CatalogueError
 from analysis.db import Notify, connect_writer, sql_text, to_stderr, writer_lock
-from analysis.summaries import RunRecord
+from analysis.view_manifest import summary_tables
+from analysis.warehouse_runs import WarehouseRun, insert_runs
 from stages.rundir.layout import MANIFEST, PARTS, TABLES
 from stages.rundir.manifest import (
     Manifest,
@@ -111,7 +112,7 @@ def _spill_parent(db: Path | str) -> Path | None:
 
 def prepare_run(
     run_dir: Path, manifest: dict[str, Any], tables: tuple[str, ...] = TABLES
-) -> RunRecord:
+) -> WarehouseRun:
     """A run directory's `runs` row and validated files (`tables` only), ready to summarise
     and publish; nothing is written. LoadError (one line) for a file that cannot be used."""
     typed = parse_manifest(manifest, run_dir / MANIFEST)
@@ -119,7 +120,7 @@ def prepare_run(
         files = catalogue.run_files(run_dir, typed.run_id, tables)
     except CatalogueError as error:
         raise LoadError(str(error)) from None
-    return RunRecord(
+    return WarehouseRun(
         run_id=typed.run_id,
         name=typed.name,
         spec_hash=typed.spec_hash,
@@ -135,7 +136,7 @@ def prepare_run(
 
 def publish(
     connection: duckdb.DuckDBPyConnection,
-    runs: list[RunRecord],
+    runs: list[WarehouseRun],
     summary_rows: dict[str, Any],
     tables: tuple[str, ...] = TABLES,
 ) -> list[LoadResult]:
@@ -153,9 +154,7 @@ def publish(
     try:
         for table in ("runs", "run_files"):
             connection.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?))", [run_ids])
-        for run in runs:
-            connection.execute(sql_text("insert_run.sql"), run.parameters())
-        catalogue.insert_files(connection, (file for run in runs for file in run.files))
+        insert_runs(connection, runs)
         summaries.store(connection, run_ids, summary_rows)
         catalogue.create_raw_views(connection)
         connection.execute("COMMIT")
@@ -224,7 +223,7 @@ def publish_forget(connection: duckdb.DuckDBPyConnection, run_ids: list[str]) ->
     """Delete these runs' rows from every stored table and regenerate the raw views."""
     connection.execute("BEGIN TRANSACTION")
     try:
-        for table in ("runs", "run_files", *summaries.summary_tables()):
+        for table in ("runs", "run_files", *summary_tables()):
             connection.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?))", [run_ids])
         catalogue.create_raw_views(connection)
         connection.execute("COMMIT")

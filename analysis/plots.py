@@ -5,7 +5,8 @@ Each `plot_*` function reads its data over a read-only connection (the SQL lives
 the path, or None when the run has nothing to draw (no collocated phase: no contention heatmap).
 The figures are the ones a reader wants first: how latency is distributed (CDF), what happened
 over time (throughput, power and CPU on one time axis with the load windows marked), where a
-query's time goes per stage, and what collocation cost each pipeline (with intervals).
+query's time goes per stage, and what collocation cost each pipeline (with intervals: drawn by
+analysis.contention_plot).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.colors import TwoSlopeNorm
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from analysis.db import sql_text
@@ -85,7 +85,8 @@ def gapped(t: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return np.insert(times, cut, np.nan), np.insert(values, cut, np.nan)
 
 
-def _save(figure: Any, path: Path) -> Path:
+def save(figure: Any, path: Path) -> Path:
+    """Write `figure` as a PNG at `path` and close it; returns the path."""
     figure.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(figure)
     return path
@@ -139,7 +140,7 @@ def plot_latency_cdf(connection: duckdb.DuckDBPyConnection, run_id: str, path: P
         axis.legend(fontsize=8, loc="lower right")
     axes[0][0].set_ylabel("share of measured queries done ok")
     figure.suptitle("Latency CDF (warm-up excluded; dots: p50 and p99)", fontsize=10)
-    return _save(figure, path)
+    return save(figure, path)
 
 
 def _mark_windows(axis: Axes, windows: pd.DataFrame, label: bool) -> None:
@@ -176,14 +177,26 @@ def plot_timeline(connection: duckdb.DuckDBPyConnection, run_id: str, path: Path
     except LookupError:
         return None  # a run cut short before its first query or sample: nothing to draw
     params = {"run_id": run_id, "origin_ns": base.origin_ns}
-    throughput = _frame(connection, "throughput_timeline", bin_s=base.bin_s, **params)
-    power = _frame(connection, "power_timeline", **params)
-    cpu = _frame(connection, "cpu_timeline", **params)
     windows = _frame(connection, "windows", **params)
     figure, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 7.5), sharex=True)
+    _throughput_panel(top, _frame(connection, "throughput_timeline", bin_s=base.bin_s, **params))
+    top.set_ylabel(f"completed q/s\n({base.bin_s:g} s bins)")
+    _power_panel(middle, _frame(connection, "power_timeline", **params))
+    _cpu_panel(bottom, _frame(connection, "cpu_timeline", **params))
+    for axis in (top, middle, bottom):
+        _mark_windows(axis, windows, label=axis is top)
+        axis.grid(True, alpha=0.3)
+        _dedup_legend(axis)
+    figure.suptitle("Throughput, power and CPU over time (shaded: load windows)", fontsize=10)
+    figure.tight_layout()
+    return save(figure, path)
+
+
+def _throughput_panel(axis: Axes, throughput: pd.DataFrame) -> None:
+    """Completions per bin, a step line per pipeline and (trial, phase)."""
     for pipeline, series in throughput.groupby("pipeline", sort=True):
         for _, part in series.groupby(["trial", "phase"], sort=True):
-            top.plot(
+            axis.plot(
                 part["t_s"],
                 part["queries_per_s"],
                 drawstyle="steps-post",
@@ -191,44 +204,44 @@ def plot_timeline(connection: duckdb.DuckDBPyConnection, run_id: str, path: Path
                 label=str(pipeline),
                 color=_colour(str(pipeline)),
             )
-    top.set_ylabel(f"completed q/s\n({base.bin_s:g} s bins)")
+
+
+def _power_panel(axis: Axes, power: pd.DataFrame) -> None:
+    """Power per device (its energy sources named), or a note that nothing measured it."""
     for device, series in power.groupby("device", sort=True):
         sources = ", ".join(sorted(series["energy_source"].dropna().unique()))
         for _, part in series.groupby(["trial", "phase"], sort=True):
-            middle.plot(
+            axis.plot(
                 *gapped(part["t_s"], part["power_w"]),
                 lw=1,
                 label=f"{device} ({sources})",
                 color=_colour(str(device)),
             )
-    middle.set_ylabel("power (W)")
+    axis.set_ylabel("power (W)")
     if power.empty:
-        middle.text(
+        axis.text(
             0.5,
             0.5,
             "no energy source (no NVML, RAPL or power model)",
-            transform=middle.transAxes,
+            transform=axis.transAxes,
             ha="center",
             va="center",
             color="grey",
         )
+
+
+def _cpu_panel(axis: Axes, cpu: pd.DataFrame) -> None:
+    """CPU use per series (host, workers), broken where a sampler paused."""
     for name, series in cpu.groupby("series", sort=True):
         for _, part in series.groupby(["trial", "phase"], sort=True):
-            bottom.plot(
+            axis.plot(
                 *gapped(part["t_s"], part["cpu_util"]),
                 lw=1,
                 label=str(name),
                 color=_colour(str(name)),
             )
-    bottom.set_ylabel("CPU (%)")
-    bottom.set_xlabel("time since the run's first recorded instant (s)")
-    for axis in (top, middle, bottom):
-        _mark_windows(axis, windows, label=axis is top)
-        axis.grid(True, alpha=0.3)
-        _dedup_legend(axis)
-    figure.suptitle("Throughput, power and CPU over time (shaded: load windows)", fontsize=10)
-    figure.tight_layout()
-    return _save(figure, path)
+    axis.set_ylabel("CPU (%)")
+    axis.set_xlabel("time since the run's first recorded instant (s)")
 
 
 _PALETTE = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -291,131 +304,4 @@ def plot_stage_breakdown(
     axis.set_title(
         "Stage breakdown: queue wait, join wait and service (warm-up excluded)", fontsize=10
     )
-    return _save(figure, path)
-
-
-# Heatmap columns: (figure, interval low, interval high, verdict, title).
-_CONTENTION_COLUMNS = [
-    (
-        "throughput_ratio",
-        "throughput_ratio_ci_low",
-        "throughput_ratio_ci_high",
-        "throughput_verdict",
-        "throughput ratio\n(collocated / solo)",
-    ),
-    ("p50_slowdown", "p50_slowdown_ci_low", "p50_slowdown_ci_high", "p50_verdict", "p50 slowdown"),
-    ("p99_slowdown", "p99_slowdown_ci_low", "p99_slowdown_ci_high", "p99_verdict", "p99 slowdown"),
-]
-
-
-def contention_rows(connection: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """The contention figures to show: `contention_by_run` (intervals over trials) when the run
-    has two trials or more, else `contention` (batch-means intervals within the trial); a
-    `row` column names each row. A run with subset phases (`collocated:a+b`) gets a row per
-    pipeline and co-runner set, named "a with b" ("a with all others" for the full set)."""
-    by_run = connection.execute(
-        "SELECT * FROM contention_by_run WHERE run_id = ? ORDER BY pipeline, phase", [run_id]
-    ).df()
-    if not by_run.empty and int(by_run["trials"].max()) >= 2:
-        by_run["row"] = _with_co_runners(by_run) + " (" + by_run["trials"].astype(str) + " trials)"
-        return by_run
-    frame = connection.execute(
-        "SELECT * FROM contention WHERE run_id = ? ORDER BY pipeline, phase, trial", [run_id]
-    ).df()
-    if frame["trial"].nunique() > 1:
-        frame["row"] = _with_co_runners(frame) + " (trial " + frame["trial"].astype(str) + ")"
-    else:
-        frame["row"] = _with_co_runners(frame)
-    return frame
-
-
-def _with_co_runners(frame: pd.DataFrame) -> pd.Series:
-    """Each row's pipeline, with its co-runners when the run has subset phases."""
-    if not frame["phase"].str.startswith("collocated:").any():
-        return frame["pipeline"].astype(str)
-    names = []
-    for phase, pipeline in zip(frame["phase"], frame["pipeline"], strict=True):
-        others = [p for p in str(phase).partition(":")[2].split("+") if p and p != pipeline]
-        names.append(f"{pipeline} with {'+'.join(others) or 'all others'}")
-    return pd.Series(names, index=frame.index)
-
-
-def _cell_text(value: float, low: float, high: float, verdict: Any) -> str:
-    if value is None or pd.isna(value):
-        return "-"
-    if math.isinf(value):
-        return "inf\nslower"
-    text = f"{value:.3f}"
-    if not (pd.isna(low) or pd.isna(high)):
-        text += f"\n[{low:.3f}, {high:.3f}]"
-    else:
-        text += "\n(no interval: too few\nqueries per batch)"
-    if isinstance(verdict, str):
-        text += f"\n{verdict}"
-    return text
-
-
-def plot_contention(connection: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> Path | None:
-    """A heatmap of what collocation cost each pipeline: throughput ratio, p50 and p99 slowdown,
-    each cell with its 95% interval and verdict (the method in the title). Colour is the log of
-    the figure, oriented so red is worse (less throughput, more latency) and white is 1; cells
-    whose interval spans 1 (within the views' 1% band) are drawn white: no measurable effect.
-    None without a collocated phase."""
-    frame = contention_rows(connection, run_id)
-    if frame.empty:
-        return None
-    badness = []
-    for row in frame.itertuples():
-        cells = []
-        for value, _low, _high, verdict, _title in _CONTENTION_COLUMNS:
-            figure_value = getattr(row, value)
-            if pd.isna(figure_value) or figure_value <= 0:
-                cells.append(math.nan)
-            elif math.isinf(figure_value):
-                cells.append(math.log(4.0))  # lost over 1% of its queries collocated: slower
-            elif not isinstance(getattr(row, verdict), str):
-                cells.append(math.nan)  # no interval, no verdict: drawn grey, not coloured
-            elif getattr(row, verdict) == "no measurable effect":
-                cells.append(0.0)
-            else:
-                sign = -1.0 if value == "throughput_ratio" else 1.0
-                cells.append(sign * math.log(figure_value))
-        badness.append(cells)
-    matrix = pd.DataFrame(badness).astype(float).clip(-math.log(4.0), math.log(4.0))
-    figure, axis = plt.subplots(figsize=(8.5, 1.0 * len(frame) + 1.6))
-    colours = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#d9d9d9")
-    axis.imshow(
-        np.ma.masked_invalid(matrix.to_numpy()),
-        cmap=colours,
-        norm=TwoSlopeNorm(vcenter=0.0, vmin=-math.log(4.0), vmax=math.log(4.0)),
-        aspect="auto",
-    )
-    for i, row in enumerate(frame.itertuples()):
-        for j, (value, low, high, verdict, _title) in enumerate(_CONTENTION_COLUMNS):
-            shade = matrix.iat[i, j]
-            dark = not pd.isna(shade) and abs(shade) > 0.6 * math.log(4.0)
-            axis.text(
-                j,
-                i,
-                _cell_text(
-                    getattr(row, value),
-                    getattr(row, low),
-                    getattr(row, high),
-                    getattr(row, verdict),
-                ),
-                color="white" if dark else "black",
-                ha="center",
-                va="center",
-                fontsize=8,
-            )
-    axis.set_xticks(
-        range(len(_CONTENTION_COLUMNS)), [c[4] for c in _CONTENTION_COLUMNS], fontsize=8
-    )
-    axis.set_yticks(range(len(frame)), list(frame["row"]), fontsize=8)
-    methods = ", ".join(sorted(frame["ci_method"].dropna().unique())) or "none"
-    axis.set_title(
-        f"Contention: collocated vs solo, 95% intervals ({methods})\n"
-        "red = worse, blue = better, white = no measurable effect, grey = no interval",
-        fontsize=10,
-    )
-    return _save(figure, path)
+    return save(figure, path)

@@ -48,7 +48,7 @@ def report(
     `run_id`, or for the latest run when None.
 
     Raises LookupError for an unknown run_id or an empty warehouse, FileNotFoundError when the
-    database does not exist, CatalogueError (a LookupError) when the catalogue and the
+    database does not exist, ReportCatalogueError (a LookupError) when the catalogue and the
     warehouse's views disagree: a view or a column named in the catalogue that the SQL does
     not produce, or a view named nowhere in the catalogue."""
     chosen = run_id if run_id is not None else latest_run_id(db_path)

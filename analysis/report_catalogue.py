@@ -1,129 +1,40 @@
-"""The report catalogue: which warehouse views a run's report shows, each with its row order,
-titles, the columns each report prints and how numbers are written.
+"""The report catalogue: which warehouse views the reports show, each with its row order,
+titles and the columns each report prints (entry types, number formats and the checks:
+analysis/report_entries.py; the views not reported per run: analysis/views_not_per_run.py).
 
 `collobench report` and the tables after `collobench run` (stages.cli), report.md
-(analysis.report_file) and the Dagster report assets (bench_defs.reports) all read this one
-table. A column named here that a view's SQL does not produce, a view named here that the
-warehouse lacks, or a warehouse view named nowhere here is an error (CatalogueError), never a
-silent drop. Pure Python with no imports of ours: the Dagster definitions import it at load.
+(analysis.report_file), the Dagster report assets (bench_defs.reports) and the capacity tables
+(analysis.capacity) read it. A column named here that a view's SQL lacks, a view named here
+that the warehouse lacks, or a warehouse view named nowhere here is a ReportCatalogueError,
+never a silent drop. No DuckDB, pandas or matplotlib: the CLI and Dagster import it at start.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from analysis.report_entries import MARKDOWN_NUMBERS as MARKDOWN_NUMBERS  # transitional: below
+from analysis.report_entries import (
+    Asset,
+    MarkdownColumns,
+    Plot,
+    ReportCatalogueError,
+    ReportCatalogueRules,
+    ReportView,
+    Section,
+    names,
+)
+from analysis.views_not_per_run import (
+    BY_CAPACITY_VIEW,
+    CAPACITY_CATALOGUE,
+    NOT_REPORTED,
+    NOT_REPORTED_FILE,
+)
 
-from stages.rundir.layout import TABLES
+# Transitional (issue 30): analysis/capacity.py and capacity_report.py, in another engineer's
+# part of the refactor, import CatalogueError and MARKDOWN_NUMBERS from here; drop both once
+# they import ReportCatalogueError and MARKDOWN_NUMBERS from analysis.report_entries.
+CatalogueError = ReportCatalogueError
 
 CATALOGUE_FILE = "analysis/report_catalogue.py"
-
-
-class CatalogueError(LookupError):
-    """The catalogue and the warehouse's views disagree (a view or a column)."""
-
-
-@dataclass(frozen=True)
-class NumberFormat:
-    """How a table cell writes a value: None and NaN as `missing`; a float with
-    `significant_digits` significant digits, with no decimals at or above `fixed_from` in
-    magnitude, and an infinity as `infinite` when set; anything else as str()."""
-
-    significant_digits: int = 4
-    fixed_from: float | None = None
-    infinite: str | None = None
-    missing: str = "-"
-
-    def __call__(self, value: Any) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return self.missing
-        if not isinstance(value, float):
-            return str(value)
-        if self.infinite is not None and math.isinf(value):
-            return self.infinite
-        if self.fixed_from is not None and not abs(value) < self.fixed_from:
-            return f"{value:.0f}"
-        return f"{value:.{self.significant_digits}g}"
-
-
-# Terminal tables (`collobench report`, `compare`): a count of nanoseconds or bytes reads whole.
-TERMINAL_NUMBERS = NumberFormat(significant_digits=4, fixed_from=1e6)
-# Markdown tables (report.md, Dagster metadata): +inf and -inf both read "inf".
-MARKDOWN_NUMBERS = NumberFormat(significant_digits=4, infinite="inf")
-
-# A Markdown column: (header, cell), the cell a column name or `x|x_ci_low|x_ci_high` for a
-# value with its interval (analysis.report_file.markdown_table).
-MarkdownColumns = tuple[tuple[str, str], ...]
-
-
-def names(text: str) -> tuple[str, ...]:
-    """Column names written as one space-separated string (keeps the catalogue readable)."""
-    return tuple(text.split())
-
-
-def cell_columns(cell: str) -> tuple[str, ...]:
-    """The view columns a Markdown cell spec reads (`x|low|high` reads three)."""
-    return tuple(cell.split("|"))
-
-
-@dataclass(frozen=True)
-class Section:
-    """A view as a Markdown table in report.md; with `rows_with`, only the rows where that
-    column is set (the section is left out when none is)."""
-
-    title: str
-    columns: MarkdownColumns
-    rows_with: str | None = None
-
-
-@dataclass(frozen=True)
-class Asset:
-    """A view as a Dagster report asset (named after the view): its description, Markdown
-    table, the plots (keys of PLOTS) shown inline, and the text shown when it has no rows."""
-
-    description: str
-    columns: MarkdownColumns
-    plots: tuple[str, ...]
-    empty_note: str = "No rows for this run."
-
-
-@dataclass(frozen=True)
-class ReportView:
-    """One view reported per run (or, in CAPACITY_CATALOGUE, per `key`: a capacity search or
-    region). `terminal` is what `collobench report` prints (its title is the view's name;
-    `x_ci_low`/`x_ci_high` fold into x's cell); `after_run_title` titles the same columns
-    after `collobench run` when set; `report_md` and `asset` when set."""
-
-    view: str
-    order_by: tuple[str, ...]
-    terminal: tuple[str, ...]
-    after_run_title: str | None = None
-    report_md: Section | None = None
-    asset: Asset | None = None
-    key: str = "run_id"
-
-    def columns(self) -> set[str]:
-        """Every column of the view this entry names (order, terminal, Markdown)."""
-        named = {term.split()[0] for term in self.order_by} | set(self.terminal)
-        markdown = (self.report_md.columns if self.report_md else ()) + (
-            self.asset.columns if self.asset else ()
-        )
-        for _, cell in markdown:
-            named.update(cell_columns(cell))
-        if self.report_md is not None and self.report_md.rows_with is not None:
-            named.add(self.report_md.rows_with)
-        return named
-
-
-@dataclass(frozen=True)
-class Plot:
-    """A PNG report_file draws beside report.md (key, file name, title)."""
-
-    key: str
-    file_name: str
-    title: str
-
 
 PLOTS: tuple[Plot, ...] = (
     Plot("latency_cdf", "latency_cdf.png", "Latency distribution"),
@@ -429,33 +340,6 @@ CATALOGUE: tuple[ReportView, ...] = (
     ),
 )
 
-# The capacity views (issue 19), reported per capacity search (`search_id`) or region
-# (`region_id`), not per run: analysis.capacity.capacity_table reads them, the capacity
-# command prints them with these columns.
-CAPACITY_CATALOGUE: tuple[ReportView, ...] = (
-    ReportView(
-        "capacity",
-        key="search_id",
-        order_by=("search_id",),
-        terminal=names(
-            "search_id pipeline slo_ms percentile certified_qps estimate_qps "
-            "estimate_qps_ci_low estimate_qps_ci_high bracket_lo bracket_hi bracket_ratio "
-            "stop_reason probes undecided_probes flagged_probes aborted_probes "
-            "monotonicity_violations"
-        ),
-    ),
-    ReportView(
-        "capacity_region",
-        key="region_id",
-        order_by=("region_id", "ray_index"),
-        terminal=names(
-            "region_id angle_deg certified_s certified_x certified_y certified_sum estimate_s "
-            "estimate_s_ci_low estimate_s_ci_high estimate_sum estimate_sum_ci_low "
-            "estimate_sum_ci_high stop_reason"
-        ),
-    ),
-)
-
 # The views shown after `collobench run` (each with its after_run_title), in that order: what
 # the run summary does not already say.
 AFTER_RUN: tuple[str, ...] = names(
@@ -463,107 +347,12 @@ AFTER_RUN: tuple[str, ...] = names(
     "contention_by_run interference"
 )
 
-# Warehouse views that are not reported per run, and why; views named `<x>_from_rows` are the
-# row-level sources of a summary table (`x` reads the table) and need no entry.
-NOT_REPORTED: dict[str, str] = {
-    "query_latency": "one row per query: the building block of latency and goodput",
-    "pipeline_outcomes": "each pipeline's counts from the manifest: read by throughput",
-    "pipeline_specs": "each pipeline's spec fields: read by the other views",
-    "run_warnings": "the manifest's warnings: the run summary prints them",
-    "load_windows": "each phase's load window: read by the energy and host views",
-    "energy_samples": "telemetry samples with energy: read by energy",
-    "idle_power": "the idle baseline: read by energy_comparison",
-    "energy_comparison": "energy against the idle baseline: `collobench sql`",
-    "phase_figures": "each phase's headline figures: read by contention and interference",
-    "host_load": "host CPU load per window: the run summary's foreign-load warnings",
-    "profiled_queries": "profiled queries: read by operator_summary",
-    **{table: "raw rows: a view over the loaded runs' Parquet files" for table in TABLES},
-}
-ROW_SOURCE_SUFFIX = "_from_rows"
-
-# `collobench compare`: the comparison's columns shown (analysis.compare.COLUMNS holds them
-# all), ratio_ci_low/high folded into the ratio's cell; the title names run B and run A.
-COMPARISON_TITLE = (
-    "{run_b} (B, host {host_b}) against {run_a} (A, host {host_a}): ratio B / A "
-    "[95% interval]; trial 'all' = over the trials"
-)
-COMPARISON_TERMINAL = names(
-    "trial phase pipeline metric a_value b_value ratio ratio_ci_low ratio_ci_high verdict "
-    "a_failed_queries b_failed_queries ci_method"
-)
-# The Dagster regression check's Markdown table of the figures that got worse: run A is the
-# partition's previous run, run B this one (bench_defs.checks).
-COMPARISON_MARKDOWN: MarkdownColumns = (
-    *_KEYS,
-    ("metric", "metric"),
-    ("previous", "a_value"),
-    ("this run", "b_value"),
-    ("ratio", "ratio|ratio_ci_low|ratio_ci_high"),
-    ("verdict", "verdict"),
-)
-
 BY_VIEW: dict[str, ReportView] = {entry.view: entry for entry in CATALOGUE}
-BY_CAPACITY_VIEW: dict[str, ReportView] = {entry.view: entry for entry in CAPACITY_CATALOGUE}
 
-
-def entry(view: str) -> ReportView:
-    """The catalogue entry of `view` (per run, or a capacity view); CatalogueError when it
-    has none."""
-    found = BY_VIEW.get(view) or BY_CAPACITY_VIEW.get(view)
-    if found is None:
-        raise CatalogueError(f"view {view!r} has no entry in {CATALOGUE_FILE}")
-    return found
-
-
-def check_columns(view: str, present: Iterable[str]) -> None:
-    """CatalogueError naming the view and each column the catalogue names for it that its SQL
-    output (`present`) lacks."""
-    missing = sorted(entry(view).columns() - set(present))
-    if missing:
-        raise CatalogueError(
-            f"view {view!r} has no column {', '.join(map(repr, missing))} "
-            f"(named in {CATALOGUE_FILE})"
-        )
-
-
-def check_views(warehouse_views: Iterable[str]) -> None:
-    """CatalogueError when a catalogued view is not in the warehouse, or a warehouse view is
-    neither catalogued, nor in NOT_REPORTED, nor a `<x>_from_rows` source."""
-    present = set(warehouse_views)
-    absent = [view for view in BY_VIEW if view not in present]
-    if absent:
-        raise CatalogueError(
-            f"{CATALOGUE_FILE} names view(s) the warehouse lacks: {', '.join(absent)}"
-        )
-    known = set(BY_VIEW) | set(BY_CAPACITY_VIEW) | set(NOT_REPORTED)
-    unnamed = sorted(view for view in present - known if not view.endswith(ROW_SOURCE_SUFFIX))
-    if unnamed:
-        raise CatalogueError(
-            f"warehouse view(s) with no entry in {CATALOGUE_FILE} (CATALOGUE, "
-            f"CAPACITY_CATALOGUE or NOT_REPORTED): "
-            f"{', '.join(unnamed)}"
-        )
-
-
-def _check_catalogue() -> None:
-    """The catalogue agrees with itself: one entry per view, AFTER_RUN names exactly the
-    entries with an after_run_title, every asset's plots are in PLOTS."""
-    capacity = set(BY_CAPACITY_VIEW)
-    if (
-        len(BY_VIEW) != len(CATALOGUE)
-        or len(capacity) != len(CAPACITY_CATALOGUE)
-        or set(BY_VIEW) & set(NOT_REPORTED)
-        or capacity & (set(BY_VIEW) | set(NOT_REPORTED))
-    ):
-        raise CatalogueError(f"{CATALOGUE_FILE}: a view is named twice")
-    titled = {view.view for view in CATALOGUE if view.after_run_title}
-    if set(AFTER_RUN) != titled or len(AFTER_RUN) != len(titled):
-        raise CatalogueError(f"{CATALOGUE_FILE}: AFTER_RUN {AFTER_RUN} != titled {titled}")
-    plots = {plot.key for plot in PLOTS}
-    for view in CATALOGUE:
-        unknown = set(view.asset.plots if view.asset else ()) - plots
-        if unknown:
-            raise CatalogueError(f"{CATALOGUE_FILE}: {view.view} shows unknown plots {unknown}")
-
-
-_check_catalogue()
+RULES = ReportCatalogueRules(
+    CATALOGUE_FILE, NOT_REPORTED_FILE, BY_VIEW, BY_CAPACITY_VIEW, NOT_REPORTED, AFTER_RUN, PLOTS
+)
+entry = RULES.entry
+check_columns = RULES.check_columns
+check_views = RULES.check_views
+RULES.check_consistency(len(CATALOGUE), len(CAPACITY_CATALOGUE))

@@ -16,10 +16,11 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import plots
+from analysis import contention_plot, plots
 from analysis.db import connect_read_only
 from analysis.report import latest_run_id, report
-from analysis.report_catalogue import CATALOGUE, MARKDOWN_NUMBERS, PLOTS
+from analysis.report_catalogue import CATALOGUE, PLOTS
+from analysis.report_entries import MARKDOWN_NUMBERS
 
 REPORT_NAME = "report.md"
 
@@ -96,7 +97,7 @@ _DRAW: dict[str, Callable[[Any, str, Path], Path | None]] = {
     "latency_cdf": plots.plot_latency_cdf,
     "timeline": plots.plot_timeline,
     "stage_breakdown": plots.plot_stage_breakdown,
-    "contention": plots.plot_contention,
+    "contention": contention_plot.plot_contention,
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 
 from analysis.db import sql_text
+from analysis.definitions_db import definitions_database, fill
 from analysis.early_stopping import (
     SloVerdict,
     early_stopping_percentile,
@@ -28,7 +29,7 @@ from analysis.early_stopping import (
     slo_verdict_by_counts,
 )
 from analysis.loader import prepare_run
-from analysis.summaries import definitions_database, files_defining, fill
+from analysis.view_manifest import files_defining
 from stages.rundir.manifest import LoadgenPart, read_manifest, read_manifest_document
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99

@@ -129,41 +129,33 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def build_trace(
-    connection: duckdb.DuckDBPyConnection, run_id: str, max_queries: int = MAX_QUERIES
-) -> dict[str, Any]:
-    """The trace of `run_id` as a Chrome JSON object ({"traceEvents": [...], ...})."""
-    params = {"run_id": run_id, "max_queries": max_queries}
-    tracks = _fetch(connection, "traced_queries", **params)
-    # Which queries to draw is decided once (traced_queries.sql), and passed to the others.
-    kept = [track for track in tracks if track["kept"]]
-    visits = _fetch(connection, "visits", run_id=run_id, tracks=kept) if kept else []
-    operators = _fetch(connection, "operators", run_id=run_id, tracks=kept) if kept else []
-    counters = _fetch(connection, "counters", run_id=run_id)
-    trials = len({row["trial"] for row in tracks}) or 1
-    builder = _Builder()
-    for track in tracks:  # process tracks in a stable order, before any slice
-        builder.pid(track["pipeline"], track["phase"], track["trial"], trials)
+def _visit_args(visit: dict[str, Any], start: int) -> dict[str, Any]:
+    """A visit slice's args: query, visit, statuses, queue and join wait (ms), tokens."""
+    arrived = visit["joined_ns"] if visit["joined_ns"] is not None else visit["enqueued_ns"]
+    args = {
+        "query_id": visit["query_id"],
+        "visit": visit["visit"],
+        "status": visit["status"],
+        "query_status": visit["query_status"],
+        "warmup": visit["warmup"],
+        "queue_wait_ms": (start - int(arrived)) / 1e6,
+        "join_wait_ms": None
+        if visit["joined_ns"] is None
+        else (int(visit["joined_ns"]) - int(visit["enqueued_ns"])) / 1e6,
+        "tokens": visit["tokens"],
+    }
+    return {key: _clean(value) for key, value in args.items() if value is not None}
 
+
+def _add_visits(builder: _Builder, visits: list[dict[str, Any]], trials: int) -> int:
+    """One slice per stage visit on its stage's thread, and a flow arrow (an `s`/`f` pair)
+    from each visit to the next visit of the same query; returns the number of arrows."""
     flows = 0
     previous: dict[str, Any] | None = None
     for visit in visits:
         pid = builder.pid(visit["pipeline"], visit["phase"], visit["trial"], trials)
         start, end = int(visit["started_ns"]), int(visit["finished_ns"])
         tid = builder.tid(pid, str(visit["stage"]), start, end, nest=False)
-        arrived = visit["joined_ns"] if visit["joined_ns"] is not None else visit["enqueued_ns"]
-        args = {
-            "query_id": visit["query_id"],
-            "visit": visit["visit"],
-            "status": visit["status"],
-            "query_status": visit["query_status"],
-            "warmup": visit["warmup"],
-            "queue_wait_ms": (start - int(arrived)) / 1e6,
-            "join_wait_ms": None
-            if visit["joined_ns"] is None
-            else (int(visit["joined_ns"]) - int(visit["enqueued_ns"])) / 1e6,
-            "tokens": visit["tokens"],
-        }
         visit["pid"], visit["tid"] = pid, tid
         builder.events.append(
             {
@@ -174,13 +166,12 @@ def build_trace(
                 "tid": tid,
                 "ts": _us(start),
                 "dur": _us(end - start),
-                "args": {key: _clean(value) for key, value in args.items() if value is not None},
+                "args": _visit_args(visit, start),
             }
         )
-        same_query = previous is not None and all(
+        if previous is not None and all(
             previous[key] == visit[key] for key in ("pipeline", "phase", "trial", "query_id")
-        )
-        if same_query and previous is not None:
+        ):
             flows += 1
             hop = {"name": "query", "cat": "query", "id": flows}
             builder.events.append(
@@ -196,7 +187,11 @@ def build_trace(
                 {**hop, "ph": "f", "bp": "e", "pid": pid, "tid": tid, "ts": _us(start)}
             )
         previous = visit
+    return flows
 
+
+def _add_operators(builder: _Builder, operators: list[dict[str, Any]], trials: int) -> None:
+    """One slice per operator span, on a thread per stage and device (spans nest)."""
     for span in operators:
         pid = builder.pid(span["pipeline"], span["phase"], span["trial"], trials)
         start, end = int(span["start_ns"]), int(span["end_ns"])
@@ -224,6 +219,10 @@ def build_trace(
             }
         )
 
+
+def _add_counters(builder: _Builder, counters: list[dict[str, Any]], trials: int) -> None:
+    """One counter event per sample: host and devices on HOST_PID, a worker's CPU in its
+    pipeline's process."""
     for sample in counters:
         if sample["pipeline"] is None:
             pid = HOST_PID
@@ -239,7 +238,41 @@ def build_trace(
             }
         )
 
-    capped = [track for track in tracks if track["kept"] < track["queries"]]
+
+def _capped(tracks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tracks that kept fewer query ids than they had, with their counts."""
+    return [
+        {
+            "pipeline": track["pipeline"],
+            "phase": track["phase"],
+            "trial": track["trial"],
+            "queries": track["queries"],
+            "kept": track["kept"],
+            "last_kept_query_id": track["last_kept_query_id"],
+        }
+        for track in tracks
+        if track["kept"] < track["queries"]
+    ]
+
+
+def build_trace(
+    connection: duckdb.DuckDBPyConnection, run_id: str, max_queries: int = MAX_QUERIES
+) -> dict[str, Any]:
+    """The trace of `run_id` as a Chrome JSON object ({"traceEvents": [...], ...})."""
+    tracks = _fetch(connection, "traced_queries", run_id=run_id, max_queries=max_queries)
+    # Which queries to draw is decided once (traced_queries.sql), and passed to the others.
+    kept = [track for track in tracks if track["kept"]]
+    visits = _fetch(connection, "visits", run_id=run_id, tracks=kept) if kept else []
+    operators = _fetch(connection, "operators", run_id=run_id, tracks=kept) if kept else []
+    counters = _fetch(connection, "counters", run_id=run_id)
+    trials = len({row["trial"] for row in tracks}) or 1
+    builder = _Builder()
+    for track in tracks:  # process tracks in a stable order, before any slice
+        builder.pid(track["pipeline"], track["phase"], track["trial"], trials)
+    flows = _add_visits(builder, visits, trials)
+    _add_operators(builder, operators, trials)
+    _add_counters(builder, counters, trials)
+    capped = _capped(tracks)
     return {
         "traceEvents": builder.events,
         "displayTimeUnit": "ms",
@@ -247,17 +280,7 @@ def build_trace(
             "run_id": run_id,
             "clock": "run monotonic clock, microseconds (ns / 1000)",
             "max_queries_per_track": max_queries,
-            "capped": [
-                {
-                    "pipeline": track["pipeline"],
-                    "phase": track["phase"],
-                    "trial": track["trial"],
-                    "queries": track["queries"],
-                    "kept": track["kept"],
-                    "last_kept_query_id": track["last_kept_query_id"],
-                }
-                for track in capped
-            ],
+            "capped": capped,
             "note": (
                 f"each track keeps its first {max_queries} query ids; {len(capped)} track(s) capped"
             ),

@@ -14,7 +14,8 @@ from typing import Any
 
 import dagster as dg
 
-from analysis.report_catalogue import CATALOGUE, PLOTS, Asset
+from analysis.report_catalogue import CATALOGUE, PLOTS
+from analysis.report_entries import Asset
 from bench_defs.resources import WarehouseResource
 from bench_defs.specs import spec_partitions
 from bench_defs.warehouse import latest_run, warehouse

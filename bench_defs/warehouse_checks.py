@@ -240,7 +240,7 @@ def _comparison(connection: Any, previous: str, current: str) -> Any:
 
 
 def _rows_markdown(frame: Any) -> dg.MetadataValue:
-    from analysis.report_catalogue import COMPARISON_MARKDOWN
+    from analysis.compare import COMPARISON_MARKDOWN
     from analysis.report_file import markdown_table
 
     if frame.empty:

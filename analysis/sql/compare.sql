@@ -1,6 +1,7 @@
 -- compare: run B against run A ($run_a, $run_b), per (trial, phase, pipeline, metric), and over
 -- the trials when both runs have two or more in common. Run by analysis/compare.py on a
--- read-only connection; it reads the `throughput` and `latency` views (warm-up excluded there).
+-- read-only connection; it reads `phase_figures` (each phase's `throughput` and `latency`
+-- figures, warm-up excluded there).
 -- One row per figure (long format, so a regression check can filter on `verdict`):
 --   metric       queries_per_s (higher = faster), latency_p50_ms, latency_p99_ms (the verdict
 --                percentiles of `latency`: a failed query counts as +inf; higher = slower);

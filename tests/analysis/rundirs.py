@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.db import run_query
-from analysis.summaries import warehouse_definitions
+from analysis.definitions_db import warehouse_definitions
 from stages.rundir.tables import SCHEMAS
 
 SECOND_NS = 1_000_000_000

@@ -17,7 +17,8 @@ from analysis import capacity, migrations
 from analysis.capacity import CapacityFileError, load_capacity_dirs, load_region, load_search
 from analysis.db import run_query
 from analysis.loader import load_runs
-from analysis.report_catalogue import CAPACITY_CATALOGUE, CatalogueError
+from analysis.report_entries import ReportCatalogueError
+from analysis.views_not_per_run import CAPACITY_CATALOGUE
 from tests.analysis.capacity_dirs import (
     SOLO_QPS,
     Probe,
@@ -194,7 +195,7 @@ def test_load_capacity_dirs_loads_probe_runs_and_ray_searches(
     assert list(capacity.capacity_table(db_path, "capacity", "ray-45")["pipeline"]) == [
         "vision+embed"
     ]
-    with pytest.raises(CatalogueError, match="not a capacity view"):
+    with pytest.raises(ReportCatalogueError, match="not a capacity view"):
         capacity.capacity_table(db_path, "latency")
     for view in CAPACITY_CATALOGUE:  # every catalogued column is in its view
         assert view.columns() <= set(capacity.capacity_table(db_path, view.view).columns)

@@ -11,8 +11,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import report_catalogue
+from analysis import report_catalogue, report_entries
 from analysis.compare import COLUMNS as COMPARE_COLUMNS
+from analysis.compare import COMPARISON_MARKDOWN, COMPARISON_TERMINAL
 from analysis.db import connect_read_only
 from analysis.loader import load_runs
 from analysis.report import report, warehouse_views
@@ -20,18 +21,18 @@ from analysis.report_catalogue import (
     AFTER_RUN,
     BY_VIEW,
     CATALOGUE,
-    COMPARISON_MARKDOWN,
-    COMPARISON_TERMINAL,
-    MARKDOWN_NUMBERS,
-    NOT_REPORTED,
     PLOTS,
-    TERMINAL_NUMBERS,
-    CatalogueError,
-    cell_columns,
     check_columns,
     check_views,
 )
+from analysis.report_entries import (
+    MARKDOWN_NUMBERS,
+    TERMINAL_NUMBERS,
+    ReportCatalogueError,
+    cell_columns,
+)
 from analysis.report_file import _DRAW
+from analysis.views_not_per_run import NOT_REPORTED
 from tests.analysis.runs import collocated_run
 
 
@@ -61,18 +62,22 @@ def test_a_column_the_view_does_not_produce_is_an_error_naming_both(
     throughput = BY_VIEW["throughput"]
     renamed = dataclasses.replace(throughput, terminal=(*throughput.terminal, "ok_queries_v2"))
     monkeypatch.setitem(BY_VIEW, "throughput", renamed)
-    with pytest.raises(CatalogueError, match=r"view 'throughput' has no column 'ok_queries_v2'"):
+    with pytest.raises(
+        ReportCatalogueError, match=r"view 'throughput' has no column 'ok_queries_v2'"
+    ):
         report(loaded_db)
     latency = BY_VIEW["latency"].columns()
     check_columns("latency", latency)
-    with pytest.raises(CatalogueError, match=r"^view 'latency' has no column 'latency_p90_ms' "):
+    with pytest.raises(
+        ReportCatalogueError, match=r"^view 'latency' has no column 'latency_p90_ms' "
+    ):
         check_columns("latency", latency - {"latency_p90_ms"})
     # a Markdown interval spec names its bounds: a renamed bound is an error too
     section = dataclasses.replace(
-        throughput, report_md=report_catalogue.Section("t", (("q/s", "queries_per_s|lo|hi"),))
+        throughput, report_md=report_entries.Section("t", (("q/s", "queries_per_s|lo|hi"),))
     )
     monkeypatch.setitem(BY_VIEW, "throughput", section)
-    with pytest.raises(CatalogueError, match=r"'throughput' has no column 'hi', 'lo'"):
+    with pytest.raises(ReportCatalogueError, match=r"'throughput' has no column 'hi', 'lo'"):
         report(loaded_db, views=["throughput"])
 
 
@@ -83,10 +88,10 @@ def test_a_warehouse_view_with_no_catalogue_entry_is_an_error(loaded_db: Path) -
     finally:
         connection.close()
     with pytest.raises(
-        CatalogueError, match=r"no entry in analysis/report_catalogue.py.*queue_depth"
+        ReportCatalogueError, match=r"no entry in analysis/report_catalogue.py.*queue_depth"
     ):
         report(loaded_db)
-    with pytest.raises(CatalogueError, match="view 'queue_depth' has no entry"):
+    with pytest.raises(ReportCatalogueError, match="view 'queue_depth' has no entry"):
         report_catalogue.entry("queue_depth")
 
 
@@ -95,10 +100,10 @@ def test_a_catalogue_entry_with_no_view_is_an_error(
 ) -> None:
     ghost = dataclasses.replace(BY_VIEW["energy"], view="energy_v0")
     monkeypatch.setitem(BY_VIEW, "energy_v0", ghost)
-    with pytest.raises(CatalogueError, match=r"names view.* the warehouse lacks: energy_v0"):
+    with pytest.raises(ReportCatalogueError, match=r"names view.* the warehouse lacks: energy_v0"):
         report(loaded_db)
     present = set(BY_VIEW) - {"energy_v0"}
-    with pytest.raises(CatalogueError, match="energy_v0"):
+    with pytest.raises(ReportCatalogueError, match="energy_v0"):
         check_views(present)
     check_views(present | {"energy_v0"} | set(NOT_REPORTED) | {"tokens_from_rows"})
 

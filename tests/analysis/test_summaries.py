@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import summaries
+from analysis import definitions_db, summaries, view_manifest
 from analysis.db import connect_read_only
 from analysis.loader import LoadError, load_runs
 from tests.analysis.runs import collocated_run, single_pipeline_run
@@ -24,12 +24,12 @@ def rows(db_path: Path, sql: str) -> list[tuple[object, ...]]:
 
 
 def definition_rows(db_path: Path, sql: str) -> list[tuple[object, ...]]:
-    with summaries.warehouse_definitions(db_path) as connection:
+    with definitions_db.warehouse_definitions(db_path) as connection:
         return sorted(connection.execute(sql).fetchall(), key=repr)
 
 
 def summarised_views() -> list[str]:
-    return [table.removeprefix("summary_") for table in summaries.summary_tables()]
+    return [table.removeprefix("summary_") for table in view_manifest.summary_tables()]
 
 
 def test_every_summarised_view_equals_its_definition_over_all_rows(
@@ -96,14 +96,14 @@ def test_a_failed_load_keeps_the_runs_stored_summaries(tmp_path: Path, db_path: 
 
 
 def test_each_guard_is_false_only_where_its_definition_is_empty(tmp_path: Path) -> None:
-    """A summary file's `-- empty unless:` guard lets the loader skip the definition: on runs
+    """A summary's guard (analysis/view_manifest.py) lets the loader skip the definition: on runs
     without the rows it names the guard is false and the definition (run anyway) empty; on runs
     with them the guard is true."""
     from analysis.loader import _read_manifest, prepare_run
     from tests.analysis.test_accuracy_views import graded_run
     from tests.analysis.test_tokens import generation_run
 
-    guards = summaries.guards()
+    guards = view_manifest.guards()
     assert set(guards) == {
         "summary_accuracy",
         "summary_training",
@@ -114,8 +114,8 @@ def test_each_guard_is_false_only_where_its_definition_is_empty(tmp_path: Path) 
     rich = [graded_run(tmp_path / "r").write(), generation_run(tmp_path / "r").write()]
     for run_dirs, expected in ((plain, False), (rich, True)):
         runs = [prepare_run(path, _read_manifest(path)) for path in run_dirs]
-        with summaries.definitions_database(runs) as connection:
-            summaries.fill(connection, guarded=False)
+        with definitions_db.definitions_database(runs) as connection:
+            definitions_db.fill(connection, guarded=False)
             for table, guard in guards.items():
                 said = connection.execute(guard).fetchall()[0][0]
                 if table != "summary_training":  # no fixture trains: checked empty below

@@ -13,7 +13,7 @@ import pytest
 
 from analysis.loader import load_runs
 from analysis.report import report
-from analysis.report_catalogue import MARKDOWN_NUMBERS
+from analysis.report_entries import MARKDOWN_NUMBERS
 from analysis.report_file import write_report
 from stages.cli.commands.report import _worth_showing_after_run
 from stages.spec.loading import validate_document

@@ -19,8 +19,8 @@ from typing import Any
 import duckdb
 
 from analysis.db import connect_read_only
+from analysis.definitions_db import warehouse_definitions
 from analysis.loader import load_runs
-from analysis.summaries import warehouse_definitions
 from stages.rundir.layout import TABLES
 from tests.analysis.runs import (
     collocated_run,

@@ -155,9 +155,14 @@ def compare(
 ) -> None:
     """Compare run B with run A per pipeline and phase: throughput and p50/p99 latency as
     ratios B / A with 95% intervals, and a verdict (faster, slower, no measurable change)."""
-    from analysis.compare import SpecMismatch, UnknownRun, compare_runs
+    from analysis.compare import (
+        COMPARISON_TERMINAL,
+        COMPARISON_TITLE,
+        SpecMismatch,
+        UnknownRun,
+        compare_runs,
+    )
     from analysis.db import WarehouseError
-    from analysis.report_catalogue import COMPARISON_TERMINAL, COMPARISON_TITLE
 
     db_path = db or settings.duckdb_path()
     try:
