@@ -12,9 +12,6 @@ from tests.helpers import REPO
 PACKAGES = ("stages", "analysis", "bench_defs")
 
 KNOWN_DUPLICATES: dict[str, int] = {
-    # analysis/catalogue.py and analysis/report_catalogue.py: renamed by the analysis split
-    # (issue 30); empty this entry once that branch is merged.
-    "CatalogueError": 2,
     # stages/capacity/contract.py and stages/capacity/region_model.py each define the same
     # frozen pydantic base: one of them goes with the capacity contracts work (issue 30).
     "_Record": 2,

@@ -53,19 +53,3 @@ def test_complexity_is_limited_in_every_package() -> None:
         if "C901" in rules and pattern.split("/")[0] in PACKAGES
     }
     assert not exempt, f"C901 switched off for {sorted(exempt)}"
-
-
-def test_no_analysis_class_shares_its_name() -> None:
-    """A class of analysis/ is named for its role, so no other class in the tree has its name
-    (a warehouse CatalogueError beside a ReportCatalogueError, not two CatalogueErrors)."""
-    where: dict[str, list[str]] = {}
-    for path in _modules():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef):
-                where.setdefault(node.name, []).append(str(path.relative_to(REPO)))
-    shared = {
-        name: paths
-        for name, paths in where.items()
-        if len(paths) > 1 and any(path.startswith("analysis/") for path in paths)
-    }
-    assert not shared, f"class names used twice: {shared}"
