@@ -22,9 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stages.contracts.counters import QUERY_COUNTS
 from stages.rundir.layout import MANIFEST, TABLES, table_files
 from stages.rundir.manifest import Manifest, PipelineResult, read_manifest
-from stages.runtime.counters import QUERY_COUNTS
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
