@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +20,7 @@ import dagster as dg
 from pydantic import Field
 
 from stages import settings
+from stages.process_groups import end_group, start_group
 
 if TYPE_CHECKING:
     import duckdb
@@ -166,8 +165,8 @@ class GroupPipesClient(dg.ConfigurableResource):
             message_reader=dg.PipesTempFileMessageReader(),
             extras=dict(extras or {}),
         ) as session:
-            process = subprocess.Popen(
-                list(command),
+            process = start_group(
+                command,
                 cwd=cwd,
                 env={
                     **os.environ,
@@ -177,10 +176,7 @@ class GroupPipesClient(dg.ConfigurableResource):
                     settings.PARENT_PID_ENV: str(os.getpid()),
                     **session.get_bootstrap_env_vars(),
                 },
-                stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
             drain = threading.Thread(
                 target=_copy_lines, args=(process,), name="pipes-stdout", daemon=True
@@ -193,10 +189,10 @@ class GroupPipesClient(dg.ConfigurableResource):
                     f"ending the benchmark's process group {process.pid} "
                     f"(SIGTERM, SIGKILL after {self.termination_grace_s:g} s)"
                 )
-                end_process_group(process, self.termination_grace_s)
+                end_group(process, self.termination_grace_s)
                 raise
             finally:
-                end_process_group(process, 0.0)  # anything the child left behind
+                end_group(process, 0.0)  # anything the child left behind
                 drain.join(timeout=5)
             if returncode != 0:
                 # (dagster does not export DagsterPipesExecutionError: naming it raised
@@ -213,51 +209,3 @@ def _copy_lines(process: subprocess.Popen[bytes]) -> None:
     for line in iter(process.stdout.readline, b""):
         sys.stdout.write(line.decode("utf-8", "replace"))
         sys.stdout.flush()
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes of a process group (zombies, which hold nothing, are not counted: an
-    orphan's zombie lingers where PID 1 does not reap)."""
-    import psutil
-
-    members = []
-    for process in psutil.process_iter(["pid", "status"]):
-        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
-            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
-                members.append(process.pid)
-    return members
-
-
-def group_alive(pgid: int) -> bool:
-    """True while any live process of the group exists."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return bool(group_members(pgid))
-
-
-def end_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the child's whole process group, wait up to `grace_s` for it to empty, then
-    SIGKILL what is left; reaps the direct child. `grace_s=0`: SIGKILL straight away."""
-    pgid = process.pid  # start_new_session: the child leads its own group
-    if grace_s > 0:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=0.1)
-            if process.returncode is not None and not group_alive(pgid):
-                return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=5)
-    # SIGKILL is delivered at once but a loaded machine may take a moment to tear the
-    # processes down: return only when nothing of the group runs (bounded).
-    deadline = time.monotonic() + 5
-    while group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)

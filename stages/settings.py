@@ -86,5 +86,5 @@ def mlflow_tracking_uri() -> str | None:
 
 def default_tracking_uri(home_dir: Path) -> str:
     """`sqlite:///<home>/mlflow.db`, path made absolute; artifacts then go to <home>/mlartifacts
-    (`mlflow_log.artifact_location_for`), never to the CWD's ./mlruns."""
+    (`stages.cli.mlflow_client.artifact_location_for`), never to the CWD's ./mlruns."""
     return f"sqlite:///{Path(home_dir).expanduser().resolve() / 'mlflow.db'}"

@@ -20,11 +20,11 @@ from bench_defs.cluster.procs import (
     ClusterState,
     ProcRecord,
     alive,
-    group_alive,
     load_state,
     save_state,
 )
 from bench_defs.pools import DEFAULT_QUEUE, Pool, load_pools, pools_file
+from stages.process_groups import group_alive, signal_group
 
 STOP_GRACE_S = 15.0
 DEFAULT_WORKER = Pool(name="default", queue=DEFAULT_QUEUE, host="control", devices=1)
@@ -119,9 +119,8 @@ def up(
 
 def _signal_groups(records: list[ProcRecord], signum: int) -> None:
     for record in records:
-        if alive(record) or group_alive(record.pgid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(record.pgid, signum)
+        if alive(record) or group_alive(record.pgid):  # never a stranger's reused pid
+            signal_group(record.pgid, signum)
 
 
 def _wait(check: Callable[[], bool], timeout_s: float) -> None:
@@ -162,8 +161,8 @@ def down(layout: Layout) -> list[str]:
     others = [record for record in state.processes if record.name not in ("postgres", "redis")]
     stop_records(others, STOP_GRACE_S)
     for process in host_processes(layout):
-        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
-            os.killpg(os.getpgid(process.pid), signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            signal_group(os.getpgid(process.pid), signal.SIGKILL)
     if any(record.name == "postgres" for record in state.processes):
         services.stop_postgres(layout)
     backing = [record for record in state.processes if record.name in ("postgres", "redis")]

@@ -1,13 +1,12 @@
-"""The cluster's processes: each started in a session (and process group) of its own, recorded
-in `state.json` (pid, group, start time) and stopped by group: SIGTERM, then SIGKILL."""
+"""The cluster's processes: each started in a session (and process group) of its own
+(stages.process_groups), recorded in `state.json` (pid, group, start time) and stopped by group
+(bench_defs.cluster.control: SIGTERM, then SIGKILL)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -15,6 +14,8 @@ from typing import Any
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
+
+from stages.process_groups import start_group
 
 
 class ClusterError(RuntimeError):
@@ -68,15 +69,7 @@ def spawn(
     (a later `down`, in another process, stops it by group)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
-        process = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = start_group(argv, stdout=out, env=env, cwd=cwd)
     return ProcRecord(
         name=name,
         pid=process.pid,
@@ -93,35 +86,6 @@ def alive(record: ProcRecord) -> bool:
         if abs(process.create_time() - record.create_time) < 0.01:
             return process.status() != psutil.STATUS_ZOMBIE
     return False
-
-
-def group_alive(pgid: int) -> bool:
-    for process in psutil.process_iter(["pid", "status"]):
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
-                return True
-    return False
-
-
-def stop_group(pgid: int, grace_s: float) -> None:
-    """SIGTERM the group, wait up to `grace_s` for it to empty, then SIGKILL what is left."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
-def stop(record: ProcRecord, grace_s: float) -> None:
-    """Stop a recorded process's group, unless its leader is already gone and the group
-    empty (a pid reused by a stranger is never signalled)."""
-    if alive(record) or group_alive(record.pgid):
-        stop_group(record.pgid, grace_s)
 
 
 def tail(log: Path | str, lines: int = 5) -> str:

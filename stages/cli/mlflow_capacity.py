@@ -1,8 +1,9 @@
 """Record a capacity search directory in MLflow: one parent run per search (its settings as
 params, the answer as metrics, capacity.json and the plot as artifacts) and one nested child
 per probe (rate, seed and kind as params; queries, over-SLO count and p99 as metrics; the
-verdict as a tag). Same conventions as stages/cli/mlflow_log.py (experiment, tags, quiet MLflow,
-never failing the caller: any MLflow error is one warning and None).
+verdict as a tag). Same conventions as stages/cli/mlflow_log.py, through the same helpers
+(stages/cli/mlflow_client.py: experiment, tags, quiet MLflow, never failing the caller: any
+MLflow error is one warning and None).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,18 +24,20 @@ from stages.capacity.contract import (
     ProbeRecord,
     SearchSettings,
 )
-from stages.cli.mlflow_log import (
+from stages.cli.mlflow_client import (
     DEFAULT_EXPERIMENT,
     TAG_COMPLETE,
     TAG_KIND,
     TAG_PARENT,
-    _experiment_id,
-    _log_params,
-    _param_value,
-    _quiet_mlflow,
-    _sqlite_path,
-    _tags,
     artifact_location_for,
+    delete_with_children,
+    ensure_experiment,
+    failed_on_error,
+    log_params,
+    logged_or_warned,
+    open_client,
+    param_value,
+    text_tags,
 )
 
 if TYPE_CHECKING:
@@ -106,7 +108,7 @@ def search_params(settings: SearchSettings) -> dict[str, str]:
     }
     if settings.ray is not None:
         values["ray"] = settings.ray
-    return {key: _param_value(value) for key, value in values.items()}
+    return {key: param_value(value) for key, value in values.items()}
 
 
 def search_metrics(result: CapacityResult | None, probes: list[ProbeRecord]) -> dict[str, float]:
@@ -156,7 +158,7 @@ def _log_metrics(client: MlflowClient, run_id: str, values: Mapping[str, float])
 def _log_probe(
     client: MlflowClient, experiment_id: str, parent_id: str, search_id: str, probe: ProbeRecord
 ) -> str:
-    tags = _tags(
+    tags = text_tags(
         {
             TAG_PARENT: parent_id,
             TAG_KIND: KIND_PROBE,
@@ -171,7 +173,7 @@ def _log_probe(
     child = client.create_run(experiment_id, tags=tags, run_name=name)
     child_id = str(child.info.run_id)
     params = {"rate": probe.rate, "seed": probe.seed, "kind": probe.kind, "index": probe.index}
-    _log_params(client, child_id, {key: _param_value(value) for key, value in params.items()})
+    log_params(client, child_id, {key: param_value(value) for key, value in params.items()})
     _log_metrics(client, child_id, probe_metrics(probe))
     client.set_terminated(child_id, status="FAILED" if probe.abort_reason else "FINISHED")
     return child_id
@@ -192,13 +194,7 @@ def _existing_parent(
         tags = run.data.tags
         if tags.get(TAG_COMPLETE) == "true" and tags.get(TAG_CONTENT) == content:
             return str(run.info.run_id)
-    for run in runs:
-        children = client.search_runs(
-            [experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{run.info.run_id}'"
-        )
-        for child in children:
-            client.delete_run(child.info.run_id)
-        client.delete_run(run.info.run_id)
+    delete_with_children(client, experiment_id, runs)
     return None
 
 
@@ -215,20 +211,11 @@ def _ensure_report(search_dir: Path) -> None:
         logger.warning("no report for capacity search %s: %s", search_dir, error)
 
 
-def _client(tracking_uri: str) -> MlflowClient:
-    from mlflow import MlflowClient
-
-    database = _sqlite_path(tracking_uri)
-    if database is not None:
-        database.expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=tracking_uri)
-
-
 def _log(search_dir: Path, tracking_uri: str, experiment: str) -> str:
     settings, result, probes = read_search_dir(search_dir)
     content = _content_hash(search_dir)
-    client = _client(tracking_uri)
-    experiment_id = _experiment_id(client, experiment, artifact_location_for(tracking_uri))
+    client = open_client(tracking_uri)
+    experiment_id = ensure_experiment(client, experiment, artifact_location_for(tracking_uri))
     existing = _existing_parent(client, experiment_id, settings.search_id, content)
     if existing is not None:
         logger.info("search %s is already in MLflow as %s", settings.search_id, existing)
@@ -243,10 +230,10 @@ def _log(search_dir: Path, tracking_uri: str, experiment: str) -> str:
         "spec_hash": settings.spec_hash,
         "spec_source": settings.spec_source,
     }
-    parent = client.create_run(experiment_id, run_name=settings.search_id, tags=_tags(tags))
+    parent = client.create_run(experiment_id, run_name=settings.search_id, tags=text_tags(tags))
     parent_id = str(parent.info.run_id)
-    try:
-        _log_params(client, parent_id, search_params(settings))
+    with failed_on_error(client, parent_id):
+        log_params(client, parent_id, search_params(settings))
         _log_metrics(client, parent_id, search_metrics(result, probes))
         for probe in probes:
             _log_probe(client, experiment_id, parent_id, settings.search_id, probe)
@@ -255,10 +242,6 @@ def _log(search_dir: Path, tracking_uri: str, experiment: str) -> str:
                 client.log_artifact(parent_id, str(search_dir / name))
         client.set_tag(parent_id, TAG_COMPLETE, "true")
         client.set_terminated(parent_id, status="FINISHED" if result is not None else "KILLED")
-    except BaseException:
-        with suppress(Exception):  # mark the half-written record; a retry replaces it
-            client.set_terminated(parent_id, status="FAILED")
-        raise
     return parent_id
 
 
@@ -272,18 +255,10 @@ def log_search(
     and a hash of search.json, probes.jsonl and capacity.json, and its id returned; an older
     or half-written record of the search (a resumed search has more probes) is replaced."""
     folder = Path(search_dir)
-    try:
-        with _quiet_mlflow():
-            return _log(folder, tracking_uri, experiment)
-    except Exception as error:
-        lines = str(error).strip().splitlines()
-        logger.warning(
-            "could not log capacity search %s to MLflow at %s (the search directory is "
-            "unaffected): %s: %s",
-            folder,
-            tracking_uri,
-            type(error).__name__,
-            lines[0][:500] if lines else "",
-        )
-        logger.debug("MLflow failure in full", exc_info=True)
-        return None
+    return logged_or_warned(
+        lambda: _log(folder, tracking_uri, experiment),
+        f"capacity search {folder}",
+        "search directory",
+        tracking_uri,
+        logger,
+    )

@@ -10,39 +10,40 @@ never lose or fail a run. MLflow is imported lazily (about a second).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import time
-import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stages.cli.mlflow_client import (
+    DEFAULT_EXPERIMENT,
+    TAG_COMPLETE,
+    TAG_KIND,
+    TAG_PARENT,
+    artifact_location_for,
+    clean_key,
+    delete_with_children,
+    ensure_experiment,
+    failed_on_error,
+    log_params,
+    logged_or_warned,
+    open_client,
+    param_value,
+    text_tags,
+)
+from stages.contracts.counters import QUERY_COUNTS
 from stages.rundir.layout import MANIFEST, TABLES, table_files
 from stages.rundir.manifest import Manifest, PipelineResult, read_manifest
-from stages.runtime.counters import QUERY_COUNTS
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_EXPERIMENT = "collobench"
-ARTIFACTS_DIR_NAME = "mlartifacts"
-
-# MLflow's limits (mlflow.utils.validation); ours are applied before MLflow sees the values.
-MAX_PARAM_VALUE_CHARS = 6000
-MAX_KEY_CHARS = 250
-
-# Tags that identify our runs, so logging the same run directory twice reuses the first record.
 TAG_RUN_ID = "run_id"
-TAG_KIND = "collobench.kind"  # run | pipeline_phase
-TAG_COMPLETE = "collobench.complete"  # "true" once every child, metric and artifact is logged
-TAG_PARENT = "mlflow.parentRunId"  # what mlflow.start_run(nested=True) sets
 
 # Benchmark status -> MLflow run status.
 _RUN_STATUS = {"ok": "FINISHED", "failed": "FAILED", "timeout": "FAILED", "interrupted": "KILLED"}
@@ -50,60 +51,9 @@ _STATUS_SEVERITY = ("ok", "timeout", "interrupted", "failed")
 _VERDICT_SEVERITY = ("met", "undecided", "missed")
 # The worker's own counts (warm-up included), logged only when a result has no summary.
 _COUNT_FIELDS = (*QUERY_COUNTS, "not_issued")
-_NOISY_LOGGERS = ("mlflow", "alembic", "sqlalchemy")
-
-
-def _sqlite_path(tracking_uri: str) -> Path | None:
-    """The database file of a `sqlite:///` URI, else None."""
-    prefix = "sqlite:///"
-    if not tracking_uri.startswith(prefix):
-        return None
-    return Path(tracking_uri[len(prefix) :].split("?", 1)[0])
-
-
-def artifact_location_for(tracking_uri: str) -> str | None:
-    """Artifacts beside a sqlite store (`<dir>/mlartifacts`), not in the CWD's ./mlruns;
-    None lets a tracking server choose."""
-    database = _sqlite_path(tracking_uri)
-    if database is None:
-        return None
-    return (database.expanduser().resolve().parent / ARTIFACTS_DIR_NAME).as_uri()
-
-
-@contextmanager
-def _quiet_mlflow() -> Iterator[None]:
-    """Silence MLflow meanwhile: migration chatter, run-URL prints, and its own tracebacks of
-    errors that reach us anyway (we report them once, as one warning)."""
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    # Importing mlflow configures its loggers (level INFO); import first, then quieten.
-    import mlflow  # noqa: F401
-
-    saved = {name: logging.getLogger(name).level for name in _NOISY_LOGGERS}
-    for name in _NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", module=r"mlflow(\.|$)")
-            warnings.filterwarnings("ignore", module=r"alembic(\.|$)")
-            yield
-    finally:
-        for name, level in saved.items():
-            logging.getLogger(name).setLevel(level)
 
 
 # ---------------------------------------------------------------- params
-
-
-def _clean_key(key: str) -> str:
-    """A key MLflow accepts: its allowed characters only, no empty path parts, <= 250 chars."""
-    allowed = "".join(c if c.isalnum() or c in "_-. :" else "_" for c in key)
-    parts = [part.strip() or "_" for part in allowed.split(".")]
-    return ".".join(parts)[:MAX_KEY_CHARS]
-
-
-def _param_value(value: object) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text[:MAX_PARAM_VALUE_CHARS]
 
 
 def _segment(item: Mapping[str, Any], index: int, taken: set[str]) -> str:
@@ -123,7 +73,7 @@ def flatten_params(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     def visit(node: Any, key: str) -> None:
         if isinstance(node, Mapping):
             if not node and key:
-                flat[_clean_key(key)] = "{}"
+                flat[clean_key(key)] = "{}"
             for name, child in node.items():
                 visit(child, f"{key}.{name}" if key else str(name))
         elif isinstance(node, list) and node and all(isinstance(i, Mapping) for i in node):
@@ -133,7 +83,7 @@ def flatten_params(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
                 taken.add(label)
                 visit(item, f"{key}.{label}" if key else label)
         elif key:
-            flat[_clean_key(key)] = _param_value(node)
+            flat[clean_key(key)] = param_value(node)
 
     visit(tree, prefix)
     return flat
@@ -192,26 +142,7 @@ def _worst_status(statuses: list[str]) -> str:
     return max(known, key=_STATUS_SEVERITY.index)
 
 
-def _tags(values: Mapping[str, object]) -> dict[str, str]:
-    return {key: str(value) for key, value in values.items() if value is not None}
-
-
 # ---------------------------------------------------------------- MLflow
-
-
-def _experiment_id(client: MlflowClient, name: str, artifact_location: str | None) -> str:
-    """Get or create the experiment (restoring it if someone deleted it)."""
-    experiment = client.get_experiment_by_name(name)
-    if experiment is None:
-        try:
-            return str(client.create_experiment(name, artifact_location=artifact_location))
-        except Exception:  # another process created it first
-            experiment = client.get_experiment_by_name(name)
-            if experiment is None:
-                raise
-    if experiment.lifecycle_stage == "deleted":
-        client.restore_experiment(experiment.experiment_id)
-    return str(experiment.experiment_id)
 
 
 def _existing_parent(client: MlflowClient, experiment_id: str, run_id: str) -> str | None:
@@ -224,20 +155,8 @@ def _existing_parent(client: MlflowClient, experiment_id: str, run_id: str) -> s
     for run in runs:
         if run.data.tags.get(TAG_COMPLETE) == "true":
             return str(run.info.run_id)
-    for run in runs:  # an interrupted earlier attempt: replace it rather than duplicate it
-        children = client.search_runs(
-            [experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{run.info.run_id}'"
-        )
-        for child in children:
-            client.delete_run(child.info.run_id)
-        client.delete_run(run.info.run_id)
+    delete_with_children(client, experiment_id, runs)  # interrupted earlier attempts
     return None
-
-
-def _log_params(client: MlflowClient, mlflow_run_id: str, params: Mapping[str, str]) -> None:
-    from mlflow.entities import Param
-
-    client.log_batch(mlflow_run_id, params=[Param(k, v) for k, v in params.items()])
 
 
 def _log_child(
@@ -254,7 +173,7 @@ def _log_child(
 
     statuses = [r.status for r in results]
     errors = [r.error for r in results if r.error]
-    tags = _tags(
+    tags = text_tags(
         {
             TAG_PARENT: parent_id,
             TAG_KIND: "pipeline_phase",
@@ -272,7 +191,7 @@ def _log_child(
     child_id = str(child.info.run_id)
     pipeline_spec = manifest.spec.pipeline(pipeline)
     if pipeline_spec is not None:
-        _log_params(client, child_id, flatten_params(pipeline_spec.as_written()))
+        log_params(client, child_id, flatten_params(pipeline_spec.as_written()))
 
     now_ms = int(time.time() * 1000)
     metrics = [
@@ -300,7 +219,7 @@ def _parent_tags(manifest: Manifest, run_id: str, status: str) -> dict[str, str]
     """The parent run's tags: identity, spec, status, commit and host."""
     environment = manifest.environment
     git = environment.git if environment is not None else None
-    return _tags(
+    return text_tags(
         {
             TAG_KIND: "run",
             TAG_RUN_ID: run_id,
@@ -314,36 +233,30 @@ def _parent_tags(manifest: Manifest, run_id: str, status: str) -> dict[str, str]
     )
 
 
-def _log(run_dir: Path, tracking_uri: str, experiment: str) -> str:
-    from mlflow import MlflowClient
-
+def _log(run_dir: Path, tracking_uri: str, experiment_name: str) -> str:
     manifest = read_manifest(run_dir)
     run_id = manifest.run_id or run_dir.name
-
-    database = _sqlite_path(tracking_uri)
-    if database is not None:
-        database.expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiment_id = _experiment_id(client, experiment, artifact_location_for(tracking_uri))
-    existing = _existing_parent(client, experiment_id, run_id)
+    client = open_client(tracking_uri)
+    experiment = ensure_experiment(client, experiment_name, artifact_location_for(tracking_uri))
+    existing = _existing_parent(client, experiment, run_id)
     if existing is not None:
         logger.info("run %s is already in MLflow as %s", run_id, existing)
         return existing
 
     status = manifest.status or "unknown"
     parent = client.create_run(
-        experiment_id,
+        experiment,
         start_time=_millis(manifest.started_at),
         run_name=run_id,
         tags=_parent_tags(manifest, run_id, status),
     )
     parent_id = str(parent.info.run_id)
-    try:
-        _log_params(client, parent_id, flatten_params(manifest.spec.as_written()))
+    with failed_on_error(client, parent_id):
+        log_params(client, parent_id, flatten_params(manifest.spec.as_written()))
         pairs = sorted({(r.pipeline, r.phase) for r in manifest.results})
         for pipeline, phase in pairs:
             mine = [r for r in manifest.results if (r.pipeline, r.phase) == (pipeline, phase)]
-            _log_child(client, experiment_id, parent_id, manifest, pipeline, phase, mine)
+            _log_child(client, experiment, parent_id, manifest, pipeline, phase, mine)
         _log_artifacts(client, parent_id, run_dir)
         client.set_tag(parent_id, TAG_COMPLETE, "true")
         client.set_terminated(
@@ -351,10 +264,6 @@ def _log(run_dir: Path, tracking_uri: str, experiment: str) -> str:
             status=_RUN_STATUS.get(status, "FINISHED"),
             end_time=_millis(manifest.ended_at),
         )
-    except BaseException:
-        with suppress(Exception):  # mark the half-written record; a retry replaces it
-            client.set_terminated(parent_id, status="FAILED")
-        raise
     return parent_id
 
 
@@ -368,17 +277,10 @@ def log_run_to_mlflow(
     returned; a record left half-written by an earlier failure is deleted and logged afresh.
     """
     run_dir = Path(run_dir)
-    try:
-        with _quiet_mlflow():
-            return _log(run_dir, tracking_uri, experiment)
-    except Exception as error:
-        lines = str(error).strip().splitlines()
-        logger.warning(
-            "could not log run %s to MLflow at %s (the run directory is unaffected): %s: %s",
-            run_dir,
-            tracking_uri,
-            type(error).__name__,
-            lines[0][:500] if lines else "",
-        )
-        logger.debug("MLflow failure in full", exc_info=True)
-        return None
+    return logged_or_warned(
+        lambda: _log(run_dir, tracking_uri, experiment),
+        f"run {run_dir}",
+        "run directory",
+        tracking_uri,
+        logger,
+    )

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from stages.cli.console import out
 from stages.cli.render import cell, ci_names, fmt, with_interval
-from stages.runtime.counters import QUERY_COUNTS
+from stages.contracts.counters import QUERY_COUNTS
 
 
 def _rate(outcome: dict[str, Any]) -> float | None:

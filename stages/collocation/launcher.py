@@ -24,7 +24,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -251,9 +251,7 @@ class Launcher:
         self._write_manifest("running", None)
         self._summarize_phase(trial, phase, outcomes)
         self._emit(
-            ProgressEvent(
-                "phase_end", trial, phase, data={"outcomes": [asdict(o) for o in outcomes]}
-            )
+            ProgressEvent("phase_end", trial, phase, data={"outcomes": [o.row() for o in outcomes]})
         )
         return outcomes
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunState) -> di
         "environment": record.environment,
         "energy": record.energy,
         "warnings": record.warnings,
-        "results": [asdict(outcome) for outcome in record.results],
+        "results": [outcome.row() for outcome in record.results],
     }
 
 

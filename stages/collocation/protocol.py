@@ -4,62 +4,28 @@ dataclass, and the one codec that turns them into pipe payloads and back.
 worker -> launcher: `Ready`, then `Progress` twice a second, then `Done` or `Failed`.
 launcher -> worker: `Start` (the common start instant of the load window).
 
-On the pipe a message is a plain dict: its `kind` plus its fields (nested dataclasses as
-dicts), so what crosses a process boundary is data, not pickled classes. `decode` accepts
-exactly the fields of the named kind: an unknown kind, a missing field or an unknown field
-raises `ProtocolError`, so a counter renamed on one side fails loudly instead of reading 0.
+On the pipe a message is a plain dict: its `kind` plus its fields (the counters,
+`stages.contracts.counters.QueryCounters`, as a dict), so what crosses a process boundary is
+data, not pickled classes. `decode` accepts exactly the fields of the named kind: an unknown
+kind, a missing field or an unknown field raises `ProtocolError`, so a counter renamed on one
+side fails loudly instead of reading 0.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
-from stages.runtime.counters import PipelineCounters
+from pydantic import BaseModel, ValidationError
+
+from stages.contracts.counters import QueryCounters
 
 
 class ProtocolError(RuntimeError):
     """A pipe payload that is not a message of this protocol (or not the one expected)."""
-
-
-@dataclass(frozen=True)
-class CounterSnapshot:
-    """A pipeline's live counters as the worker reports them; the query counts carry the
-    names of `stages.runtime.counters.QUERY_COUNTS` (ok, errors, dropped, timeouts)."""
-
-    issued: int
-    ok: int
-    errors: int
-    dropped: int
-    timeouts: int
-    samples_ok: int
-    first_issue_ns: int
-    last_completed_ns: int
-    measured: int  # non-warm-up queries recorded, failures included (the verdict's N)
-    measured_over_slo: int  # of those, over the pipeline's slo_ms or not ok (its T)
-    inflight: int  # issued, not yet finished (the backlog a capacity probe watches)
-    live_p99_ms: float | None  # over the last 2,000 completions: progress display only
-
-    @classmethod
-    def of(cls, counters: PipelineCounters) -> CounterSnapshot:
-        return cls(
-            issued=counters.issued,
-            ok=counters.ok,
-            errors=counters.errors,
-            dropped=counters.dropped,
-            timeouts=counters.timeouts,
-            samples_ok=counters.samples_ok,
-            first_issue_ns=counters.first_issue_ns,
-            last_completed_ns=counters.last_completed_ns,
-            measured=counters.measured,
-            measured_over_slo=counters.measured_over_slo,
-            inflight=counters.inflight,
-            live_p99_ms=counters.p99_ms(),
-        )
 
 
 @dataclass(frozen=True)
@@ -80,7 +46,7 @@ class Start:
 class Progress:
     """Live counters during the load window."""
 
-    counters: CounterSnapshot
+    counters: QueryCounters
 
 
 @dataclass(frozen=True)
@@ -92,7 +58,7 @@ class Done:
     stopped_by: str | None  # why the load generator stopped issuing; None when interrupted
     not_issued: int
     leaked_threads: list[str]
-    counters: CounterSnapshot
+    counters: QueryCounters
 
 
 @dataclass(frozen=True)
@@ -124,7 +90,11 @@ def kind_of(message: Message) -> str:
 
 def encode(message: Message) -> dict[str, Any]:
     """The pipe payload of `message`."""
-    return {"kind": kind_of(message), **asdict(message)}
+    payload: dict[str, Any] = {"kind": kind_of(message)}
+    for field in fields(message):
+        value = getattr(message, field.name)
+        payload[field.name] = value.model_dump() if isinstance(value, BaseModel) else value
+    return payload
 
 
 def decode(payload: object) -> Message:
@@ -140,32 +110,44 @@ def decode(payload: object) -> Message:
     return message
 
 
+def _field_names(cls: type[Any]) -> set[str]:
+    if issubclass(cls, BaseModel):
+        return set(cls.model_fields)
+    return {field.name for field in fields(cls)}
+
+
 def _build(cls: type[Any], body: Mapping[str, Any], where: str) -> Any:
-    """`cls` from exactly its fields; nested dataclass fields are built the same way."""
-    names = {field.name for field in fields(cls)}
+    """`cls` from exactly its fields; nested model fields (the counters) are built the same
+    way, and a value of the wrong type in them is a `ProtocolError` too."""
+    names = _field_names(cls)
     missing = sorted(names - body.keys())
     unknown = sorted(set(body) - names)
     if missing or unknown:
         raise ProtocolError(f"{where}: missing fields {missing}, unknown fields {unknown}")
     values = dict(body)
-    for name, nested in _NESTED[cls].items():
+    for name, nested in _NESTED.get(cls, {}).items():
         if not isinstance(values[name], Mapping):
             raise ProtocolError(f"{where}.{name}: expected a dict, got {values[name]!r}")
         values[name] = _build(nested, values[name], f"{where}.{name}")
+    if issubclass(cls, BaseModel):
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            raise ProtocolError(f"{where}: {error.errors()[0]['msg']}") from None
     return cls(**values)
 
 
-def _nested_dataclasses(cls: type[Any]) -> dict[str, type[Any]]:
+def _nested_models(cls: type[Any]) -> dict[str, type[BaseModel]]:
     hints = typing.get_type_hints(cls)
     return {
         field.name: hints[field.name]
         for field in fields(cls)
-        if isinstance(hints[field.name], type) and dataclasses.is_dataclass(hints[field.name])
+        if isinstance(hints[field.name], type) and issubclass(hints[field.name], BaseModel)
     }
 
 
-# The dataclass-valued fields of every message class, by class (resolved once, at import).
-_NESTED = {cls: _nested_dataclasses(cls) for cls in (*KINDS.values(), CounterSnapshot)}
+# The model-valued fields of every message class, by class (resolved once, at import).
+_NESTED = {cls: _nested_models(cls) for cls in KINDS.values()}
 
 
 def send(connection: Connection, message: Message) -> None:

@@ -3,20 +3,21 @@ the run's result, the progress events a display receives, and the errors a run e
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from stages.collocation.protocol import CounterSnapshot, Done, Failed
+from stages.collocation.protocol import Done, Failed
+from stages.contracts.counters import QueryCounters
 
 
 @dataclass(slots=True)
 class PipelineOutcome:
-    """How one pipeline fared in one phase of one trial (a row of the manifest's results).
-    The counters carry the names of `stages.runtime.counters.QUERY_COUNTS` and of the
-    protocol's `CounterSnapshot`, which `record_counters` copies field by field (slots: an
-    assignment to a field that does not exist raises instead of adding an attribute)."""
+    """How one pipeline fared in one phase of one trial; `row()` is its row of the manifest's
+    results (stages.rundir.manifest.PipelineResult). Slots: an assignment to a field that does
+    not exist raises instead of adding an attribute."""
 
     trial: int
     phase: str
@@ -26,41 +27,27 @@ class PipelineOutcome:
     traceback: str | None = None  # the worker's, when it raised
     exit_code: int | None = None
     pid: int | None = None
-    issued: int = 0
-    ok: int = 0
-    errors: int = 0
-    dropped: int = 0
-    timeouts: int = 0
-    samples_ok: int = 0
+    counters: QueryCounters = field(default_factory=QueryCounters)  # the worker's last report
     not_issued: int = 0
     stopped_by: str | None = None  # why the load generator stopped issuing
-    first_issue_ns: int | None = None
-    last_completed_ns: int | None = None
-    measured: int = 0  # non-warm-up queries recorded, failures included (live, for probes)
-    measured_over_slo: int = 0  # of those, over the pipeline's slo_ms or not ok
-    inflight: int = 0  # issued, not yet finished (live)
-    live_p99_ms: float | None = None  # progress display only: the last 2,000 completions
     summary: dict[str, Any] | None = None  # the phase's figures, from the analysis views
     slo_verdict: str | None = None  # met | missed | undecided (the views'); None: no SLO
 
-    def record_counters(self, counters: CounterSnapshot) -> None:
-        """The worker's live counters, as reported (`Progress` and `Done`)."""
-        self.issued = counters.issued
-        self.ok = counters.ok
-        self.errors = counters.errors
-        self.dropped = counters.dropped
-        self.timeouts = counters.timeouts
-        self.samples_ok = counters.samples_ok
-        self.first_issue_ns = counters.first_issue_ns
-        self.last_completed_ns = counters.last_completed_ns
-        self.measured = counters.measured
-        self.measured_over_slo = counters.measured_over_slo
-        self.inflight = counters.inflight
-        self.live_p99_ms = counters.live_p99_ms
+    def row(self) -> dict[str, Any]:
+        """The outcome as one flat record, the counters in place of `counters`: the manifest's
+        row of results, and the data of the launcher's progress events."""
+        record: dict[str, Any] = {}
+        for name in (item.name for item in fields(self)):
+            value = getattr(self, name)
+            if isinstance(value, QueryCounters):
+                record.update(value.model_dump())
+            else:
+                record[name] = copy.deepcopy(value)
+        return record
 
     def record_done(self, done: Done) -> None:
         """The worker's final report on its load window."""
-        self.record_counters(done.counters)
+        self.counters = done.counters
         self.not_issued = done.not_issued
         self.stopped_by = done.stopped_by
         self.status = done.status

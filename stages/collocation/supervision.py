@@ -8,7 +8,6 @@ import multiprocessing.connection
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
@@ -137,7 +136,7 @@ class Supervisor:
         if isinstance(message, Ready):
             worker.ready = True
         elif isinstance(message, Progress):
-            outcome.record_counters(message.counters)
+            outcome.counters = message.counters  # the worker's live counters, as reported
             self._emit_outcome(worker, "progress")
         elif isinstance(message, Done):
             worker.done = True
@@ -158,7 +157,7 @@ class Supervisor:
     def _emit_outcome(self, worker: WorkerHandle, kind: str = "done") -> None:
         outcome = worker.outcome
         self._emit(
-            ProgressEvent(kind, outcome.trial, outcome.phase, outcome.pipeline, asdict(outcome))
+            ProgressEvent(kind, outcome.trial, outcome.phase, outcome.pipeline, outcome.row())
         )
 
     def _mark_dead(self, worker: WorkerHandle) -> None:

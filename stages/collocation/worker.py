@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from stages.collocation import protocol
 from stages.collocation.lifetime import die_with_parent
-from stages.collocation.protocol import CounterSnapshot, Done, Failed, Progress, Ready, Start
+from stages.collocation.protocol import Done, Failed, Progress, Ready, Start
 
 if TYPE_CHECKING:
     from stages.runtime.pipeline import PipelineRuntime
@@ -123,7 +123,7 @@ def _run(task: WorkerTask, connection: Connection) -> int:
         stopped_by=result.outcome.stopped_by,
         not_issued=result.outcome.not_issued,
         leaked_threads=result.leaked_threads,
-        counters=CounterSnapshot.of(runtime.counters),
+        counters=runtime.counters,
     )
     _send(connection, done)
     return 0
@@ -193,7 +193,7 @@ def _interrupted_done(runtime: PipelineRuntime, interrupted: Interrupted) -> Don
         stopped_by=None,
         not_issued=0,
         leaked_threads=[],
-        counters=CounterSnapshot.of(runtime.counters),
+        counters=runtime.counters,
     )
 
 
@@ -216,9 +216,7 @@ class _ProgressReporter:
                 if self._stopped.is_set():
                     return
                 try:
-                    protocol.send(
-                        self._connection, Progress(CounterSnapshot.of(self._runtime.counters))
-                    )
+                    protocol.send(self._connection, Progress(self._runtime.counters))
                 except OSError:
                     return
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stages.contracts.counters import QueryCounters
 from stages.rundir.layout import MANIFEST
 
 FORMAT_VERSION = 1
@@ -157,8 +158,9 @@ class EnergySources(_Ours):
     host_source: str | None = Field(None, description="rapl | model_estimate")
 
 
-class PipelineResult(_Ours):
-    """How one pipeline fared in one phase of one trial (the launcher's PipelineOutcome)."""
+class _ResultIdentity(_Ours):
+    """Which pipeline, phase and trial a result row is, and how its worker ended (first in
+    the row; the counters follow)."""
 
     trial: int
     phase: str
@@ -168,26 +170,16 @@ class PipelineResult(_Ours):
     traceback: str | None = Field(None, description="The worker's, when it raised.")
     exit_code: int | None = None
     pid: int | None = None
-    issued: int = Field(0, description="Queries issued, warm-up included (the worker's count).")
-    ok: int = 0
-    errors: int = 0
-    dropped: int = 0
-    timeouts: int = 0
-    samples_ok: int = 0
+
+
+class PipelineResult(QueryCounters, _ResultIdentity):
+    """How one pipeline fared in one phase of one trial (the launcher's PipelineOutcome.row()):
+    its identity, its counters (stages.contracts.counters, flat in the row), then the rest."""
+
+    model_config = ConfigDict(frozen=False)
+
     not_issued: int = 0
     stopped_by: str | None = Field(None, description="Why the load generator stopped issuing.")
-    first_issue_ns: int | None = None
-    last_completed_ns: int | None = None
-    measured: int = Field(
-        0, description="Non-warm-up queries recorded, failures included (the worker's count)."
-    )
-    measured_over_slo: int = Field(
-        0, description="Of those, the ones over the pipeline's slo_ms or not ok."
-    )
-    inflight: int = Field(0, description="Issued queries not yet finished at the last report.")
-    live_p99_ms: float | None = Field(
-        None, description="Progress display only: p99 of the last 2,000 completions."
-    )
     summary: dict[str, float] | None = Field(
         None,
         description="The phase's figures from the analysis views "

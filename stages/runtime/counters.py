@@ -1,17 +1,16 @@
-"""Query counters, spelled once: the runtime's per-thread tallies, the live snapshot the worker
-sends, the launcher's outcome, the manifest, MLflow and the report all use these names."""
+"""The runtime's side of the query counters: the tally each thread keeps without locks, and the
+snapshot summed from them (`stages.contracts.counters.QueryCounters`, the one spelling the
+worker, the launcher, the manifest, MLflow and the report share)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
-# The per-status query counts, in the order reports show them; `errors` and `timeouts` are also
-# the manifest's and the warehouse's spelling (analysis/sql/views/16_pipeline_outcomes.sql).
-QUERY_COUNTS = ("ok", "errors", "dropped", "timeouts")
+from stages.contracts.counters import QueryCounters
 
 
 class Tally:
-    """Counts kept by one thread (no locks on the hot path); `PipelineCounters` sums them."""
+    """Counts kept by one thread (no locks on the hot path); `snapshot` sums them."""
 
     __slots__ = ("dropped", "errors", "last_completed_ns", "ok", "samples_ok", "timeouts")
 
@@ -20,37 +19,45 @@ class Tally:
         self.last_completed_ns = 0
 
 
-@dataclass
-class PipelineCounters:
-    """A snapshot of live totals (progress displays, phase results)."""
+def p99_ms(latencies_ns: Iterable[int]) -> float | None:
+    """The 99th percentile of `latencies_ns` in milliseconds (None without any)."""
+    latencies = sorted(latencies_ns)
+    if not latencies:
+        return None
+    return latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] / 1e6
 
-    issued: int = 0
-    ok: int = 0
-    errors: int = 0
-    dropped: int = 0
-    timeouts: int = 0
-    samples_ok: int = 0
-    first_issue_ns: int = 0
-    last_completed_ns: int = 0
-    measured: int = 0
-    """Non-warm-up queries recorded so far, failures included (the SLO verdict's N)."""
-    measured_over_slo: int = 0
-    """Of those, the ones over the pipeline's `slo_ms` or not ok (the verdict's T)."""
-    inflight: int = 0
-    """Issued queries not yet finished (live: the in-flight table's size at the snapshot)."""
-    recent_latency_ns: list[int] = field(default_factory=list)
 
-    def p99_ms(self) -> float | None:
-        latencies = sorted(self.recent_latency_ns)
-        if not latencies:
-            return None
-        return latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] / 1e6
-
-    def add(self, tally: Tally) -> None:
-        """Adds one thread's tally to this snapshot."""
-        self.ok += tally.ok
-        self.errors += tally.errors
-        self.dropped += tally.dropped
-        self.timeouts += tally.timeouts
-        self.samples_ok += tally.samples_ok
-        self.last_completed_ns = max(self.last_completed_ns, tally.last_completed_ns)
+def snapshot(
+    tallies: Iterable[Tally],
+    *,
+    issued: int,
+    first_issue_ns: int,
+    measured: int,
+    measured_over_slo: int,
+    inflight: int,
+    recent_latency_ns: Iterable[int],
+) -> QueryCounters:
+    """The pipeline's counters now: the threads' tallies summed, with what admission and the
+    recorder count themselves (`measured`, `measured_over_slo`: the SLO verdict's N and T)."""
+    ok = errors = dropped = timeouts = samples_ok = last_completed_ns = 0
+    for tally in tallies:
+        ok += tally.ok
+        errors += tally.errors
+        dropped += tally.dropped
+        timeouts += tally.timeouts
+        samples_ok += tally.samples_ok
+        last_completed_ns = max(last_completed_ns, tally.last_completed_ns)
+    return QueryCounters(
+        issued=issued,
+        ok=ok,
+        errors=errors,
+        dropped=dropped,
+        timeouts=timeouts,
+        samples_ok=samples_ok,
+        first_issue_ns=first_issue_ns,
+        last_completed_ns=last_completed_ns,
+        measured=measured,
+        measured_over_slo=measured_over_slo,
+        inflight=inflight,
+        live_p99_ms=p99_ms(recent_latency_ns),
+    )

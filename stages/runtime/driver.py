@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.runtime.counters import PipelineCounters
+from stages.contracts.counters import QueryCounters
 from stages.runtime.loadgen.kinds import make_scenario
 from stages.runtime.loadgen.scenarios import LoadOutcome, Scenario
 from stages.runtime.loadgen.timing import set_timer_slack_ns
@@ -28,7 +28,7 @@ class PhaseResult:
     status: str  # ok | failed | timeout
     error: str | None
     outcome: LoadOutcome
-    counters: PipelineCounters
+    counters: QueryCounters
     leaked_threads: list[str] = field(default_factory=list)
 
 

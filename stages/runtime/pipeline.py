@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from stages.contracts.counters import QueryCounters
 from stages.runtime.admission import Admission
 from stages.runtime.async_stage import AsyncStage
 from stages.runtime.async_thread import AsyncStageThread
 from stages.runtime.completion import Completion
-from stages.runtime.counters import PipelineCounters
+from stages.runtime.counters import snapshot
 from stages.runtime.fusion import FusedHandOff, chain_head, fused_links
 from stages.runtime.graph import StageGraph, StageNode
 from stages.runtime.query import Query
@@ -132,23 +133,20 @@ class PipelineRuntime:
         return self.admission.first_issue_ns
 
     @property
-    def counters(self) -> PipelineCounters:
+    def counters(self) -> QueryCounters:
         """Totals summed over the threads' tallies (a consistent-enough live snapshot)."""
-        admission, completion = self.admission, self.completion
-        recorder = self.recorder
-        snapshot = PipelineCounters(
+        admission, completion, recorder = self.admission, self.completion, self.recorder
+        with completion.lock:
+            tallies = list(completion.tallies)
+        return snapshot(
+            tallies,
             issued=admission.issued,
             first_issue_ns=admission.first_issue_ns,
             measured=recorder.measured,
             measured_over_slo=recorder.measured_over_slo,
             inflight=len(completion.inflight),
+            recent_latency_ns=list(recorder.recent_latency_ns),
         )
-        with completion.lock:
-            tallies = list(completion.tallies)
-        for tally in tallies:
-            snapshot.add(tally)
-        snapshot.recent_latency_ns = list(recorder.recent_latency_ns)
-        return snapshot
 
     def new_query(
         self, query_id: int, scheduled_ns: int, samples: int = 1, warmup: bool = False

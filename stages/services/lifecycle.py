@@ -8,10 +8,8 @@ whose process exits early is reported with its exit status and the tail of its l
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -23,6 +21,7 @@ from typing import IO, Any
 
 import psutil
 
+from stages.process_groups import end_group, start_group
 from stages.services.registry import LOOPBACK_HOST, ServiceType
 from stages.spec.services import ServiceSpec
 
@@ -105,14 +104,7 @@ class ServiceProcess:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             log = self.log_path.open("ab")
         try:
-            self.popen = subprocess.Popen(
-                argv,
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            self.popen = start_group(argv, stdout=log, env=environment)
         except OSError as error:
             raise ServiceError(
                 f"service {self.spec.name}: cannot start {argv[0]}: {error}"
@@ -221,44 +213,14 @@ class ServiceProcess:
         return [self.popen.pid, *(child.pid for child in children)]
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
-        """SIGTERM the process group and every descendant, wait up to `grace_s`, then SIGKILL
-        the group and what is left, and reap the process. Safe to call twice, and after the
-        process died (what it left in its group is still ended)."""
+        """SIGTERM the process group and the descendants that left it, wait up to `grace_s`,
+        then SIGKILL what is left, and reap the process (stages.process_groups.end_group).
+        Safe to call twice, and after the process died (what it left in its group is still
+        ended)."""
         self.stopped = True
         if self.popen is None:
             return
         started_ns = time.monotonic_ns()
-        deadline = time.monotonic() + grace_s
-        group = self.popen.pid  # start_new_session: the group id is the leader's pid
-        members = _members(group)
-        _signal_group(group, signal.SIGTERM, members)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=grace_s)
-        _, alive = psutil.wait_procs(members, timeout=max(0.0, deadline - time.monotonic()))
-        _signal_group(group, signal.SIGKILL, alive)
-        self.popen.wait()
-        psutil.wait_procs(alive, timeout=grace_s)
+        end_group(self.popen, grace_s)
         self._span("service_stop", started_ns)
         self.popen = None
-
-
-def _members(group: int) -> list[psutil.Process]:
-    """Every process still running in process group `group` or descended from its leader (one
-    that left the group with setsid), the leader itself excepted (Popen reaps it)."""
-    found: dict[int, psutil.Process] = {}
-    with contextlib.suppress(psutil.Error):
-        found.update((p.pid, p) for p in psutil.Process(group).children(recursive=True))
-    for process in psutil.process_iter():
-        with contextlib.suppress(OSError):
-            if process.pid != group and os.getpgid(process.pid) == group:
-                found.setdefault(process.pid, process)
-    return list(found.values())
-
-
-def _signal_group(group: int, sig: signal.Signals, members: list[psutil.Process]) -> None:
-    """Signal the process group, and each of `members` (one that left the group with setsid)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, sig)
-    for member in members:
-        with contextlib.suppress(psutil.Error):
-            member.send_signal(sig)

@@ -17,7 +17,7 @@ from analysis.report_catalogue import BY_VIEW
 from stages.cli.app import app
 from stages.cli.progress import ProgressDisplay, phase_line
 from stages.cli.render import compact_table
-from stages.runtime.counters import QUERY_COUNTS
+from stages.contracts.counters import QUERY_COUNTS
 from tests.analysis.runs import single_pipeline_run
 
 runner = CliRunner()

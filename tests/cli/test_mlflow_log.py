@@ -16,11 +16,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from stages import settings
-from stages.cli.mlflow_log import (
-    artifact_location_for,
-    flatten_params,
-    log_run_to_mlflow,
-)
+from stages.cli.mlflow_client import artifact_location_for
+from stages.cli.mlflow_log import flatten_params, log_run_to_mlflow
 from stages.cli.wiring import summarize_phase
 from stages.rundir.tables import ChunkWriter, merge_parts
 from stages.settings import default_tracking_uri

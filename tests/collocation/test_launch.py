@@ -157,7 +157,7 @@ def test_raising_stage_marks_errors_and_the_budget_fails_the_pipeline(tmp_path: 
         "error budget exhausted: 20 failed queries "
         "(most often bad: InjectedFailureError: injected failure)"
     )
-    assert victim.errors == 20 and victim.ok >= 19
+    assert victim.counters.errors == 20 and victim.counters.ok >= 19
     errors = read_table(result.run_dir, "errors").to_pylist()
     assert [(e["pipeline"], e["stage"], e["count"]) for e in errors] == [("victim", "bad", 20)]
     assert_survivor_kept(result)
@@ -169,7 +169,7 @@ def test_a_hung_stage_ends_in_timeout(tmp_path: Path) -> None:
     result = run(doc, tmp_path)
     victim = outcome(result, "victim")
     assert victim.status == "timeout"
-    assert victim.timeouts == 1
+    assert victim.counters.timeouts == 1
     queries = read_table(result.run_dir, "queries").to_pandas()
     mine = queries[queries.pipeline == "victim"].set_index("query_id")
     assert mine.loc[5, "status"] == "timeout"

@@ -4,7 +4,6 @@ model does not know fails at the write (not silently in a reader), and the file 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 
 from stages.collocation.manifest_writer import RunState, manifest_of, write_manifest
 from stages.collocation.results import PipelineOutcome
+from stages.contracts.counters import QueryCounters
 from stages.rundir.layout import MANIFEST
 from stages.rundir.manifest import ManifestError, PipelineResult, read_manifest
 from stages.spec.loading import load_spec
@@ -40,7 +40,8 @@ def _manifest(results: list[PipelineOutcome]) -> dict[str, Any]:
 
 
 def test_the_written_manifest_reads_back_through_the_model(tmp_path: Path) -> None:
-    outcome = PipelineOutcome(0, "solo", "front", status="ok", issued=3, ok=3)
+    outcome = PipelineOutcome(0, "solo", "front", status="ok")
+    outcome.counters = QueryCounters(issued=3, ok=3)
     outcome.summary = {"queries_per_s": 12.5}
     manifest = _manifest([outcome])
     write_manifest(tmp_path, manifest)
@@ -67,6 +68,7 @@ def test_an_unknown_top_level_key_fails_at_the_write(tmp_path: Path) -> None:
 
 def test_a_pipeline_outcome_has_exactly_the_fields_a_manifest_result_writes() -> None:
     """PipelineOutcome (the launcher's, mutated while a phase runs) and PipelineResult (the
-    readers') are two classes; their field lists, in order, must stay the same."""
+    readers') are two classes sharing the counters (stages.contracts.counters); the outcome's
+    row and the result's written fields, in order, must stay the same."""
     written = [name for name, field in PipelineResult.model_fields.items() if not field.exclude]
-    assert [field.name for field in dataclasses.fields(PipelineOutcome)] == written
+    assert list(PipelineOutcome(0, "solo", "front").row()) == written

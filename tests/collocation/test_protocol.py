@@ -1,11 +1,10 @@
 """The worker <-> launcher protocol: every message survives a real pipe, a payload that is not
 exactly a message raises, and the counters a worker reports reach the outcome, the manifest's
-results and MLflow under the one spelling of `stages.runtime.counters`."""
+results and MLflow under the one spelling of `stages.contracts.counters`."""
 
 from __future__ import annotations
 
 import multiprocessing
-from dataclasses import asdict, fields
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -16,7 +15,6 @@ from stages.collocation import protocol
 from stages.collocation.barrier import start_together
 from stages.collocation.protocol import (
     KINDS,
-    CounterSnapshot,
     Done,
     Failed,
     Message,
@@ -27,16 +25,18 @@ from stages.collocation.protocol import (
 )
 from stages.collocation.results import PipelineOutcome, ProgressEvent
 from stages.collocation.supervision import Supervisor, WorkerHandle
-from stages.runtime.counters import QUERY_COUNTS, PipelineCounters
+from stages.contracts.counters import QUERY_COUNTS, QueryCounters
+from stages.rundir.manifest import PipelineResult
+from stages.runtime.counters import Tally, snapshot
 
 
-def _snapshot(base: int) -> CounterSnapshot:
+def _snapshot(base: int) -> QueryCounters:
     """A snapshot whose every field holds a different value (so a swap or a rename shows)."""
     values: dict[str, Any] = {}
-    for index, field in enumerate(fields(CounterSnapshot)):
-        values[field.name] = base + index
+    for index, name in enumerate(QueryCounters.model_fields):
+        values[name] = base + index
     values["live_p99_ms"] = base + 0.25
-    return CounterSnapshot(**values)
+    return QueryCounters(**values)
 
 
 PROGRESS = Progress(_snapshot(100))
@@ -122,33 +122,50 @@ def test_a_message_out_of_turn_raises() -> None:
 
 
 def test_counters_are_spelled_once_from_the_runtime_to_mlflow() -> None:
-    snapshot_fields = {field.name for field in fields(CounterSnapshot)}
-    outcome_fields = {field.name for field in fields(PipelineOutcome)}
-    runtime_fields = {field.name for field in fields(PipelineCounters)}
+    snapshot_fields = set(QueryCounters.model_fields)
+    outcome_fields = set(PipelineOutcome(0, "solo", "p").row())  # the manifest's row
+    result_fields = set(PipelineResult.model_fields)
     assert set(QUERY_COUNTS) <= snapshot_fields
     assert snapshot_fields <= outcome_fields
-    assert snapshot_fields - {"live_p99_ms"} <= runtime_fields
+    assert snapshot_fields <= result_fields
     assert set(_COUNT_FIELDS) == {*QUERY_COUNTS, "not_issued"}
     assert set(_COUNT_FIELDS) <= outcome_fields
 
 
-def test_a_snapshot_copies_every_runtime_counter() -> None:
-    counters = PipelineCounters(
-        issued=1,
-        ok=2,
-        errors=3,
-        dropped=4,
-        timeouts=5,
-        samples_ok=6,
+def test_a_snapshot_sums_the_threads_tallies() -> None:
+    first, second = Tally(), Tally()
+    first.ok, first.errors, first.samples_ok, first.last_completed_ns = 2, 1, 4, 8
+    second.ok, second.dropped, second.timeouts, second.last_completed_ns = 3, 4, 5, 6
+    counters = snapshot(
+        [first, second],
+        issued=15,
         first_issue_ns=7,
-        last_completed_ns=8,
+        measured=9,
+        measured_over_slo=1,
+        inflight=2,
         recent_latency_ns=[9_000_000],
     )
-    snapshot = CounterSnapshot.of(counters)
-    for field in fields(CounterSnapshot):
-        if field.name != "live_p99_ms":
-            assert getattr(snapshot, field.name) == getattr(counters, field.name), field.name
-    assert snapshot.live_p99_ms == 9.0
+    assert counters == QueryCounters(
+        issued=15,
+        ok=5,
+        errors=1,
+        dropped=4,
+        timeouts=5,
+        samples_ok=4,
+        first_issue_ns=7,
+        last_completed_ns=8,
+        measured=9,
+        measured_over_slo=1,
+        inflight=2,
+        live_p99_ms=9.0,
+    )
+
+
+def test_a_wrongly_typed_counter_raises() -> None:
+    payload = protocol.encode(PROGRESS)
+    payload["counters"]["ok"] = "many"
+    with pytest.raises(ProtocolError, match=r"progress\.counters: "):
+        protocol.decode(payload)
 
 
 def _fake_worker(connection: Connection) -> None:
@@ -176,14 +193,14 @@ def test_the_counters_a_worker_reports_arrive_in_the_outcome() -> None:
     supervisor.await_done([worker])
     supervisor.reap(worker)
 
-    row = asdict(worker.outcome)  # what the manifest's `results` holds
-    for field in fields(CounterSnapshot):
-        assert row[field.name] == getattr(DONE.counters, field.name), field.name
+    row = worker.outcome.row()  # what the manifest's `results` holds
+    for name in QueryCounters.model_fields:
+        assert row[name] == getattr(DONE.counters, name), name
     assert (row["status"], row["error"], row["exit_code"]) == ("ok", None, 0)
     assert (row["not_issued"], row["stopped_by"]) == (7, "duration")
     progress = next(event for event in events if event.kind == "progress")
-    for field in fields(CounterSnapshot):
-        assert progress.data[field.name] == getattr(PROGRESS.counters, field.name), field.name
+    for name in QueryCounters.model_fields:
+        assert progress.data[name] == getattr(PROGRESS.counters, name), name
     assert events[-1].kind == "done"
     assert warnings == ["p (trial 0, solo): stage threads still running at shutdown: stage-a"]
 

@@ -21,8 +21,8 @@ from typing import Any
 import dagster as dg
 import psutil
 
-from bench_defs.resources import end_process_group
 from bench_defs.specs import SPEC_PARTITIONS
+from stages.process_groups import end_group
 from tests.helpers import REPO
 
 START_TIMEOUT_S = 180.0
@@ -130,4 +130,4 @@ def dagster_dev(
                 time.sleep(1)
             yield port, process
         finally:
-            end_process_group(process, grace_s=30.0)
+            end_group(process, grace_s=30.0)

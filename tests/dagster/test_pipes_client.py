@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from bench_defs.pipes_runner import manifest_metadata, relay, summary_markdown
-from bench_defs.resources import end_process_group, group_alive
+from stages.process_groups import end_group, group_alive
 
 IGNORES_SIGTERM = (
     "import signal, subprocess, sys, time\n"
@@ -76,7 +76,7 @@ def test_sigterm_ends_the_child_and_its_grandchildren() -> None:
     assert len(tree) == 3
     states = _signal_state(tree)
     started = time.monotonic()
-    end_process_group(process, grace_s=10)
+    end_group(process, grace_s=10)
     assert time.monotonic() - started < 5, states  # SIGTERM was enough
     assert _gone(tree) and not group_alive(process.pid)
 
@@ -86,7 +86,7 @@ def test_a_group_that_ignores_sigterm_is_killed_after_the_grace() -> None:
     tree = _tree(process, 1)
     time.sleep(0.5)  # both have installed their SIG_IGN
     started = time.monotonic()
-    end_process_group(process, grace_s=1.0)
+    end_group(process, grace_s=1.0)
     assert 0.9 < time.monotonic() - started < 10
     assert _gone(tree) and not group_alive(process.pid)
 

@@ -29,7 +29,7 @@ import dagster as dg
 import psutil
 import pytest
 
-from bench_defs.resources import end_process_group
+from stages.process_groups import end_group
 from tests.dagster import server
 from tests.dagster.demo_run import DemoRun
 
@@ -96,7 +96,7 @@ def _chromium(profile: Path, *arguments: str) -> subprocess.CompletedProcess[byt
     try:
         stdout, _ = process.communicate(timeout=PAGE_TIMEOUT_S)
     finally:
-        end_process_group(process, grace_s=5)  # helpers chromium left behind
+        end_group(process, grace_s=5)  # helpers chromium left behind
     return subprocess.CompletedProcess(process.args, process.returncode, stdout)
 
 
