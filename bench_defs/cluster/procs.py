@@ -16,8 +16,10 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
+from stages.contracts.errors import RunFailedError
 
-class ClusterError(RuntimeError):
+
+class ClusterError(RunFailedError, RuntimeError):
     """A one-line reason `up` or `down` stopped (the last log lines appended)."""
 
 

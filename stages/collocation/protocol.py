@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass, fields
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
+from stages.contracts.errors import RunFailedError
 from stages.runtime.counters import PipelineCounters
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(RunFailedError, RuntimeError):
     """A pipe payload that is not a message of this protocol (or not the one expected)."""
 
 

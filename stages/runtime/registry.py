@@ -12,6 +12,7 @@ import importlib.metadata
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from stages.contracts.errors import InvalidInputError
 from stages.name_registry import NameRegistry
 from stages.runtime.stage import Stage
 
@@ -20,7 +21,7 @@ ENTRY_POINT_GROUP = "collobench.stages"
 StageT = TypeVar("StageT", bound=type[Stage[Any]])
 
 
-class UnknownStageTypeError(KeyError):
+class UnknownStageTypeError(InvalidInputError, KeyError):
     """A spec named a stage type that is not registered."""
 
 

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
+from stages.contracts.errors import InvalidInputError
 from stages.name_registry import NameRegistry
 from stages.spec.services import ServiceSpec
 
@@ -101,7 +102,7 @@ class ServiceType(ABC):
         return problems
 
 
-class UnknownServiceTypeError(KeyError):
+class UnknownServiceTypeError(InvalidInputError, KeyError):
     """A spec named a service type that is not registered."""
 
 
