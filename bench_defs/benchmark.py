@@ -51,8 +51,8 @@ def _with_overrides(path: Path, overrides: list[str], normalized: dict[str, Any]
 def _raise_if_device_busy(run_dir: Path) -> None:
     """A run the pre-flight refused (manifest status `device_busy`): a Failure that says so and
     names the foreign processes, instead of the bare exit code."""
-    from stages.collocation.preflight import DEVICE_BUSY, FOREIGN_PROCESS
-    from stages.rundir.manifest import ManifestError, read_manifest
+    from stages.contracts.warnings import WarningCode
+    from stages.rundir.manifest import DEVICE_BUSY, ManifestError, read_manifest
 
     try:
         manifest = read_manifest(run_dir)
@@ -60,7 +60,9 @@ def _raise_if_device_busy(run_dir: Path) -> None:
         return
     if manifest.status != DEVICE_BUSY:
         return
-    processes = [w for w in manifest.warnings if w.startswith(FOREIGN_PROCESS)]
+    processes = [
+        w.message for w in manifest.warning_records if w.code == WarningCode.FOREIGN_COMPUTE_PROCESS
+    ]
     raise dg.Failure(
         description=f"{DEVICE_BUSY}: refused before measuring: " + "; ".join(processes),
         metadata={

@@ -13,13 +13,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from stages.contracts.errors import InvalidInputError
+
 SPEC_SEPARATOR = "|"
 REGION_SEPARATOR = "+"
 RAY_PATTERN = re.compile(r"^(?P<a>[^+@|]+)\+(?P<b>[^+@|]+)@ray(?P<ray>\d+)of(?P<rays>\d+)$")
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
-class CapacityKeyError(ValueError):
+class CapacityKeyError(InvalidInputError, ValueError):
     """A partition key that is not `<spec>|<pipeline>` or `<spec>|<A>+<B>@ray<k>of<n>`."""
 
 

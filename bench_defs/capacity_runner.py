@@ -3,11 +3,12 @@
     python -m bench_defs.capacity_runner -- COMMAND...
 
 Started by `GroupPipesClient` in its own session, so the search, its probes' workers and their
-samplers are one process group that cancelling the Dagster run ends together. Each line the
-CLI prints goes to stdout (the compute logs) and, unless it is table drawing, to the event log.
-The asset reads `capacity.json` itself once this exits. SIGTERM/SIGINT are not fatal here: the
-CLI got them too, keeps the probes it recorded and exits (a re-executed run resumes them).
-Exit status: the CLI's.
+samplers are one process group that cancelling the Dagster run ends together. The CLI reports
+its progress as typed records (`$COLLOBENCH_PROGRESS=jsonl`: the search's start, one per probe),
+relayed to the event log and stdout (the compute logs) by `pipes_runner.relay`; it prints no
+tables then. The asset reads `capacity.json` itself once this exits. SIGTERM/SIGINT are not
+fatal here: the CLI got them too, keeps the probes it recorded and exits (a re-executed run
+resumes them). Exit status: the CLI's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from dagster_pipes import open_dagster_pipes
 
 from bench_defs.pipes_runner import run_relayed
+from stages.contracts.errors import ExitCode
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = command[1:]
     if not command:
         print("usage: python -m bench_defs.capacity_runner -- COMMAND...", file=sys.stderr)
-        return 2
+        return ExitCode.INVALID_INPUT
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _note_signal)
     with open_dagster_pipes() as pipes:

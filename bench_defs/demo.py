@@ -47,15 +47,13 @@ from bench_defs.specs import (
 )
 from bench_defs.warehouse import metadata_value
 from stages import settings
+from stages.contracts.errors import InvalidInputError, RunFailedError
 
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
 UI_HINT = "open the UI: make ui  (dagster dev on http://127.0.0.1:3000)"
 QUIET_LOGGERS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 """Run config keeping Dagster's console logger to warnings: the demo prints its own progress
 lines (every event is still in the instance's event log, which the UI shows)."""
-
-EXIT_FAILED = 1
-EXIT_INVALID = 2
 
 
 @dataclass
@@ -83,12 +81,12 @@ class DemoResult:
         return sorted(self.run_dir.glob("*.png")) if self.run_dir else []
 
 
-class DemoError(Exception):
-    """A step of the demo failed; `code` is the exit status, the message one line per problem."""
+class DemoError(RunFailedError):
+    """A step of the demo failed (exit 1); the message is one line per problem."""
 
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code = code
+
+class DemoInputError(InvalidInputError, DemoError):
+    """The demo's input (its spec file, the pool configuration) cannot be used (exit 2)."""
 
 
 def dagster_home(collobench_home: Path | None = None) -> Path:
@@ -122,9 +120,9 @@ def _valid_spec(resource: CollobenchResource, partition: str) -> dict[str, Any]:
     spec_path = resource.spec_file(partition)
     state = read_spec_state(partition, spec_path)
     if not spec_path.is_file():
-        raise DemoError(f"{spec_path}: no such spec file", EXIT_INVALID)
+        raise DemoInputError(f"{spec_path}: no such spec file")
     if state.normalized is None:
-        raise DemoError("\n".join(state.problems), EXIT_INVALID)
+        raise DemoInputError("\n".join(state.problems))
     return state.normalized
 
 
@@ -222,7 +220,7 @@ def run_demo(
     try:
         prepare_dagster_home(home)
     except PoolError as error:
-        raise DemoError(str(error), EXIT_INVALID) from None
+        raise DemoInputError(str(error)) from None
     os.environ[DAGSTER_HOME_ENV] = str(home)
     resource = CollobenchResource(specs_dir=str(specs_dir.absolute()) if specs_dir else None)
     spec = _valid_spec(resource, partition)
@@ -278,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_demo(args.partition, args.specs_dir)
     except DemoError as error:
         print(f"error: {error}", file=sys.stderr)
-        return error.code
+        return error.exit_code
     print("--- the demo benchmark, through Dagster ---")
     for line in summary_lines(result):
         print(line)

@@ -4,19 +4,21 @@
 
 Started by `GroupPipesClient` in its own session (process group leader). It runs the CLI as its
 child in the same group, so the benchmark's workers and samplers are all in one group that the
-orchestrator can end together. Each progress line of the CLI (phase starts and ends, warnings)
-goes to Dagster's event log through `PipesContext.log` and to stdout; once the CLI exits, the
-run's manifest is read and reported as the materialisation's metadata: per pipeline and phase
-throughput, p50 and p99 with their 95% intervals, the energy source, run directory, spec hash,
-run id and the overrides. Only dagster-pipes and the run-directory contract (stages.rundir) are
-imported here: torch stays in the CLI's workers.
+orchestrator can end together. The CLI runs with `$COLLOBENCH_PROGRESS=jsonl`: its stdout carries
+typed progress records (stages.contracts.progress: phase starts, each pipeline's phase end,
+warnings with their codes), which go to Dagster's event log through `PipesContext.log` and, as
+their one-line messages, to stdout; its stderr lines (one-line errors) are relayed as they are.
+Once the CLI exits, the run's manifest is read and reported as the materialisation's metadata:
+per pipeline and phase throughput, p50 and p99 with their 95% intervals, the energy source, run
+directory, spec hash, run id and the overrides. Only dagster-pipes and the leaf contracts
+(stages.rundir, stages.contracts) are imported here: torch stays in the CLI's workers.
 
 SIGTERM or SIGINT reaching this process (the whole group gets it on cancellation) is not fatal
 here: the CLI stops its workers, writes its manifest (status interrupted) and exits, and what
-was kept is still reported. Exit status: 0 when a manifest was reported and the run was not
-interrupted, else the CLI's (2 = invalid input, 3 = device_busy: the pre-flight found a foreign
-compute process on the run's device, nothing measured and no materialisation, 130 =
-interrupted).
+was kept is still reported. Exit status (stages.contracts.errors.ExitCode): 0 when a manifest
+was reported and the run was not interrupted, else the CLI's (2 invalid input, 3 device busy:
+the pre-flight found a foreign compute process on the run's device, nothing measured and no
+materialisation, 130 interrupted).
 """
 
 from __future__ import annotations
@@ -33,13 +35,11 @@ from typing import Any
 
 from dagster_pipes import PipesContext, open_dagster_pipes
 
+from stages.contracts.errors import ExitCode
+from stages.contracts.progress import JSONL, PROGRESS_ENV, ProgressRecord
+from stages.contracts.warnings import WarningCode
 from stages.rundir.layout import MANIFEST
-from stages.rundir.manifest import Manifest, PipelineResult, read_manifest
-
-TABLE_CHARACTERS = set("┏┃┡│└━┓┩┛┗╇╋┳┻─")
-EXIT_INTERRUPTED = 130
-EXIT_DEVICE_BUSY = 3  # stages.cli.console.EXIT_DEVICE_BUSY
-DEVICE_BUSY = "device_busy"  # the manifest status of a run the pre-flight refused
+from stages.rundir.manifest import DEVICE_BUSY, Manifest, PipelineResult, read_manifest
 
 
 def cli_command(spec: str, out: str, run_id: str, overrides: Sequence[str]) -> list[str]:
@@ -147,26 +147,31 @@ def _headline_metadata(results: list[PipelineResult]) -> dict[str, Any]:
 
 
 def relay(process: subprocess.Popen[str], pipes: PipesContext) -> None:
-    """Copy the CLI's output to stdout; progress lines (not table drawing) also to the event
-    log. Once stdout is gone (the Pipes client's process died: a crashed Celery worker) the
-    output is still read to the end, so the CLI winds down and writes its manifest."""
+    """Each progress record of the CLI to the event log at its level, an error line (stderr)
+    as it is; both, as one line, to stdout. Once stdout is gone (the Pipes client's process
+    died: a crashed Celery worker) the output is still read to the end, so the CLI winds down
+    and writes its manifest."""
     assert process.stdout is not None
     echo = True
     for line in process.stdout:
+        record = ProgressRecord.from_line(line)
+        text = record.message if record else line.rstrip()
         if echo:
             try:
-                sys.stdout.write(line)
+                sys.stdout.write(text + "\n")
                 sys.stdout.flush()
             except OSError:  # BrokenPipeError: nobody reads our stdout any more
                 echo = False
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (to the end of the process)
-        text = line.rstrip()
-        if text.strip() and not (set(text.strip()[:1]) & TABLE_CHARACTERS):
+        if record is not None and record.level == "warning":
+            pipes.log.warning(text)
+        elif text.strip():
             pipes.log.info(text)
 
 
 def run_relayed(command: Sequence[str], pipes: PipesContext) -> int:
-    """Run the CLI with its output relayed (see `relay`); its exit code."""
+    """Run the CLI with its progress as records (`$COLLOBENCH_PROGRESS=jsonl`) and its output
+    relayed (see `relay`); its exit code."""
     process = subprocess.Popen(
         list(command),
         stdin=subprocess.DEVNULL,
@@ -174,6 +179,7 @@ def run_relayed(command: Sequence[str], pipes: PipesContext) -> int:
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
+        env={**os.environ, PROGRESS_ENV: JSONL},
     )
     relay(process, pipes)
     return process.wait()
@@ -200,16 +206,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exit_code or 1
         manifest = read_manifest(run_dir)
         if manifest.status == DEVICE_BUSY:  # refused before measuring: nothing to report
-            for warning in manifest.warnings:
-                pipes.log.error(f"{DEVICE_BUSY}: {warning}")
-            return EXIT_DEVICE_BUSY
+            for warning in manifest.warning_records:
+                if warning.code == WarningCode.FOREIGN_COMPUTE_PROCESS:
+                    pipes.log.error(f"{DEVICE_BUSY}: {warning.message}")
+            return ExitCode.DEVICE_BUSY
         pipes.report_asset_materialization(
             metadata=manifest_metadata(manifest, run_dir, exit_code),
             data_version=manifest.run_id,
         )
         if manifest.status == "interrupted":
-            return EXIT_INTERRUPTED
-        return 0
+            return ExitCode.INTERRUPTED
+        return ExitCode.OK
 
 
 def _note_signal(signum: int, frame: object) -> None:

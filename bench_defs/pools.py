@@ -33,6 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stages import settings
+from stages.contracts.errors import InvalidInputError
 
 POOL_TAG = "collobench/gpu-pool"
 """The pool a benchmark run needs; the instance's run limit per value is the pool's size."""
@@ -55,7 +56,7 @@ IN_FLIGHT = [
 """The run statuses that count as a pool's load (waiting in the queue or running)."""
 
 
-class PoolError(ValueError):
+class PoolError(InvalidInputError, ValueError):
     """A pools file that cannot be used, or a run tag naming no pool: one line, the reason."""
 
 

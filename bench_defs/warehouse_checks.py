@@ -26,6 +26,7 @@ from typing import Any
 
 import dagster as dg
 
+from stages.contracts.warnings import WarningCode
 from stages.rundir.manifest import Manifest, TimelineEntry, parse_manifest
 
 VALIDITY = "validity"
@@ -36,7 +37,6 @@ GAP_PERIODS = 3.0
 """A telemetry gap longer than this many sampling periods invalidates a window."""
 SCHEDULE_TOLERANCE_NS = 1_000
 """Arrival offsets of two reruns may differ by rounding only."""
-FOREIGN_GPU_WARNING = "foreign compute process on the GPU"
 HARNESS_TIMELINE = ("phase", "idle")
 """Timeline entries that are measurement, not harness work."""
 
@@ -118,7 +118,9 @@ def validity_problems(connection: Any, run_id: str) -> list[str]:
     ]
     problems += _too_few_queries(connection, run_id, manifest)
     problems += _telemetry_gaps(connection, run_id, manifest)
-    problems += [w for w in manifest.warnings if FOREIGN_GPU_WARNING in w]
+    problems += [
+        w.message for w in manifest.warning_records if w.code == WarningCode.FOREIGN_COMPUTE_PROCESS
+    ]
     problems += _harness_work_in_windows(connection, run_id, manifest.timeline)
     return problems
 

@@ -42,3 +42,10 @@ def test_cli_table_lists_real_commands() -> None:
     registered = {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
     registered |= {group.name for group in app.registered_groups if group.name}
     assert documented and documented <= registered
+
+
+def test_exit_codes_match_the_exit_code_enum() -> None:
+    from stages.contracts.errors import ExitCode
+
+    documented = dict(re.findall(r"^\| `(\d+)` \| (.+) \|$", README, re.M))
+    assert documented == {str(code.value): code.meaning for code in ExitCode}

@@ -15,10 +15,11 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
+from stages.contracts.errors import RunFailedError
 from stages.process_groups import start_group
 
 
-class ClusterError(RuntimeError):
+class ClusterError(RunFailedError, RuntimeError):
     """A one-line reason `up` or `down` stopped (the last log lines appended)."""
 
 

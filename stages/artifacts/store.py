@@ -28,12 +28,13 @@ from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stages import settings
+from stages.contracts.errors import InvalidInputError
 
 METADATA = "metadata.json"
 RECIPES = "recipes"
 
 
-class ArtifactError(Exception):
+class ArtifactError(InvalidInputError):
     """An artefact is unknown, cannot be built, or its parameters are invalid (one line)."""
 
 

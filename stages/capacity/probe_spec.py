@@ -14,6 +14,7 @@ from typing import Any
 from stages.capacity.contract import SearchSettings
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.search_services import SharedService, as_external
+from stages.contracts.errors import InvalidInputError
 from stages.spec.loading import LoadedSpec, validate_document
 
 OPEN_LOOP_TYPES = ("server", "constant")
@@ -26,7 +27,7 @@ DRAIN_ALLOWANCE_S = 10.0
 """timeout_s past warm-up plus window: in-flight queries then are recorded as timeouts."""
 
 
-class ProbeSpecError(ValueError):
+class ProbeSpecError(InvalidInputError, ValueError):
     """The search cannot run on this spec (one line saying why)."""
 
 

@@ -26,6 +26,7 @@ from stages.capacity.region_model import (
     solo_search_id,
 )
 from stages.capacity.region_store import read_capacity, read_region, write_region
+from stages.contracts.errors import InvalidInputError
 from stages.spec.loading import LoadedSpec
 
 OPEN_LOOP_TYPES = ("server", "constant")
@@ -49,7 +50,7 @@ _COMPARED_SETTINGS = (
 """What must match for an existing search folder to be this search resumed."""
 
 
-class RegionInputError(ValueError):
+class RegionInputError(InvalidInputError, ValueError):
     """A region asked for with bad input: one line naming the problem (the CLI exits 2)."""
 
 

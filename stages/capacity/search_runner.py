@@ -16,10 +16,11 @@ from stages.capacity.probe_spec import check_searchable
 from stages.capacity.search_services import SearchServices, search_services
 from stages.capacity.store import SearchStore
 from stages.collocation.launcher import LauncherInterruptedWithResult
+from stages.contracts.errors import InvalidInputError
 from stages.spec.loading import LoadedSpec
 
 
-class SearchMismatch(ValueError):
+class SearchMismatch(InvalidInputError, ValueError):
     """A resumed search whose recorded settings or spec differ from the ones given."""
 
 

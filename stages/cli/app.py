@@ -1,10 +1,10 @@
 """The `collobench` command line: the typer app, its commands registered in help order, and
 usage errors as one line.
 
-Exit codes: 0 success; 1 a run finished with failed pipelines (their data kept); 2 invalid input
-(one `path: message` line per problem on stderr, never a traceback), which includes a warehouse
-that cannot be used: busy past COLLOBENCH_WAREHOUSE_WAIT_S, or a schema version newer (or, for
-readers, older) than this collobench; 130 interrupted. The commands live in
+Exit codes: `stages.contracts.errors.ExitCode` (0 ok, 1 failed pipelines, 2 invalid input, which
+includes a warehouse busy past COLLOBENCH_WAREHOUSE_WAIT_S or of another schema version, 3 device
+busy, 130 interrupted); an error a command does not handle itself is mapped to its code and
+one-line messages by stages.cli.errors, never a traceback. The commands live in
 stages.cli.commands, one module per group; rendering in stages.cli.render, progress and summary.
 """
 
@@ -18,7 +18,9 @@ import typer.core
 
 from stages.cli.commands import capacity, report, run, spec, warehouse
 from stages.cli.commands.artifacts import artifacts_app
-from stages.cli.console import EXIT_INVALID_INPUT, err
+from stages.cli.console import err
+from stages.cli.errors import report_error
+from stages.contracts.errors import ExitCode
 from stages.spec.checks import one_line
 
 
@@ -37,6 +39,11 @@ class _OneLineUsageErrors(typer.core.TyperGroup):
             sys.exit(1)
         except typer.TyperException as error:  # click's ClickException and UsageError
             _exit_on_usage_error(error)
+        except Exception as error:
+            code = report_error(error)
+            if code is None:  # a bug: its traceback
+                raise
+            sys.exit(code)
         # non-standalone click returns a typer.Exit's code, or the command's value (None)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -46,13 +53,13 @@ def _exit_on_usage_error(error: Any) -> None:
     exit with its code (2 by default)."""
     if type(error).__name__ == "NoArgsIsHelpError":  # `collobench` alone: the help
         error.show()
-        sys.exit(EXIT_INVALID_INPUT)
+        sys.exit(ExitCode.INVALID_INPUT)
     context = getattr(error, "ctx", None)
     where = context.command_path if context is not None else "collobench"
     format_message = getattr(error, "format_message", None)
     message = format_message() if callable(format_message) else str(error)
     err.print(one_line(f"{where}: {message}"), markup=False, highlight=False, soft_wrap=True)
-    sys.exit(getattr(error, "exit_code", EXIT_INVALID_INPUT))
+    sys.exit(getattr(error, "exit_code", ExitCode.INVALID_INPUT))
 
 
 app = typer.Typer(

@@ -48,7 +48,7 @@ class ProgressDisplay:
     def update(self, event: Any) -> None:
         """Take one launcher ProgressEvent (phase_start, progress, done, phase_end)."""
         if event.kind == "phase_start":
-            self.phase = f"trial {event.trial} · {event.phase}"
+            self.phase = phase_title(event.trial, event.phase)
             self.rows = {name: {"status": "preparing"} for name in event.data["pipelines"]}
             self._phase_started = time.monotonic()
             if not self.interactive:
@@ -78,6 +78,11 @@ class ProgressDisplay:
                 fmt(row.get("live_p99_ms"), "{:.2f}"),
             )
         return table
+
+
+def phase_title(trial: int, phase: str) -> str:
+    """How a phase is named in progress lines: `trial 0 · solo`."""
+    return f"trial {trial} · {phase}"
 
 
 def _interval(figures: dict[str, Any], name: str) -> str:

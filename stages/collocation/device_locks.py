@@ -15,12 +15,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
+from stages.contracts.errors import DeviceBusyError
+
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
 
 
-class DeviceBusy(RuntimeError):
+class DeviceBusy(DeviceBusyError, RuntimeError):
     """A device stayed held by another benchmark for longer than the wait allowed."""
 
 

@@ -23,7 +23,7 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -40,12 +40,7 @@ from stages.collocation.energy_notes import (
 from stages.collocation.lifetime import ParentWatch, stop_reason
 from stages.collocation.manifest_writer import RunState, manifest_of, write_manifest
 from stages.collocation.phase_plan import COLLOCATED, phases_of, subset_phase_name, subsets_of
-from stages.collocation.preflight import (
-    DEVICE_BUSY,
-    DeviceInUse,
-    EnvironmentProbe,
-    check_environment,
-)
+from stages.collocation.preflight import DeviceInUse, EnvironmentProbe, check_environment
 from stages.collocation.results import (
     LauncherInterrupted,
     LauncherInterruptedWithResult,
@@ -60,6 +55,7 @@ from stages.collocation.results import (
 from stages.collocation.services_run import RunServices
 from stages.collocation.supervision import Supervisor, WorkerHandle
 from stages.collocation.worker import WorkerTask
+from stages.rundir.manifest import DEVICE_BUSY
 from stages.rundir.tables import merge_parts
 from stages.spec.loading import LoadedSpec
 from stages.spec.models import PipelineSpec
@@ -187,7 +183,7 @@ class Launcher:
             raise LauncherInterruptedWithResult(result)
         return result
 
-    def _refuse_busy(self, busy: list[str]) -> None:
+    def _refuse_busy(self, busy: Sequence[str]) -> None:
         """A foreign compute process on a device of the run: a run directory with only its
         manifest (status device_busy, the processes named), nothing measured; DeviceInUse."""
         self.run_dir.mkdir(parents=True, exist_ok=False)
@@ -195,7 +191,7 @@ class Launcher:
         self._started = (now, {"monotonic_ns": time.monotonic_ns(), "wall_time_ns": time.time_ns()})
         self.warnings += busy
         self._write_manifest(DEVICE_BUSY, now)
-        raise DeviceInUse(busy, self.run_dir)
+        raise DeviceInUse(list(busy), self.run_dir)
 
     # ----------------------------------------------------------------- phases
 
@@ -391,5 +387,8 @@ def run_benchmark(loaded: LoadedSpec, options: RunOptions) -> RunResult:
             held_devices(devices, options.lock_dir, options.device_wait_s, launcher.run_id),
         ):
             return launcher.run()
-    except DeviceBusy as busy:
-        raise LaunchError(str(busy)) from None
+    except DeviceBusy as busy:  # stays an input error (exit 2): tests/collocation pin it
+        raise LaunchError(str(busy), loaded.source) from None
+    except LaunchError as error:  # its line names the spec file
+        error.source = loaded.source
+        raise

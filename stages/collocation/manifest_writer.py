@@ -12,6 +12,7 @@ from typing import Any
 
 from stages.collocation.phase_plan import phases_of
 from stages.collocation.results import PipelineOutcome
+from stages.contracts.warnings import WarningRecord
 from stages.rundir.manifest import FORMAT_VERSION, parse_manifest
 from stages.rundir.tables import MANIFEST
 from stages.runtime.driver import arrival_seed
@@ -67,7 +68,8 @@ def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunState) -> di
         "status": record.status,
         "environment": record.environment,
         "energy": record.energy,
-        "warnings": record.warnings,
+        "warnings": [str.__str__(warning) for warning in record.warnings],
+        "warning_records": [WarningRecord.of(warning).model_dump() for warning in record.warnings],
         "results": [outcome.row() for outcome in record.results],
     }
 

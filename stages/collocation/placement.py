@@ -7,12 +7,13 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from stages.contracts.errors import InvalidInputError
 from stages.spec.models import BenchmarkSpec, PipelineSpec
 
 MPS_DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 
 
-class PlacementError(RuntimeError):
+class PlacementError(InvalidInputError, RuntimeError):
     """A collocation mode or placement that cannot work on this machine, with what to do."""
 
 

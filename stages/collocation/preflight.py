@@ -12,21 +12,28 @@ from typing import Any
 
 from stages.collocation.placement import check_collocation
 from stages.collocation.results import LaunchError
+from stages.contracts.errors import DeviceBusyError
+from stages.contracts.warnings import RunWarning, foreign_compute_process
+from stages.rundir.manifest import DEVICE_BUSY
 from stages.spec.models import BenchmarkSpec
 
 PROBE_TIMEOUT_S = 120.0  # the environment probe must end before the first load window
-DEVICE_BUSY = "device_busy"  # the run status when the pre-flight refuses a busy device
-FOREIGN_PROCESS = "foreign compute process on the GPU"  # bench_defs.warehouse_checks matches this
 
 
-class DeviceInUse(LaunchError):
+class DeviceInUse(DeviceBusyError):
     """The pre-flight found a foreign compute process on a GPU the run will use: the run is
-    refused before anything is measured (manifest status `device_busy`)."""
+    refused before anything is measured (manifest status `device_busy`); `refusals` names
+    each process."""
 
-    def __init__(self, lines: list[str], run_dir: Path | None = None) -> None:
-        super().__init__("; ".join(lines))
-        self.lines = lines
+    def __init__(self, refusals: list[str], run_dir: Path | None = None) -> None:
+        super().__init__("; ".join(refusals))
+        self.refusals = refusals
         self.run_dir = run_dir
+
+    def lines(self) -> list[str]:
+        return [f"{DEVICE_BUSY}: {line}" for line in self.refusals] + [
+            f"refused before measuring; manifest in {self.run_dir}"
+        ]
 
 
 def _gpu_index(device: str, gpu: int | str | None = None) -> int | None:
@@ -46,16 +53,9 @@ def gpus_used(spec: BenchmarkSpec) -> set[int]:
     return {index for index in used if index is not None}
 
 
-def foreign_line(process: dict[str, Any]) -> str:
-    """One line naming a foreign compute process (pid and name) and its GPU."""
-    name = process.get("name") or "name unknown"
-    return (
-        f"{FOREIGN_PROCESS}: pid {process['pid']} ({name}) on GPU {process['gpu']}, "
-        f"{process.get('used_memory_mib')} MiB"
-    )
-
-
-def check_environment(spec: BenchmarkSpec) -> tuple[int | None, list[str], list[str]]:
+def check_environment(
+    spec: BenchmarkSpec,
+) -> tuple[int | None, list[RunWarning], list[RunWarning]]:
     """The number of GPUs NVML sees (None without GPU telemetry), warnings (a foreign compute
     process on a GPU the run does not use) and refusals (one on a GPU it uses: the caller
     refuses the run as `device_busy`); raises `LaunchError` when the spec cannot run here.
@@ -64,8 +64,8 @@ def check_environment(spec: BenchmarkSpec) -> tuple[int | None, list[str], list[
     foreign unless it is this process or a descendant."""
     from stages.telemetry.sampler_process import foreign_compute_processes, open_gpu_backend
 
-    warnings: list[str] = []
-    busy: list[str] = []
+    warnings: list[RunWarning] = []
+    busy: list[RunWarning] = []
     used = gpus_used(spec)
     backend = open_gpu_backend() if spec.telemetry.gpu.enabled else None
     try:
@@ -74,7 +74,9 @@ def check_environment(spec: BenchmarkSpec) -> tuple[int | None, list[str], list[
             for process in foreign_compute_processes(
                 backend, list(range(gpu_count)), {os.getpid()}
             ):
-                (busy if process["gpu"] in used else warnings).append(foreign_line(process))
+                (busy if process["gpu"] in used else warnings).append(
+                    foreign_compute_process(process)
+                )
     finally:
         if backend:
             backend.shutdown()

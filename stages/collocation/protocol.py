@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from stages.contracts.counters import QueryCounters
+from stages.contracts.errors import RunFailedError
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(RunFailedError, RuntimeError):
     """A pipe payload that is not a message of this protocol (or not the one expected)."""
 
 

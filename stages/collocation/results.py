@@ -11,6 +11,7 @@ from typing import Any
 
 from stages.collocation.protocol import Done, Failed
 from stages.contracts.counters import QueryCounters
+from stages.contracts.errors import InvalidInputError, RunInterruptedError
 
 
 @dataclass(slots=True)
@@ -102,17 +103,28 @@ class PhaseFigures:
 PhaseSummarizer = Callable[[Path, int, str], tuple[dict[str, PhaseFigures], list[str]]]
 
 
-class LaunchError(RuntimeError):
-    """The run cannot start (e.g. a collocation mode this machine does not support)."""
+class LaunchError(InvalidInputError, RuntimeError):
+    """The run cannot start (e.g. a collocation mode this machine does not support); `source`
+    (the spec file, set by `run_benchmark`) prefixes its line."""
+
+    def __init__(self, message: str, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+
+    def lines(self) -> list[str]:
+        return [f"{self.source}: {self}" if self.source else str(self)]
 
 
-class LauncherInterrupted(Exception):
+class LauncherInterrupted(RunInterruptedError):
     """SIGINT or SIGTERM reached the launcher."""
 
 
-class LauncherInterruptedWithResult(Exception):
+class LauncherInterruptedWithResult(RunInterruptedError):
     """The run was interrupted; `result` holds what was kept (manifest status interrupted)."""
 
     def __init__(self, result: RunResult) -> None:
         super().__init__(f"run {result.run_id} interrupted")
         self.result = result
+
+    def lines(self) -> list[str]:
+        return [f"interrupted; kept what was measured in {self.result.run_dir}"]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from stages.collocation import protocol
 from stages.collocation.lifetime import die_with_parent
 from stages.collocation.protocol import Done, Failed, Progress, Ready, Start
+from stages.contracts.errors import RunInterruptedError
 
 if TYPE_CHECKING:
     from stages.runtime.pipeline import PipelineRuntime
@@ -50,7 +51,7 @@ class WorkerTask:
     new port each phase); every stage's `StageContext.service_urls`."""
 
 
-class Interrupted(Exception):
+class Interrupted(RunInterruptedError):
     """SIGTERM reached the worker: stop issuing, keep what was measured."""
 
 

@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from stages.contracts.errors import RunFailedError
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
@@ -200,7 +201,7 @@ class FailConfig(StageConfig):
         return self
 
 
-class InjectedFailureError(RuntimeError):
+class InjectedFailureError(RunFailedError, RuntimeError):
     """Raised by the `fail` stage in `raise` mode."""
 
 

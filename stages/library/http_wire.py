@@ -20,6 +20,8 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
+from stages.contracts.errors import RunFailedError
+
 MAX_HEAD_BYTES = 64 << 10
 """The largest response head (status line and headers) accepted."""
 MAX_CHUNK_LINE_BYTES = 4 << 10
@@ -28,7 +30,7 @@ PAUSE_BYTES = 1 << 20
 """Unread bytes past which a connection stops reading its socket until they are consumed."""
 
 
-class HttpError(ConnectionError):
+class HttpError(RunFailedError, ConnectionError):
     """A response that broke the protocol or a connection that broke; the text is one line."""
 
 
@@ -316,7 +318,7 @@ class ConnectionPool:
         self.idle.clear()
 
 
-class _ClosedUnanswered(Exception):
+class _ClosedUnanswered(RunFailedError):
     """The connection closed before any byte of a response came."""
 
 

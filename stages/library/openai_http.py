@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
+from stages.contracts.errors import RunFailedError
 from stages.library.http_wire import ConnectionPool, HttpError, Response
 from stages.library.openai_stream import SseReader, StreamedCompletion, StreamError, excerpt
 from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
@@ -39,7 +40,7 @@ ERROR_BODY_BYTES = 512
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
-class OpenAIRequestError(RuntimeError):
+class OpenAIRequestError(RunFailedError, RuntimeError):
     """A request that did not produce a complete response; the text is the reason."""
 
 

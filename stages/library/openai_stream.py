@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from stages.contracts.errors import RunFailedError
+
 DONE = b"[DONE]"
 EXCERPT_CHARS = 120
 
 
-class StreamError(ValueError):
+class StreamError(RunFailedError, ValueError):
     """A malformed or failed response; the text is one line (the `errors` row's reason)."""
 
 

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from stages.artifacts.store import locked
+from stages.contracts.errors import RunFailedError
 from stages.library.corpus import CorpusConfig, corpus_file
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage
@@ -163,11 +164,11 @@ class _Watchdog:
                 self._deadline = None
 
 
-class SqlTimeoutError(TimeoutError):
+class SqlTimeoutError(RunFailedError, TimeoutError):
     """A `retrieval.sql` statement ran past `timeout_ms` and was interrupted."""
 
 
-class SqlRowLimitError(RuntimeError):
+class SqlRowLimitError(RunFailedError, RuntimeError):
     """A `retrieval.sql` result had more than `max_rows` rows (on_overflow: fail)."""
 
 

@@ -18,12 +18,16 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from stages.contracts.counters import QueryCounters
+from stages.contracts.errors import InvalidInputError
+from stages.contracts.warnings import WarningRecord
 from stages.rundir.layout import MANIFEST
 
 FORMAT_VERSION = 1
+DEVICE_BUSY = "device_busy"
+"""The run status of a run the pre-flight refused (a foreign compute process on its device)."""
 SCHEMA_FILE = Path(__file__).with_name("manifest.schema.json")
 
 
@@ -32,7 +36,7 @@ SCHEMA_FILE = Path(__file__).with_name("manifest.schema.json")
 SloVerdictName = Literal["met", "missed", "undecided"]
 
 
-class ManifestError(ValueError):
+class ManifestError(InvalidInputError, ValueError):
     """A manifest cannot be read or does not match the model; the message is one line."""
 
 
@@ -241,10 +245,40 @@ class Manifest(_Ours):
     energy: EnergySources = Field(
         default_factory=EnergySources, description="Where the energy figures came from."
     )
-    warnings: list[str] = Field(default_factory=list, description="One line each.")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="The warnings' messages, one line each (what people and the warehouse's "
+        "run_warnings view read); the same as `warning_records`' messages.",
+    )
+    warning_records: list[WarningRecord] = Field(
+        default_factory=list,
+        description="The run's warnings as typed records (code, message, details); a manifest "
+        "from before them has only `warnings`, read as records of the code their text implies.",
+    )
     results: list[PipelineResult] = Field(
         default_factory=list, description="One per (trial, phase, pipeline), in run order."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _warnings_as_records(cls, data: Any) -> Any:
+        """Every warning gets a record: a message of `warnings` without one (an older manifest,
+        a hand-added line) becomes one of the code its text implies; `warnings` then lists the
+        records' messages."""
+        if not isinstance(data, dict):
+            return data
+        texts = data.get("warnings") or []
+        if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
+            return data  # not plain text: validation says so
+        records = list(data.get("warning_records") or [])
+        recorded = {_message_of(record) for record in records}
+        records += [WarningRecord.from_text(text) for text in texts if text not in recorded]
+        messages = [_message_of(record) for record in records]
+        return {**data, "warning_records": records, "warnings": messages}
+
+
+def _message_of(record: Any) -> Any:
+    return record.get("message") if isinstance(record, dict) else getattr(record, "message", None)
 
 
 def parse_manifest(document: object, source: object = MANIFEST) -> Manifest:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from stages.contracts.errors import InvalidInputError
 from stages.name_registry import NameRegistry
 from stages.runtime.stage import Stage
 
@@ -19,7 +20,7 @@ ENTRY_POINT_GROUP = "collobench.stages"
 StageT = TypeVar("StageT", bound=type[Stage[Any]])
 
 
-class UnknownStageTypeError(KeyError):
+class UnknownStageTypeError(InvalidInputError, KeyError):
     """A spec named a stage type that is not registered."""
 
 

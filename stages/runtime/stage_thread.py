@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from stages.contracts.errors import RunFailedError
 from stages.runtime.channels import STOP, AnyInbox, Channel, Empty, JoinInbox
 from stages.runtime.completion import FAILED, IDLE_WAKE_S, Completion
 from stages.runtime.query import ERROR, OK, Query
@@ -34,7 +35,7 @@ _NO_PRODUCERS = Channel(1)
 ever put on it, so no producer ever waits on it."""
 
 
-class VisitLimitError(Exception):
+class VisitLimitError(RunFailedError):
     """A query visited a stage more often than its `max_visits`; the text is the error row."""
 
 

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import psutil
 
+from stages.contracts.errors import RunFailedError
 from stages.process_groups import end_group, start_group
 from stages.services.registry import LOOPBACK_HOST, ServiceType
 from stages.spec.services import ServiceSpec
@@ -34,7 +35,7 @@ LOG_TAIL_BYTES = 2000
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-class ServiceError(RuntimeError):
+class ServiceError(RunFailedError, RuntimeError):
     """A service could not start, become ready or warm up, or died: the reason, one line."""
 
 

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
+from stages.contracts.errors import InvalidInputError
 from stages.name_registry import NameRegistry
 from stages.spec.services import ServiceSpec
 
@@ -100,7 +101,7 @@ class ServiceType(ABC):
         return problems
 
 
-class UnknownServiceTypeError(KeyError):
+class UnknownServiceTypeError(InvalidInputError, KeyError):
     """A spec named a service type that is not registered."""
 
 

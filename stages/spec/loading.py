@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 from yaml.composer import ComposerError
 
+from stages.contracts.errors import InvalidInputError
 from stages.runtime.registry import default_registry
 from stages.spec.checks import check_spec
 from stages.spec.models import BenchmarkSpec
@@ -39,7 +40,7 @@ MAX_OVERRIDE_PATH_CHARS = 256
 """Longest `--set` path (`pipelines.0.loadgen.rate` is 24): it is echoed in problem lines."""
 
 
-class SpecError(Exception):
+class SpecError(InvalidInputError):
     """A spec cannot be used; `problems` holds one readable line each."""
 
     def __init__(self, problems: list[SpecProblem], source: str = "") -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from stages.contracts.errors import RunFailedError
 
-class GpuError(Exception):
+
+class GpuError(RunFailedError):
     """Any failure of a GPU query that is not one of the more specific kinds below."""
 
 

@@ -148,3 +148,27 @@ def test_relay_reads_the_cli_to_the_end_when_its_stdout_is_gone(
     relay(process, SimpleNamespace(log=SimpleNamespace(info=logged.append)))  # type: ignore[arg-type]
     sys.stdout.close()  # the runner's /dev/null
     assert logged == ["phase 1 ends", "interrupted: parent died"]
+
+
+def test_relay_logs_progress_records_at_their_level_and_error_lines_as_they_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stages.contracts.progress import ProgressRecord
+
+    records = [
+        ProgressRecord(event="phase_start", message="trial 0 · solo: a"),
+        ProgressRecord(event="warning", message="a warning", level="warning"),
+    ]
+    lines = [record.to_line() for record in records] + ["spec.yaml: no such mode\n", "\n"]
+    logged: list[tuple[str, str]] = []
+    log = SimpleNamespace(
+        info=lambda text: logged.append(("info", text)),
+        warning=lambda text: logged.append(("warning", text)),
+    )
+    relay(SimpleNamespace(stdout=iter(lines)), SimpleNamespace(log=log))  # type: ignore[arg-type]
+    assert logged == [
+        ("info", "trial 0 · solo: a"),
+        ("warning", "a warning"),
+        ("info", "spec.yaml: no such mode"),
+    ]
+    assert capsys.readouterr().out == "trial 0 · solo: a\na warning\nspec.yaml: no such mode\n\n"

@@ -137,3 +137,21 @@ def test_reading_a_directory_without_a_manifest_says_so(tmp_path: Path) -> None:
     (tmp_path / MANIFEST).write_text("{not json")
     with pytest.raises(ManifestError, match="unreadable manifest"):
         read_manifest(tmp_path)
+
+
+def test_plain_string_warnings_of_an_older_manifest_read_as_records() -> None:
+    from stages.contracts.warnings import WarningCode
+
+    older = {"run_id": "r", "warnings": ["foreign compute process on the GPU: pid 7 (x)", "x"]}
+    manifest = parse_manifest(older)
+    assert [(w.code, w.message) for w in manifest.warning_records] == [
+        (WarningCode.FOREIGN_COMPUTE_PROCESS, "foreign compute process on the GPU: pid 7 (x)"),
+        (WarningCode.OTHER, "x"),
+    ]
+    assert manifest.warnings == older["warnings"]
+    # As written today: both keys; a line added to `warnings` alone gets its record too.
+    written = json.loads(manifest.model_dump_json())
+    written["warnings"].append("added by hand")
+    again = parse_manifest(written)
+    assert again.warnings == [*older["warnings"], "added by hand"]
+    assert again.warning_records[:2] == manifest.warning_records

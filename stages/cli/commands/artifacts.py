@@ -15,7 +15,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from stages.cli.console import EXIT_INVALID_INPUT, err
+from stages.cli.console import err, fail_input
 
 artifacts_app = typer.Typer(
     help="List and build the datasets and models stages use (built locally, deterministic).",
@@ -30,8 +30,7 @@ def _params(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            err.print(f"--param {pair}: expected key=value", markup=False, highlight=False)
-            raise typer.Exit(EXIT_INVALID_INPUT)
+            raise fail_input([f"--param {pair}: expected key=value"])
         params[key] = yaml.safe_load(value)
     return params
 
@@ -65,14 +64,9 @@ def build(
 ) -> None:
     """Build an artefact (or find it built) and print its folder and metadata."""
     from stages.artifacts.catalogue import ensure_artifact
-    from stages.artifacts.store import ArtifactError
 
     started = time.monotonic()
     with err.status(f"building {name}...", spinner="dots"):
-        try:
-            built = ensure_artifact(name, _params(param or []))
-        except ArtifactError as error:
-            err.print(str(error), markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(EXIT_INVALID_INPUT) from None
+        built = ensure_artifact(name, _params(param or []))  # an ArtifactError: exit 2
     out.print(f"{built.name}: {built.path} ({time.monotonic() - started:.1f} s)", highlight=False)
     out.print_json(json.dumps(dict(built.metadata)))

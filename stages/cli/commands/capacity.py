@@ -24,10 +24,10 @@ from stages.cli.commands.capacity_region import (
     SoloOption,
     refuse_region_conflicts,
 )
-from stages.cli.commands.spec import load_or_refuse
-from stages.cli.console import EXIT_FAILED_PIPELINES, EXIT_INTERRUPTED, err, fail_input, out
+from stages.cli.console import err, fail_input
 from stages.cli.options import DbOption
-from stages.spec.loading import LoadedSpec
+from stages.contracts.errors import ExitCode
+from stages.spec.loading import LoadedSpec, load_spec
 
 SEARCH_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 WITH_PATTERN = re.compile(r"(?P<name>[^=\s]+)=(?P<rate>[^=\s]+)")
@@ -100,7 +100,7 @@ def capacity(
     """Find the highest offered rate PIPELINE sustains within its latency SLO (certified by
     LoadGen's rule, and estimated with a 95% interval), alone or next to --with co-runners;
     with --region A,B, the capacity region of two pipelines."""
-    loaded = load_or_refuse(spec)
+    loaded = load_spec(spec, [])
     parent = out_dir or settings.capacity_dir()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     mlflow_uri = settings.mlflow_tracking_uri() if mlflow else None
@@ -149,7 +149,7 @@ def new_settings(
 ) -> Any:
     """The SearchSettings of a new search; exit 2 with one line on bad input."""
     from stages.capacity.contract import SearchSettings
-    from stages.capacity.probe_spec import ProbeSpecError, check_searchable
+    from stages.capacity.probe_spec import check_searchable
 
     target = _target(loaded, asked.pipeline)
     slo_ms = asked.slo_ms if asked.slo_ms is not None else target.loadgen.slo_ms
@@ -177,10 +177,7 @@ def new_settings(
         "min_rate": min_rate_qps(probe_s, asked.percentile),
     }
     search = _validated(SearchSettings, fields)
-    try:
-        check_searchable(loaded, search)
-    except ProbeSpecError as error:
-        raise fail_input([str(error)]) from None
+    check_searchable(loaded, search)  # a ProbeSpecError: exit 2 (stages.cli.errors)
     return search
 
 
@@ -298,6 +295,7 @@ def capacity_region(
     from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
     from stages.cli.capacity_output import log_search, slo_rule, verdict_latencies
     from stages.cli.commands.capacity_region import run_region_command
+    from stages.cli.events import say
 
     rays, ray, solo = ray_flags
     names = [name.strip() for name in region.split(",")]
@@ -321,7 +319,7 @@ def capacity_region(
         verdict_latencies=verdict_latencies,
         mlflow_uri=mlflow_uri,
         log_search=log_search,
-        progress=lambda line: out.print(line, highlight=False, markup=False),
+        progress=lambda line: say("probe", line),
     )
     run_region_command(
         where.spec,
@@ -368,7 +366,8 @@ def _search(loaded: LoadedSpec, search: Any, parent: Path, mlflow_uri: str | Non
     """Run (or resume) the search, one progress line per probe; exit 130 on Ctrl-C."""
     from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
     from stages.cli.capacity_output import log_search, slo_rule, verdict_latencies
-    from stages.collocation.launcher import LauncherInterruptedWithResult, LaunchError
+    from stages.cli.events import say
+    from stages.collocation.launcher import LauncherInterruptedWithResult
     from stages.services.lifecycle import ServiceError
 
     options = SearchRunOptions(
@@ -378,20 +377,19 @@ def _search(loaded: LoadedSpec, search: Any, parent: Path, mlflow_uri: str | Non
         verdict_latencies=verdict_latencies,
         mlflow_uri=mlflow_uri,
         log_search=log_search,
-        progress=lambda line: out.print(line, highlight=False, markup=False),
+        progress=lambda line: say("probe", line),
     )
-    out.print(f"capacity search {search.search_id}: {parent / search.search_id}", highlight=False)
+    folder = parent / search.search_id
+    say("search_start", f"capacity search {search.search_id}: {folder}", folder=str(folder))
     try:
         return run_capacity_search(loaded, search, options)
-    except LaunchError as error:
-        raise fail_input([f"{loaded.source}: {error}"]) from None
     except ServiceError as error:  # a service up for the search failed to start, or died
         err.print(f"capacity search stopped: {error}", markup=False)
-        raise typer.Exit(EXIT_FAILED_PIPELINES) from None
+        raise typer.Exit(ExitCode.FAILED_RUN) from None
     except (KeyboardInterrupt, LauncherInterruptedWithResult):
         err.print(
             f"interrupted; the probes so far are kept: continue with "
             f"collobench capacity {loaded.source} --out {parent} --resume {search.search_id}",
             markup=False,
         )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(ExitCode.INTERRUPTED) from None

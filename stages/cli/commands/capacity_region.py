@@ -23,8 +23,9 @@ from stages.capacity.region import (
     run_region,
 )
 from stages.capacity.region_model import RayResult, RegionResult, SoloCapacity
-from stages.cli.console import EXIT_INTERRUPTED, err, fail_input, out
+from stages.cli.console import err, fail_input, out
 from stages.cli.render import fmt
+from stages.contracts.errors import ExitCode
 from stages.spec.loading import LoadedSpec
 
 RegionOption = Annotated[
@@ -146,7 +147,7 @@ def run_region_command(
             markup=False,
             highlight=False,
         )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     _print_region(result, options.out_dir / result.region_id, report)
     return result
 

@@ -28,7 +28,6 @@ def report(
 ) -> None:
     """Print throughput, latency, stage breakdown, energy and contention for a run; write
     report.md with PNG plots and a Perfetto trace (trace.json) beside it."""
-    from analysis.db import WarehouseError
     from analysis.report import latest_run_id
     from analysis.report import report as build_report
     from analysis.report_catalogue import entry
@@ -37,8 +36,6 @@ def report(
     try:
         chosen = run_id if run_id is not None else latest_run_id(db_path)
         tables = build_report(db_path, chosen)
-    except WarehouseError as error:  # busy past the wait, or an older/newer schema version
-        raise fail_input([str(error)]) from None
     except (LookupError, FileNotFoundError) as error:  # CatalogueError is a LookupError too
         raise fail_input([str(error).strip("'\"")]) from None
     for name, frame in shown_tables(tables).items():

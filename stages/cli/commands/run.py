@@ -12,19 +12,13 @@ import typer
 
 from stages import settings
 from stages.cli.commands.report import load_and_show_results, write_report_files
-from stages.cli.commands.spec import load_or_refuse
-from stages.cli.console import (
-    EXIT_DEVICE_BUSY,
-    EXIT_FAILED_PIPELINES,
-    EXIT_INTERRUPTED,
-    err,
-    fail_input,
-    out,
-)
+from stages.cli.console import err, fail_input, out
+from stages.cli.events import progress_display, say, warn
 from stages.cli.options import DbOption, OverridesOption
-from stages.cli.progress import ProgressDisplay
 from stages.cli.summary import summary_table
 from stages.cli.wiring import log_to_mlflow, summarize_phase
+from stages.contracts.errors import ExitCode
+from stages.spec.loading import load_spec
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -66,10 +60,10 @@ def run(
     manifest (`overrides`)."""
     if run_id is not None and not RUN_ID_PATTERN.fullmatch(run_id):
         raise fail_input([f"--run-id: {run_id!r} is not a folder name ({RUN_ID_PATTERN.pattern})"])
-    loaded = load_or_refuse(spec, overrides)
+    loaded = load_spec(spec, overrides or [])  # a SpecError: exit 2 (stages.cli.errors)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     mlflow_uri = settings.mlflow_tracking_uri() if mlflow else None
-    result = _launch(spec, loaded, out_dir, mlflow_uri, run_id)
+    result = _launch(loaded, out_dir, mlflow_uri, run_id)
     out.print(summary_table(result))
     db_path = db or settings.duckdb_path()
     if load and load_and_show_results(result.run_dir, result.run_id, db_path):
@@ -80,21 +74,14 @@ def run(
     _report_outcome(result, mlflow_uri)
 
 
-def _launch(
-    spec: Path, loaded: Any, out_dir: Path | None, mlflow_uri: str | None, run_id: str | None
-) -> Any:
-    """Run the benchmark under the progress display; its RunResult. Exit 2 when it cannot
-    start, 3 when a foreign process is on its device (a manifest with status device_busy, no
-    data), 130 when interrupted (what was measured is kept)."""
-    from stages.collocation.launcher import (
-        DeviceInUse,
-        LauncherInterruptedWithResult,
-        LaunchError,
-        RunOptions,
-        run_benchmark,
-    )
+def _launch(loaded: Any, out_dir: Path | None, mlflow_uri: str | None, run_id: str | None) -> Any:
+    """Run the benchmark under the progress display; its RunResult. The launcher's errors
+    (it cannot start: exit 2; a foreign process on its device: 3, a manifest with status
+    device_busy and no data; interrupted: 130, what was measured kept) end the command through
+    stages.cli.errors."""
+    from stages.collocation.launcher import RunOptions, run_benchmark
 
-    display = ProgressDisplay()
+    display = progress_display()
     options = RunOptions(
         out_dir=out_dir or settings.runs_dir(),
         cache_dir=settings.cache_dir(),
@@ -104,29 +91,20 @@ def _launch(
         summarize_phase=summarize_phase,
         log_to_mlflow=log_to_mlflow,
     )
-    try:
-        with display:
-            return run_benchmark(loaded, options)
-    except DeviceInUse as busy:
-        for line in busy.lines:
-            err.print(f"device_busy: {line}", markup=False, soft_wrap=True)
-        err.print(f"refused before measuring; manifest in {busy.run_dir}", markup=False)
-        raise typer.Exit(EXIT_DEVICE_BUSY) from None
-    except LaunchError as error:
-        raise fail_input([f"{spec}: {error}"]) from None
-    except LauncherInterruptedWithResult as interrupted:
-        err.print(f"interrupted; kept what was measured in {interrupted.result.run_dir}")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    with display:
+        return run_benchmark(loaded, options)
 
 
 def _report_outcome(result: Any, mlflow_uri: str | None) -> None:
     """The run's warnings, where it is, its MLflow run; exit 1 with one line per failed
     pipeline when some failed."""
     for warning in result.warnings:
-        err.print(f"warning: {warning}", markup=False)
-    out.print(f"run directory: {result.run_dir}", highlight=False)
+        warn(warning)
+    where = {"run_id": result.run_id, "run_dir": str(result.run_dir), "status": result.status}
+    say("run_end", f"run directory: {result.run_dir}", **where)
     if result.mlflow_run_id:
-        out.print(f"mlflow run: {result.mlflow_run_id} ({mlflow_uri})", highlight=False)
+        mlflow_line = f"mlflow run: {result.mlflow_run_id} ({mlflow_uri})"
+        say("mlflow_run", mlflow_line, mlflow_run_id=result.mlflow_run_id)
     if result.failed:
         for outcome in result.failed:
             err.print(
@@ -134,4 +112,4 @@ def _report_outcome(result: Any, mlflow_uri: str | None) -> None:
                 f"{outcome.status}: {outcome.error}",
                 markup=False,
             )
-        raise typer.Exit(EXIT_FAILED_PIPELINES)
+        raise typer.Exit(ExitCode.FAILED_RUN)

@@ -11,15 +11,7 @@ import typer
 
 from stages.cli.console import fail_input, out
 from stages.cli.options import OverridesOption
-from stages.spec.loading import LoadedSpec, SpecError, load_spec
-
-
-def load_or_refuse(path: Path, overrides: list[str] | None = None) -> LoadedSpec:
-    """The spec at `path` with `overrides`; exit 2 with one line per problem when invalid."""
-    try:
-        return load_spec(path, overrides or [])
-    except SpecError as error:
-        raise fail_input(error.lines()) from None
+from stages.spec.loading import SpecError, load_spec
 
 
 def validate(
@@ -53,7 +45,7 @@ def graph(
     """Print each pipeline's stage graph as Mermaid text."""
     from stages.runtime.graph import StageGraph
 
-    loaded = load_or_refuse(spec)
+    loaded = load_spec(spec, [])
     for pipeline in loaded.spec.pipelines:
         sys.stdout.write(f"%% pipeline {pipeline.name}\n")
         sys.stdout.write(StageGraph.from_pipeline(pipeline).mermaid() + "\n")

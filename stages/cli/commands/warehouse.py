@@ -38,8 +38,7 @@ def load(
 ) -> None:
     """Load run directories into DuckDB; loading a run again replaces it (idempotent). The
     rows stay in the run directories' Parquet files, which the warehouse registers."""
-    from analysis.db import WarehouseError
-    from analysis.loader import LoadError, forget_runs, load_runs
+    from analysis.loader import forget_runs, load_runs
 
     db_path = db or settings.duckdb_path()
     forgetting = bool(forget) or forget_missing
@@ -47,19 +46,16 @@ def load(
         raise fail_input(["--forget: give run ids to forget or run directories to load, not both"])
     if not forgetting and not run_dirs:
         raise fail_input(["load: give run directories (or --forget RUN_ID / --forget-missing)"])
-    try:
-        if forgetting:
-            for run_id in forget_runs(list(forget or []), db_path, forget_missing):
-                out.print(f"forgot {run_id}", highlight=False)
-        else:
-            for loaded in load_runs(list(run_dirs or []), db_path):
-                verb = "replaced" if loaded.replaced else "loaded"
-                counts = ", ".join(f"{rows} {table}" for table, rows in loaded.rows.items() if rows)
-                out.print(f"{verb} {loaded.run_id} ({loaded.status}): {counts}", highlight=False)
-    except (LoadError, WarehouseError) as error:
-        # WarehouseError: the writer lock or another program held the warehouse past
-        # COLLOBENCH_WAREHOUSE_WAIT_S, or its schema is newer than this collobench: exit 2
-        raise fail_input([str(error)]) from None
+    # A LoadError or WarehouseError (held past COLLOBENCH_WAREHOUSE_WAIT_S, a newer schema)
+    # ends the command with exit 2 through stages.cli.errors.
+    if forgetting:
+        for run_id in forget_runs(list(forget or []), db_path, forget_missing):
+            out.print(f"forgot {run_id}", highlight=False)
+    else:
+        for loaded in load_runs(list(run_dirs or []), db_path):
+            verb = "replaced" if loaded.replaced else "loaded"
+            counts = ", ".join(f"{rows} {table}" for table, rows in loaded.rows.items() if rows)
+            out.print(f"{verb} {loaded.run_id} ({loaded.status}): {counts}", highlight=False)
     out.print(f"database: {db_path}", highlight=False)
 
 
@@ -79,13 +75,11 @@ def _query(db_path: Path, query: str) -> Any:
     """The query's result as an Arrow table; exit 2 with one line when it cannot run."""
     import duckdb
 
-    from analysis.db import ReadOnlyRequired, WarehouseError
+    from analysis.db import ReadOnlyRequired
     from analysis.export import query_arrow
 
     try:
         return query_arrow(db_path, query)
-    except WarehouseError as error:  # busy past the wait, or an older/newer schema version
-        raise fail_input([str(error)]) from None
     except FileNotFoundError as error:
         raise fail_input([str(error).strip("'\"")]) from None
     except ReadOnlyRequired as error:  # not one SELECT: refused before the warehouse opened
@@ -162,13 +156,10 @@ def compare(
         UnknownRun,
         compare_runs,
     )
-    from analysis.db import WarehouseError
 
     db_path = db or settings.duckdb_path()
     try:
         frame = compare_runs(db_path, run_a, run_b, allow_different_specs)
-    except WarehouseError as error:  # busy past the wait, or an older/newer schema version
-        raise fail_input([str(error)]) from None
     except FileNotFoundError as error:
         raise fail_input([str(error).strip("'\"")]) from None
     except UnknownRun as error:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from stages.contracts.errors import InvalidInputError
 from stages.spec.loadgen import ConstantLoadgen, SamplesPerQuery, ServerLoadgen, TraceLoadgen
 
 SpecT = TypeVar("SpecT", bound=SamplesPerQuery)
@@ -63,7 +64,7 @@ class TraceArrivals(ArrivalProcess[TraceLoadgen]):
         yield from read_trace(Path(self.spec.trace), self.spec.samples_per_query)
 
 
-class TraceError(ValueError):
+class TraceError(InvalidInputError, ValueError):
     """A trace file that cannot be replayed."""
 
 

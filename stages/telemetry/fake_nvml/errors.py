@@ -3,10 +3,11 @@ with the same class names and codes, so `NvmlBackend` maps them exactly as it ma
 
 from __future__ import annotations
 
+from stages.contracts.errors import RunFailedError
 from stages.telemetry.fake_nvml.constants import NVML_ERROR_UNKNOWN
 
 
-class NVMLError(Exception):
+class NVMLError(RunFailedError):
     """Base of the fake NVML errors; `value` is the NVML return code."""
 
     value: int
