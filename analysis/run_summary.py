@@ -21,14 +21,10 @@ from typing import Any
 import duckdb
 
 from analysis.db import sql_text
-from analysis.early_stopping import (
-    SloVerdict,
-    early_stopping_percentile,
-    over_slo_count,
-    slo_verdict_by_counts,
-)
+from analysis.early_stopping import early_stopping_percentile, over_slo_count
 from analysis.loader import prepare_run
 from analysis.summaries import definitions_database, files_defining, fill
+from stages.contracts.slo_verdict import SloVerdict, slo_verdict_by_counts
 from stages.rundir.manifest import LoadgenPart, read_manifest, read_manifest_document
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99

@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stages.contracts.slo_verdict import SloVerdict
 from stages.rundir.layout import MANIFEST
 
 FORMAT_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name("manifest.schema.json")
-
-
-# A pipeline's SLO verdict (analysis.early_stopping.SloVerdict, mirrored: stages never imports
-# analysis).
-SloVerdictName = Literal["met", "missed", "undecided"]
 
 
 class ManifestError(ValueError):
@@ -193,7 +189,7 @@ class PipelineResult(_Ours):
         description="The phase's figures from the analysis views "
         "(analysis.run_summary.headline_metrics); None without the analysis layer.",
     )
-    slo_verdict: SloVerdictName | None = Field(
+    slo_verdict: SloVerdict | None = Field(
         None,
         description="The verdict on the pipeline's slo_ms over every measured query (failures "
         "over the SLO): met (LoadGen's early-stopping rule), missed (its mirror binomial test: "

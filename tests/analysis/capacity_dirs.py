@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.capacity.contract import (
+from stages.contracts.capacity_files import (
     CAPACITY_FILE,
     PROBES_FILE,
     REGION_FILE,

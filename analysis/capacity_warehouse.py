@@ -20,11 +20,6 @@ import pandas as pd
 
 from analysis import migrations, summaries
 from analysis.capacity_files import (
-    CAPACITY_FILE,
-    PROBES_DIR,
-    PROBES_FILE,
-    REGION_FILE,
-    SEARCH_FILE,
     CapacityFileError,
     RegionFiles,
     SearchFiles,
@@ -51,6 +46,13 @@ from analysis.loader import LoadError, ensure_schema, migrated_writer, prepare_r
 from analysis.loader import _read_manifest as read_run_manifest
 from analysis.report_catalogue import BY_CAPACITY_VIEW, CatalogueError, check_columns
 from analysis.summaries import RunRecord
+from stages.contracts.capacity_files import (
+    CAPACITY_FILE,
+    PROBE_RUNS_DIR,
+    PROBES_FILE,
+    REGION_FILE,
+    SEARCH_FILE,
+)
 
 __all__ = [
     "CAPACITY_FILE",
@@ -159,7 +161,7 @@ def probe_run_dirs(files: SearchFiles) -> list[Path]:
         run_dir = probe.get("run_dir")
         if not run_dir:
             continue
-        for candidate in (Path(run_dir), files.search_dir / PROBES_DIR / Path(run_dir).name):
+        for candidate in (Path(run_dir), files.search_dir / PROBE_RUNS_DIR / Path(run_dir).name):
             if (candidate / "manifest.json").exists():
                 found.append(candidate)
                 break
