@@ -32,21 +32,36 @@ from tests.helpers import REPO
 RECORDS = (SearchSettings, CapacityResult, ProbeRecord, PipelineProbe, RegionResult, RayResult)
 
 
+def _strings(node: ast.AST | None) -> list[object]:
+    """The constants of a tuple literal."""
+    if not isinstance(node, ast.Tuple):
+        return []
+    return [item.value for item in node.elts if isinstance(item, ast.Constant)]
+
+
 def _names_read(path: Path) -> set[str]:
     """The string keys a module reads: `x["name"]`, `x.get("name")`, `x.field("name")` and the
-    names passed in a tuple to `_first`."""
+    names passed to `_first` (a tuple, or a module-level tuple by its name)."""
+    tree = ast.parse(path.read_text())
+    tuples = {
+        target.id: _strings(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
     names: set[object] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
             names.add(node.slice.value)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
             called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
             if called in ("get", "field") and node.args and isinstance(node.args[0], ast.Constant):
                 names.add(node.args[0].value)
-            if called == "_first" and isinstance(node.args[1], ast.Tuple):
-                names.update(
-                    item.value for item in node.args[1].elts if isinstance(item, ast.Constant)
-                )
+            if called == "_first":
+                given = node.args[1]
+                names.update(tuples.get(given.id, []) if isinstance(given, ast.Name) else [])
+                names.update(_strings(given))
     return {name for name in names if isinstance(name, str)}
 
 
