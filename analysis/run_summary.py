@@ -5,7 +5,7 @@ and the figures are read from `throughput` and `latency`: the console summary, t
 MLflow and `collobench report` therefore share one implementation of every figure. Each
 scenario reports the percentile MLPerf names for it (p90 for single_stream, p99 otherwise) over
 every measured query (failures as +inf), LoadGen's early-stopping estimate of it, and the
-three-valued verdict on `slo_ms` (analysis.early_stopping.slo_verdict_by_counts): met by
+three-valued verdict on `slo_ms` (stages.contracts.slo_verdict.slo_verdict_by_counts): met by
 LoadGen's early-stopping rule, missed by its mirror binomial test, else undecided.
 """
 

@@ -1,7 +1,8 @@
-"""The capacity region of two pipelines as records (`RegionResult`, region.json) and its
-geometry: ray k of n points at t_k = 90 k / (n + 1) degrees, offers pipeline A s cos t C_A and
-B s sin t C_B, so on axes normalised by the solo capacities its boundary point is
-(s cos t, s sin t), and pure time-sharing is the line x + y = 1."""
+"""The capacity region of two pipelines: its records (`RegionResult`, region.json, defined
+in stages.contracts.capacity_files) made from the searches, and its geometry: ray k of n points
+at t_k = 90 k / (n + 1) degrees, offers pipeline A s cos t C_A and B s sin t C_B, so on axes
+normalised by the solo capacities its boundary point is (s cos t, s sin t), and pure
+time-sharing is the line x + y = 1."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Capacity search and region directories for the warehouse tests, built through the pydantic
-models of stages/capacity/contract.py (so the files are exactly what a search writes)."""
+models of stages/contracts/capacity_files.py (so the files are exactly what a search writes)."""
 
 from __future__ import annotations
 
