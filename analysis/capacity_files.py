@@ -1,11 +1,12 @@
 """The capacity search's files as the warehouse reads them: a search directory (`search.json`,
 `probes.jsonl`, `capacity.json`) and a region directory (`region.json`), and the table rows
-made of them (analysis.capacity loads the rows, analysis.capacity_report writes the reports).
+made of them (analysis.capacity_warehouse loads the rows, analysis.capacity_report writes the
+reports).
 
-The analysis layer may not import stages.capacity, so the JSON is read here with `json` and the
-few field names are mirrored below (tests/capacity/test_warehouse_contract.py builds the
-records through the pydantic models and checks these names against them, so a rename there
-breaks a test here)."""
+The file names and the records are stages.contracts.capacity_files (the writer's contract). The
+JSON is read here as plain objects, so a search still running (no capacity.json) or a region
+written by an older writer still loads (tests/capacity/test_warehouse_contract.py checks that
+every field read here is a field of a contract record, or one of the older spellings below)."""
 
 from __future__ import annotations
 
@@ -16,28 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The file names of stages/capacity/contract.py (mirrored: analysis cannot import it).
-SEARCH_FILE = "search.json"
-PROBES_FILE = "probes.jsonl"
-CAPACITY_FILE = "capacity.json"
-REGION_FILE = "region.json"
-PROBES_DIR = "probes"
-# The fields read from each file (stages/capacity/contract.py's names, mirrored; a test checks
-# that each is still a field of its model).
-SETTINGS_FIELDS = (
-    "search_id", "spec_source", "spec_hash", "pipeline", "slo_ms", "percentile", "precision",
-    "max_probes", "probe_s", "with_rates", "base_seed", "min_rate", "ray",
-)  # fmt: skip
-RESULT_FIELDS = (
-    "search_id", "pipeline", "slo_ms", "percentile", "with_rates", "certified_qps",
-    "estimate_qps", "estimate_ci95", "bracket", "probes", "stop_reason", "ceiling_qps",
-    "monotonicity_violations", "flagged_probes", "estimate_method",
-)  # fmt: skip
-PROBE_FIELDS = (
-    "index", "kind", "rate", "seed", "queries", "over_slo", "verdict", "p99_ms",
-    "abort_reason", "run_dir", "flagged", "throughput_qps", "duration_s", "pipelines",
-)  # fmt: skip
-WITH_ALIAS = "with"  # `with_rates` is written as `with` by alias (model_dump by_alias=True)
+from stages.contracts.capacity_files import (
+    CAPACITY_FILE,
+    PROBES_FILE,
+    REGION_FILE,
+    SEARCH_FILE,
+    WITH_ALIAS,
+)
 
 
 class CapacityFileError(ValueError):
@@ -208,15 +194,10 @@ def _first(document: Mapping[str, Any], names: Iterable[str]) -> Any:
     return None
 
 
-# region.json's names (stages/capacity/region_model.py: RayResult.solo_capacity_qps, and
-# RegionResult.solo), then spellings an older writer may have used.
+OLDER_SPELLINGS = ("solo_capacities", "solo_qps", "certified", "estimate")
+"""Names an older region writer used for fields the contract now spells otherwise."""
+# region.json's names (RayResult.solo_capacity_qps, RegionResult.solo), then older spellings.
 _SOLO_NAMES = ("solo_capacity_qps", "solo", "solo_capacities", "solo_qps")
-REGION_FIELDS = ("region_id", "pipelines", "solo", "rays")
-RAY_FIELDS = (
-    "index", "angle_deg", "direction", "solo_capacity_qps", "search_id", "certified_s",
-    "estimate_s", "estimate_ci95_s", "bracket_s", "stop_reason", "probes",
-    "monotonicity_violations", "flagged_probes",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """PNG plots of a capacity search and a capacity region, drawn headless (matplotlib's Agg
-backend) from the search's or region's JSON (read by analysis.capacity).
+backend) from the search's or region's JSON (read by analysis.capacity_warehouse).
 
 The search plot answers "where does the SLO break": each probe's p99 against its offered rate
 (log x), coloured by verdict, the SLO line, the bracket shaded, the certified rate and the

@@ -18,7 +18,7 @@ from analysis.capacity_files import (
     read_search,
     search_row,
 )
-from analysis.report_catalogue import MARKDOWN_NUMBERS
+from analysis.report_entries import MARKDOWN_NUMBERS
 
 REPORT_NAME = "report.md"
 SEARCH_PLOT = "capacity_plot.png"

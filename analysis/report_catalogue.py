@@ -4,19 +4,18 @@ analysis/report_entries.py; the views not reported per run: analysis/views_not_p
 
 `collobench report` and the tables after `collobench run` (stages.cli), report.md
 (analysis.report_file), the Dagster report assets (bench_defs.reports) and the capacity tables
-(analysis.capacity) read it. A column named here that a view's SQL lacks, a view named here
-that the warehouse lacks, or a warehouse view named nowhere here is a ReportCatalogueError,
-never a silent drop. No DuckDB, pandas or matplotlib: the CLI and Dagster import it at start.
+(analysis.capacity_warehouse) read it. A column named here that a view's SQL lacks, a view
+named here that the warehouse lacks, or a warehouse view named nowhere here is a
+ReportCatalogueError, never a silent drop. No DuckDB, pandas or matplotlib: the CLI and Dagster
+import it at start.
 """
 
 from __future__ import annotations
 
-from analysis.report_entries import MARKDOWN_NUMBERS as MARKDOWN_NUMBERS  # transitional: below
 from analysis.report_entries import (
     Asset,
     MarkdownColumns,
     Plot,
-    ReportCatalogueError,
     ReportCatalogueRules,
     ReportView,
     Section,
@@ -28,11 +27,6 @@ from analysis.views_not_per_run import (
     NOT_REPORTED,
     NOT_REPORTED_FILE,
 )
-
-# Transitional (issue 30): analysis/capacity.py and capacity_report.py, in another engineer's
-# part of the refactor, import CatalogueError and MARKDOWN_NUMBERS from here; drop both once
-# they import ReportCatalogueError and MARKDOWN_NUMBERS from analysis.report_entries.
-CatalogueError = ReportCatalogueError
 
 CATALOGUE_FILE = "analysis/report_catalogue.py"
 

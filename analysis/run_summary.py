@@ -5,7 +5,7 @@ and the figures are read from `throughput` and `latency`: the console summary, t
 MLflow and `collobench report` therefore share one implementation of every figure. Each
 scenario reports the percentile MLPerf names for it (p90 for single_stream, p99 otherwise) over
 every measured query (failures as +inf), LoadGen's early-stopping estimate of it, and the
-three-valued verdict on `slo_ms` (analysis.early_stopping.slo_verdict_by_counts): met by
+three-valued verdict on `slo_ms` (stages.contracts.slo_verdict.slo_verdict_by_counts): met by
 LoadGen's early-stopping rule, missed by its mirror binomial test, else undecided.
 """
 
@@ -22,14 +22,10 @@ import duckdb
 
 from analysis.db import sql_text
 from analysis.definitions_db import definitions_database, fill
-from analysis.early_stopping import (
-    SloVerdict,
-    early_stopping_percentile,
-    over_slo_count,
-    slo_verdict_by_counts,
-)
+from analysis.early_stopping import early_stopping_percentile, over_slo_count
 from analysis.loader import prepare_run
 from analysis.view_manifest import files_defining
+from stages.contracts.slo_verdict import SloVerdict, slo_verdict_by_counts
 from stages.rundir.manifest import LoadgenPart, read_manifest, read_manifest_document
 
 TARGET_PERCENTILE = {"single_stream": 0.90}  # every other scenario: 0.99

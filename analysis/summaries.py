@@ -42,10 +42,6 @@ STATE_TABLE = "summaries_version"
 # several small runs costs less than one pass each.
 BATCH_ROWS = 4_000_000
 
-# Transitional (issue 30): analysis/capacity.py, in another engineer's part of the refactor,
-# still imports the run record by its old name from here; drop once it imports WarehouseRun.
-RunRecord = WarehouseRun
-
 
 @functools.cache
 def views_hash() -> str:

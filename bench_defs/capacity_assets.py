@@ -45,7 +45,12 @@ from bench_defs.pools import check_run_pool, default_pool
 from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
 from bench_defs.specs import DEFAULT_DEVICE, read_spec_state, run_tags
 from stages import settings
-from stages.capacity.contract import CAPACITY_FILE, SEARCH_FILE, CapacityResult, SearchSettings
+from stages.contracts.capacity_files import (
+    CAPACITY_FILE,
+    SEARCH_FILE,
+    CapacityResult,
+    SearchSettings,
+)
 
 CAPACITY_GROUP = "capacity"
 CAPACITY_PARTITIONS = "capacity_targets"
@@ -301,8 +306,8 @@ def load_probe_runs(context: dg.AssetExecutionContext, search_dir: Path, db_path
     search's rows alone), so each probe's run, with the host it ran on, is queryable next to
     the benchmarks; nothing to do for a search without probe runs (simulated); a failure is a
     warning (the search's own result stands)."""
-    from analysis.capacity import load_capacity_dirs, probe_run_dirs
     from analysis.capacity_files import read_search
+    from analysis.capacity_warehouse import load_capacity_dirs, probe_run_dirs
 
     try:
         if probe_run_dirs(read_search(search_dir)):

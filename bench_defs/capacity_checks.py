@@ -20,7 +20,7 @@ from typing import Any
 import dagster as dg
 
 from bench_defs.reports import image_markdown
-from stages.capacity.contract import CAPACITY_FILE, CapacityResult
+from stages.contracts.capacity_files import CAPACITY_FILE, CapacityResult
 
 BRACKET_CHECK = "capacity_bracket_within_precision"
 MONOTONE_CHECK = "capacity_probes_monotone"

@@ -41,8 +41,8 @@ def write_region_summary(
 ) -> dict[str, Any]:
     """Rewrite `<out>/<region id>/region.json` (+ report.md, region_plot.png), load it; the
     metadata entries that name them. Raises what the region code raises."""
-    from analysis.capacity import load_capacity_dirs
     from analysis.capacity_report import write_region_report
+    from analysis.capacity_warehouse import load_capacity_dirs
     from stages.capacity.region import region_from_searches
     from stages.capacity.region_store import write_region
     from stages.spec.loading import load_spec

@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 from common import REPO_ROOT, BackgroundLoad, log, report_header
 
-from analysis.early_stopping import LoadgenSloRule
-from stages.capacity.contract import CAPACITY_FILE, CapacityResult, SearchSettings
 from stages.capacity.controller import run_search
 from stages.capacity.simulated_probe import SimulatedProbe, SimulatedServer, fifo_capacity_qps
+from stages.contracts.capacity_files import CAPACITY_FILE, CapacityResult, SearchSettings
+from stages.contracts.slo_verdict import LoadgenSloRule
 
 SCRIPT = "capacity"
 SERVICE_MS, SLO_MS, PERCENTILE, PRECISION = 5.0, 50.0, 0.99, 0.05

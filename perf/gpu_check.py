@@ -440,7 +440,7 @@ def check_sampler(work: Path) -> Check:
 
 
 def check_mps(work: Path) -> Check:
-    from stages.collocation.placement import mps_pipe_directory
+    from stages.collocation_modes.mps import mps_pipe_directory
 
     control = mps_pipe_directory() / "control"
     code, output, _ = run_cli(

@@ -11,13 +11,6 @@ from tests.helpers import REPO
 
 PACKAGES = ("stages", "analysis", "bench_defs")
 
-KNOWN_DUPLICATES: dict[str, int] = {
-    # stages/capacity/contract.py and stages/capacity/region_model.py each define the same
-    # frozen pydantic base: one of them goes with the capacity contracts work (issue 30).
-    "_Record": 2,
-}
-"""Names still defined more than once, with how many times: to be emptied, never added to."""
-
 
 @cache
 def _class_definitions() -> dict[str, list[str]]:
@@ -36,16 +29,5 @@ def test_the_walk_finds_the_classes() -> None:
 
 
 def test_no_two_classes_share_a_name() -> None:
-    shared = {
-        name: places
-        for name, places in _class_definitions().items()
-        if len(places) > 1 and KNOWN_DUPLICATES.get(name) != len(places)
-    }
+    shared = {name: places for name, places in _class_definitions().items() if len(places) > 1}
     assert not shared, f"classes sharing a name: {shared}"
-
-
-def test_the_known_duplicates_are_still_duplicates() -> None:
-    """An entry whose duplicate is gone is stale: remove it from KNOWN_DUPLICATES."""
-    definitions = _class_definitions()
-    stale = [name for name in KNOWN_DUPLICATES if len(definitions.get(name, [])) < 2]
-    assert not stale, f"no longer duplicated, remove from KNOWN_DUPLICATES: {stale}"

@@ -117,7 +117,7 @@ def test_the_launchers_errors_say_what_they_said() -> None:
 
 def test_analysis_input_errors_are_invalid_input_and_bugs_are_not_mapped() -> None:
     from analysis.db import WarehouseBusy
-    from analysis.report_catalogue import ReportCatalogueError
+    from analysis.report_entries import ReportCatalogueError
 
     assert exit_for(WarehouseBusy("busy")) == (ExitCode.INVALID_INPUT, ["busy"])
     assert exit_for(ReportCatalogueError("no view x")) == (ExitCode.INVALID_INPUT, ["no view x"])

@@ -67,6 +67,10 @@ def _offenders(
         ("stages/telemetry", ("stages.library", "stages.cli", "analysis", "dagster")),
         ("stages/artifacts", ("stages.library", "stages.cli", "analysis", "dagster")),
         ("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
+        (
+            "stages/collocation_modes",
+            ("stages.collocation", "stages.library", "stages.services", "stages.cli", "analysis"),
+        ),
         ("stages/collocation", ("stages.cli", "analysis", "dagster")),
         ("stages/capacity", ("stages.cli", "analysis", "dagster")),
         (

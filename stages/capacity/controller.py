@@ -14,14 +14,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from stages.capacity.contract import (
+from stages.capacity.estimate import estimate_capacity
+from stages.contracts.capacity_files import (
     CapacityResult,
     ProbeKind,
     ProbeRecord,
     SearchSettings,
     StopReason,
 )
-from stages.capacity.estimate import estimate_capacity
 
 RAY_START_SCALE = 0.5
 """A region ray's first scale s (rates are s times the ray's per-pipeline rates)."""

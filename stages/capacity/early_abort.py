@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stages.capacity.contract import SloRule
 from stages.collocation.results import LauncherInterrupted, ProgressEvent
+from stages.contracts.slo_verdict import SloRule
 
 BACKLOG_MIN_S = 5.0
 """The backlog rule looks at no fewer seconds of progress reports than this."""

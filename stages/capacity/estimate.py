@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.capacity.contract import ProbeRecord
+from stages.contracts.capacity_files import ProbeRecord
 
 BOOTSTRAP_REPLICATES = 400
 BOOTSTRAP_SEED = 20_261_124

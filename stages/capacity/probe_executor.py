@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.capacity.clustering import design_effect, effective_counts
-from stages.capacity.contract import PipelineProbe, ProbeRecord, SearchSettings, SloRule, Verdict
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.early_abort import AbortMonitor, WatchedPipeline, watch
 from stages.capacity.probe_spec import pipelines_of, probe_spec, probe_window_s
@@ -26,6 +25,8 @@ from stages.collocation.launcher import (
     RunResult,
     run_benchmark,
 )
+from stages.contracts.capacity_files import PipelineProbe, ProbeRecord, SearchSettings, Verdict
+from stages.contracts.slo_verdict import SloRule
 from stages.rundir.manifest import read_manifest_document
 from stages.spec.loading import LoadedSpec
 

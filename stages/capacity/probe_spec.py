@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from stages.capacity.contract import SearchSettings
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.search_services import SharedService, as_external
+from stages.contracts.capacity_files import SearchSettings
 from stages.contracts.errors import InvalidInputError
 from stages.spec.loading import LoadedSpec, validate_document
 

@@ -9,15 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from stages.capacity.contract import (
-    SEARCH_FILE,
-    CapacityResult,
-    SearchSettings,
-)
 from stages.capacity.region_model import (
-    RayResult,
-    RegionResult,
-    SoloCapacity,
     ray_angles_deg,
     ray_direction,
     ray_result,
@@ -26,6 +18,14 @@ from stages.capacity.region_model import (
     solo_search_id,
 )
 from stages.capacity.region_store import read_capacity, read_region, write_region
+from stages.contracts.capacity_files import (
+    SEARCH_FILE,
+    CapacityResult,
+    RayResult,
+    RegionResult,
+    SearchSettings,
+    SoloCapacity,
+)
 from stages.contracts.errors import InvalidInputError
 from stages.spec.loading import LoadedSpec
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from stages.capacity.contract import CAPACITY_FILE, REGION_FILE, CapacityResult
-from stages.capacity.region_model import RegionResult
+from stages.contracts.capacity_files import CAPACITY_FILE, REGION_FILE, CapacityResult, RegionResult
 
 
 def read_capacity(search_dir: Path) -> CapacityResult | None:

@@ -9,14 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stages.capacity.contract import CapacityResult, ProbeRecord, SearchSettings, SloRule
 from stages.capacity.controller import run_search
 from stages.capacity.probe_executor import ProbeExecutor
 from stages.capacity.probe_spec import check_searchable
 from stages.capacity.search_services import SearchServices, search_services
 from stages.capacity.store import SearchStore
 from stages.collocation.launcher import LauncherInterruptedWithResult
+from stages.contracts.capacity_files import CapacityResult, ProbeRecord, SearchSettings
 from stages.contracts.errors import InvalidInputError
+from stages.contracts.slo_verdict import SloRule
 from stages.spec.loading import LoadedSpec
 
 

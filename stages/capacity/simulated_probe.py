@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.capacity.clustering import design_effect, effective_counts
-from stages.capacity.contract import PipelineProbe, ProbeRecord, SloRule, Verdict
 from stages.capacity.controller import ProbeRequest
+from stages.contracts.capacity_files import PipelineProbe, ProbeRecord, Verdict
+from stages.contracts.slo_verdict import SloRule
 from stages.runtime.driver import arrival_seed
 from stages.runtime.loadgen.arrivals import PoissonArrivals
 from stages.spec.loadgen import ServerLoadgen

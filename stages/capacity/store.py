@@ -11,8 +11,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from stages.capacity.contract import (
+from stages.contracts.capacity_files import (
     CAPACITY_FILE,
+    PROBE_RUNS_DIR,
     PROBES_FILE,
     SEARCH_FILE,
     CapacityResult,
@@ -21,9 +22,6 @@ from stages.capacity.contract import (
 )
 
 log = logging.getLogger(__name__)
-
-PROBE_RUNS_DIR = "probes"
-"""Where each probe's run directory lives, under the search's folder."""
 
 
 def write_atomically(path: Path, text: str) -> None:

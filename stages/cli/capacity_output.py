@@ -1,5 +1,5 @@
-"""What `collobench capacity` hands the search (the SLO rule and the verdict latencies, from
-the analysis layer) and what it does with the result: the warehouse, the report with its plot,
+"""What `collobench capacity` hands the search (the verdict latencies, from the analysis
+layer) and what it does with the result: the warehouse, the report with its plot,
 MLflow, and the answer on the terminal. The analysis imports are lazy, as in stages.cli.wiring;
 a report or warehouse failure is a warning (the search is on disk)."""
 
@@ -12,13 +12,6 @@ from typing import Any
 from rich.table import Table
 
 from stages.cli.console import err, out
-
-
-def slo_rule() -> Any:
-    """The search's SloRule: LoadGen's verdict by counts and its early-abort bound."""
-    from analysis.early_stopping import LoadgenSloRule
-
-    return LoadgenSloRule()
 
 
 def verdict_latencies(run_dir: Path) -> dict[str, list[float]]:
@@ -46,7 +39,7 @@ def publish_search(search_dir: Path, db_path: Path) -> Path | None:
         from analysis.db import connect_writer, writer_lock
 
         with writer_lock(db_path):
-            from analysis.capacity import load_search
+            from analysis.capacity_warehouse import load_search
 
             connection = connect_writer(db_path)
             try:
@@ -57,7 +50,7 @@ def publish_search(search_dir: Path, db_path: Path) -> Path | None:
     except Exception as error:
         err.print(f"warning: could not load the search into {db_path}: {error}", markup=False)
     try:
-        from analysis.capacity import write_search_report
+        from analysis.capacity_warehouse import write_search_report
 
         return Path(write_search_report(search_dir))
     except Exception as error:

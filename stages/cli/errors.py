@@ -15,7 +15,7 @@ def _analysis_input_errors() -> tuple[type[Exception], ...]:
     from analysis.catalogue import CatalogueError
     from analysis.db import WarehouseError
     from analysis.loader import LoadError
-    from analysis.report_catalogue import ReportCatalogueError
+    from analysis.report_entries import ReportCatalogueError
 
     return (CapacityFileError, CatalogueError, WarehouseError, LoadError, ReportCatalogueError)
 

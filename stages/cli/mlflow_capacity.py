@@ -16,14 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stages.capacity.contract import (
-    CAPACITY_FILE,
-    PROBES_FILE,
-    SEARCH_FILE,
-    CapacityResult,
-    ProbeRecord,
-    SearchSettings,
-)
 from stages.cli.mlflow_client import (
     DEFAULT_EXPERIMENT,
     TAG_COMPLETE,
@@ -39,6 +31,14 @@ from stages.cli.mlflow_client import (
     param_value,
     text_tags,
 )
+from stages.contracts.capacity_files import (
+    CAPACITY_FILE,
+    PROBES_FILE,
+    SEARCH_FILE,
+    CapacityResult,
+    ProbeRecord,
+    SearchSettings,
+)
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -50,7 +50,8 @@ TAG_CONTENT = "collobench.content_sha256"  # what was logged: a changed search i
 KIND_SEARCH = "capacity_search"
 KIND_PROBE = "capacity_probe"
 # The files logged as the parent's artifacts when present (report.md and the plot are written
-# by analysis.capacity.write_search_report, which log_search calls when the plot is missing).
+# by analysis.capacity_warehouse.write_search_report, which log_search calls when the plot is
+# missing).
 ARTIFACTS = (SEARCH_FILE, PROBES_FILE, CAPACITY_FILE, "report.md", "capacity_plot.png")
 
 
@@ -203,7 +204,9 @@ def _ensure_report(search_dir: Path) -> None:
     failure is a warning (the search is still logged, without them)."""
     if (search_dir / "capacity_plot.png").exists():
         return
-    from analysis.capacity import write_search_report  # the composition root meets analysis
+    from analysis.capacity_warehouse import (
+        write_search_report,  # the composition root meets analysis
+    )
 
     try:
         write_search_report(search_dir)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from stages.contracts.counters import QueryCounters
 from stages.contracts.errors import InvalidInputError
+from stages.contracts.slo_verdict import SloVerdict
 from stages.contracts.warnings import WarningRecord
 from stages.rundir.layout import MANIFEST
 
@@ -29,11 +30,6 @@ FORMAT_VERSION = 1
 DEVICE_BUSY = "device_busy"
 """The run status of a run the pre-flight refused (a foreign compute process on its device)."""
 SCHEMA_FILE = Path(__file__).with_name("manifest.schema.json")
-
-
-# A pipeline's SLO verdict (analysis.early_stopping.SloVerdict, mirrored: stages never imports
-# analysis).
-SloVerdictName = Literal["met", "missed", "undecided"]
 
 
 class ManifestError(InvalidInputError, ValueError):
@@ -189,7 +185,7 @@ class PipelineResult(QueryCounters, _ResultIdentity):
         description="The phase's figures from the analysis views "
         "(analysis.run_summary.headline_metrics); None without the analysis layer.",
     )
-    slo_verdict: SloVerdictName | None = Field(
+    slo_verdict: SloVerdict | None = Field(
         None,
         description="The verdict on the pipeline's slo_ms over every measured query (failures "
         "over the SLO): met (LoadGen's early-stopping rule), missed (its mirror binomial test: "

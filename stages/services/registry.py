@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from stages.contracts.errors import InvalidInputError
+from stages.contracts.placement_environment import narrowed_device, placement_environment
 from stages.name_registry import NameRegistry
 from stages.spec.services import ServiceSpec
 
@@ -54,27 +55,22 @@ class ServiceType(ABC):
     def environment(self, spec: ServiceSpec, environ: Mapping[str, str]) -> dict[str, str]:
         """Variables set for the server on top of the launcher's: placement, `env`, `pass_env`
         (taken from `environ`; a missing one is left unset)."""
-        placement = spec.placement
-        variables: dict[str, str] = {}
-        if spec.device.startswith("cuda"):
-            if placement.gpu is not None:
-                variables["CUDA_VISIBLE_DEVICES"] = str(placement.gpu)
-            elif ":" in spec.device:
-                variables["CUDA_VISIBLE_DEVICES"] = spec.device.split(":", 1)[1]
-            if placement.mps_thread_percentage is not None:
-                variables["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(
-                    placement.mps_thread_percentage
-                )
+        variables = self.placement_environment(spec)
         variables.update(spec.env)
         variables.update({name: environ[name] for name in spec.pass_env if name in environ})
         return variables
 
+    def placement_environment(self, spec: ServiceSpec) -> dict[str, str]:
+        """CUDA_VISIBLE_DEVICES and the MPS share of the server (its placement's GPU and
+        share, whatever the collocation mode)."""
+        placement = spec.placement
+        return placement_environment(
+            spec.device, gpu=placement.gpu, mps_thread_percentage=placement.mps_thread_percentage
+        )
+
     def device(self, spec: ServiceSpec) -> str:
         """The device the server is told, once CUDA_VISIBLE_DEVICES narrowed its view."""
-        if not spec.device.startswith("cuda"):
-            return "cpu"
-        narrowed = spec.placement.gpu is not None or ":" in spec.device
-        return "cuda:0" if narrowed else "cuda"
+        return narrowed_device(spec.device, self.placement_environment(spec))
 
     def warmup_request(self, spec: ServiceSpec, model: str | None) -> tuple[str, dict[str, Any]]:
         """(path, JSON body) of one warm-up request; an empty body means GET."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from stages.collocation_modes import COLLOCATION_MODES
 from stages.runtime.async_stage import AsyncStage
 from stages.runtime.fusion import fusion_problem
 from stages.runtime.graph import StageGraph, StageNode
@@ -189,6 +190,7 @@ def check_spec(spec: BenchmarkSpec, registry: StageRegistry | None = None) -> li
     registry = registry or default_registry()
     problems: list[SpecProblem] = []
     names_seen: dict[str, int] = {}
+    mode = COLLOCATION_MODES.get(spec.collocation.mode)
     for index, pipeline in enumerate(spec.pipelines):
         if pipeline.name in names_seen:
             problems.append(
@@ -200,27 +202,10 @@ def check_spec(spec: BenchmarkSpec, registry: StageRegistry | None = None) -> li
             )
         names_seen.setdefault(pipeline.name, index)
         problems += _check_pipeline(pipeline, ("pipelines", index), registry)
-        if spec.collocation.mode == "cpu_pinned" and pipeline.placement.cpus is None:
-            problems.append(
-                SpecProblem(
-                    format_location(("pipelines", index, "placement", "cpus")),
-                    "collocation mode cpu_pinned needs cpus for every pipeline",
-                )
-            )
-        if spec.collocation.mode in ("mps", "mig") and not pipeline.device.startswith("cuda"):
-            problems.append(
-                SpecProblem(
-                    format_location(("pipelines", index, "device")),
-                    f"collocation mode {spec.collocation.mode} needs a cuda device",
-                )
-            )
-        if spec.collocation.mode == "mig" and not pipeline.placement.mig:
-            problems.append(
-                SpecProblem(
-                    format_location(("pipelines", index, "placement", "mig")),
-                    "collocation mode mig needs a MIG instance UUID per pipeline",
-                )
-            )
+        problems += [
+            SpecProblem(format_location(("pipelines", index, *where)), message)
+            for where, message in mode.pipeline_problems(pipeline)
+        ]
     if spec.collocation.subsets == "all" and len(spec.pipelines) > MAX_PIPELINES_ALL_SUBSETS:
         problems.append(
             SpecProblem(

@@ -7,7 +7,7 @@ stage types, edges, cycles) live in `stages.spec.checks`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import (
     Field,
@@ -17,6 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from stages.collocation_modes import COLLOCATION_MODE_NAMES
+
 # Re-exported (`X as X`): code imports every spec model from here.
 from stages.spec.base import StrictModel as StrictModel
 from stages.spec.loadgen import LoadgenSpec as LoadgenSpec
@@ -25,6 +27,11 @@ from stages.spec.services import ServiceSpec as ServiceSpec
 
 STAGE_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 MAX_STAGE_CONCURRENCY = 256
+
+if TYPE_CHECKING:
+    CollocationModeName = str
+else:  # the registered modes' names, in their order: the schema's enum and the messages list them
+    CollocationModeName = Literal[COLLOCATION_MODE_NAMES]
 
 
 class PlacementSpec(StrictModel):
@@ -163,9 +170,7 @@ class PipelineSpec(StrictModel):
 class CollocationSpec(StrictModel):
     """How the pipelines share the device, and whether solo baselines are measured."""
 
-    mode: Literal["time_slice", "mps", "mig", "cpu_pinned"] = Field(
-        "time_slice", description="Device sharing mechanism."
-    )
+    mode: CollocationModeName = Field("time_slice", description="Device sharing mechanism.")
     solo_baselines: bool = Field(
         True, description="Also run each pipeline alone, same seed and schedule."
     )

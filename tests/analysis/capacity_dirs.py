@@ -1,5 +1,5 @@
 """Capacity search and region directories for the warehouse tests, built through the pydantic
-models of stages/capacity/contract.py (so the files are exactly what a search writes)."""
+models of stages/contracts/capacity_files.py (so the files are exactly what a search writes)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.capacity.contract import (
+from stages.contracts.capacity_files import (
     CAPACITY_FILE,
     PROBES_FILE,
     REGION_FILE,

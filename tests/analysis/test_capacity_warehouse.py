@@ -1,4 +1,4 @@
-"""The capacity warehouse (analysis.capacity): loading a search twice leaves one copy, the
+"""The capacity warehouse (analysis.capacity_warehouse): loading a search twice leaves one copy, the
 `capacity` view's figures follow from the probes, an unfinished search loads from probes.jsonl,
 the `capacity_region` view normalises each ray by the solo capacities, a version-2 warehouse
 migrates, and the reports write their plots and link them."""
@@ -13,8 +13,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from analysis import capacity, migrations
-from analysis.capacity import CapacityFileError, load_capacity_dirs, load_region, load_search
+from analysis import capacity_warehouse, migrations
+from analysis.capacity_warehouse import (
+    CapacityFileError,
+    load_capacity_dirs,
+    load_region,
+    load_search,
+)
 from analysis.db import run_query
 from analysis.loader import load_runs
 from analysis.report_entries import ReportCatalogueError
@@ -97,7 +102,7 @@ def test_an_unfinished_search_loads_from_probes_jsonl_and_a_resume_replaces_it(
     search = classify_search()
     search.probes = search.probes[:3]
     folder = search.write(tmp_path, finished=False)
-    with (folder / capacity.PROBES_FILE).open("a") as handle:
+    with (folder / capacity_warehouse.PROBES_FILE).open("a") as handle:
         handle.write('{"index": 3, "kind": "sea')  # torn by a crash mid-write
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
     load_search(connection, folder)
@@ -119,7 +124,7 @@ def test_bad_search_directories_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(CapacityFileError, match=r"not a capacity search \(no search.json\)$"):
         load_search(connection, tmp_path)
     folder = classify_search().write(tmp_path, finished=False)
-    (folder / capacity.PROBES_FILE).write_text('{"index": 0,\n{"index": 1}\n')
+    (folder / capacity_warehouse.PROBES_FILE).write_text('{"index": 0,\n{"index": 1}\n')
     with pytest.raises(CapacityFileError, match=r"probes.jsonl:1: not a JSON probe record"):
         load_search(connection, folder)
 
@@ -168,13 +173,13 @@ def test_load_capacity_dirs_loads_probe_runs_and_ray_searches(
     search.ray = {"vision": 70.7, "embed": 28.3}
     search.pipeline = "vision+embed"
     folder = search.write(tmp_path / "out")
-    result = (folder / capacity.CAPACITY_FILE).read_text()
+    result = (folder / capacity_warehouse.CAPACITY_FILE).read_text()
     broken = folder / "probes" / "20260101-000001-broken"  # a probe killed before its manifest
     broken.mkdir(parents=True)
     (broken / "manifest.json").write_text("{}")
     probe_runs = result.replace('"run_dir":null', f'"run_dir":"{run_dir}"', 1)
     probe_runs = probe_runs.replace('"run_dir":null', f'"run_dir":"{broken.name}"', 1)
-    (folder / capacity.CAPACITY_FILE).write_text(probe_runs)
+    (folder / capacity_warehouse.CAPACITY_FILE).write_text(probe_runs)
     region = write_region(tmp_path / "out", "region", [ray(45.0, 0.6, 0.62, (0.58, 0.66))])
     classify_search("region-vision").write(tmp_path / "out")  # the solo search of `vision`
 
@@ -190,15 +195,15 @@ def test_load_capacity_dirs_loads_probe_runs_and_ray_searches(
         db_path, "SELECT search_id, ray->>'$.vision' FROM capacity_searches ORDER BY search_id"
     )
     assert searched == [("ray-45", "70.7"), ("region-vision", None)]
-    frame = capacity.capacity_table(db_path, "capacity_region", "region")
+    frame = capacity_warehouse.capacity_table(db_path, "capacity_region", "region")
     assert list(frame["search_id"]) == ["ray-45"]
-    assert list(capacity.capacity_table(db_path, "capacity", "ray-45")["pipeline"]) == [
+    assert list(capacity_warehouse.capacity_table(db_path, "capacity", "ray-45")["pipeline"]) == [
         "vision+embed"
     ]
     with pytest.raises(ReportCatalogueError, match="not a capacity view"):
-        capacity.capacity_table(db_path, "latency")
+        capacity_warehouse.capacity_table(db_path, "latency")
     for view in CAPACITY_CATALOGUE:  # every catalogued column is in its view
-        assert view.columns() <= set(capacity.capacity_table(db_path, view.view).columns)
+        assert view.columns() <= set(capacity_warehouse.capacity_table(db_path, view.view).columns)
 
 
 def test_a_version_2_warehouse_migrates_to_the_capacity_tables(
@@ -228,9 +233,9 @@ def test_search_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
     search = classify_search()
     search.with_rates = {"embed": 12.5}
     folder = search.write(tmp_path)
-    report = capacity.write_search_report(folder)
+    report = capacity_warehouse.write_search_report(folder)
     text = report.read_text()
-    plot = folder / capacity.SEARCH_PLOT
+    plot = folder / capacity_warehouse.SEARCH_PLOT
     assert report == folder / "report.md"
     assert plot.read_bytes().startswith(PNG_MAGIC) and plot.stat().st_size > 10_000
     assert f"]({plot.name})" in text
@@ -252,8 +257,8 @@ def test_an_unfinished_or_infeasible_search_still_plots(tmp_path: Path) -> None:
         ceiling_qps=None,
     )
     for finished in (False, True):
-        report = capacity.write_search_report(search.write(tmp_path, finished=finished))
-        assert (report.parent / capacity.SEARCH_PLOT).stat().st_size > 0
+        report = capacity_warehouse.write_search_report(search.write(tmp_path, finished=finished))
+        assert (report.parent / capacity_warehouse.SEARCH_PLOT).stat().st_size > 0
     assert "infeasible" in report.read_text()
 
 
@@ -261,9 +266,9 @@ def test_region_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
     folder = write_region(
         tmp_path, "pair", [ray(a, 0.7, 0.72, (0.69, 0.75)) for a in (22.5, 45.0, 67.5)]
     )
-    report = capacity.write_region_report(folder)
+    report = capacity_warehouse.write_region_report(folder)
     text = report.read_text()
-    plot = folder / capacity.REGION_PLOT
+    plot = folder / capacity_warehouse.REGION_PLOT
     assert plot.read_bytes().startswith(PNG_MAGIC) and plot.stat().st_size > 10_000
     assert f"]({plot.name})" in text and "x + y = 1" in text
     assert "| 45 | 0.7 | (0.495, 0.495) | 0.9899 |" in text  # 0.7 * cos 45 = 0.495
@@ -274,11 +279,11 @@ def test_region_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
 def test_a_probe_s_design_effect_is_kept(tmp_path: Path) -> None:
     """helper "core"'s ProbeRecord.design_effect (bursts inflate the variance of the count)."""
     folder = classify_search().write(tmp_path, finished=False)
-    lines = (folder / capacity.PROBES_FILE).read_text().splitlines()
+    lines = (folder / capacity_warehouse.PROBES_FILE).read_text().splitlines()
     record = json.loads(lines[1])
     record["design_effect"] = 2.5
     lines[1] = json.dumps(record)
-    (folder / capacity.PROBES_FILE).write_text("\n".join(lines) + "\n")
+    (folder / capacity_warehouse.PROBES_FILE).write_text("\n".join(lines) + "\n")
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
     load_search(connection, folder)
     found = connection.execute(

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.early_stopping import slo_verdict_by_counts
-from stages.capacity.contract import (
+from stages.contracts.capacity_files import (
     CAPACITY_FILE,
     SEARCH_FILE,
     CapacityResult,
@@ -25,6 +24,7 @@ from stages.capacity.contract import (
     SearchSettings,
     Verdict,
 )
+from stages.contracts.slo_verdict import slo_verdict_by_counts
 from stages.spec.loading import LoadedSpec
 
 WINDOW_S = 120.0

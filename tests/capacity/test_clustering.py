@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.early_stopping import LoadgenSloRule, max_passing_over_slo, slo_verdict_by_counts
 from stages.capacity.clustering import burst_sizes, design_effect, effective_counts
+from stages.contracts.slo_verdict import LoadgenSloRule, max_passing_over_slo, slo_verdict_by_counts
 
 
 def test_runs_closer_than_the_merge_gap_are_one_burst() -> None:

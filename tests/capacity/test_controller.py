@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import pytest
 
-from stages.capacity.contract import ProbeRecord, SearchSettings, Verdict
 from stages.capacity.controller import (
     RAY_MAX_SCALE,
     ProbeRequest,
@@ -16,6 +15,7 @@ from stages.capacity.controller import (
     result_of,
     run_search,
 )
+from stages.contracts.capacity_files import ProbeRecord, SearchSettings, Verdict
 
 
 def _settings(**overrides: object) -> SearchSettings:

@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from analysis.early_stopping import LoadgenSloRule
 from stages.capacity.early_abort import (
     AbortMonitor,
     ProbeAborted,
@@ -17,6 +16,7 @@ from stages.capacity.early_abort import (
     watch,
 )
 from stages.collocation.results import LauncherInterrupted, ProgressEvent
+from stages.contracts.slo_verdict import LoadgenSloRule
 
 RULE = LoadgenSloRule()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stages.capacity.contract import ProbeRecord
 from stages.capacity.estimate import crossing, estimate_capacity, isotonic_blocks
+from stages.contracts.capacity_files import ProbeRecord
 
 
 def _probe(rate: float, queries: int, over_slo: int, seed: int = 0) -> ProbeRecord:

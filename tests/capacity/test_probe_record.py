@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from analysis.early_stopping import LoadgenSloRule
 from stages.capacity import probe_executor
-from stages.capacity.contract import SearchSettings
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.probe_executor import ProbeExecutor, batches_of, combined_verdict
 from stages.collocation.results import PipelineOutcome, RunResult
+from stages.contracts.capacity_files import SearchSettings
+from stages.contracts.slo_verdict import LoadgenSloRule
 from stages.spec.loading import validate_document
 
 SPEC = validate_document(

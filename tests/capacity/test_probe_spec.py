@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from stages.capacity.contract import SearchSettings
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.probe_spec import ProbeSpecError, check_searchable, probe_spec
 from stages.collocation.phase_plan import phases_of
+from stages.contracts.capacity_files import SearchSettings
 from stages.spec.loading import LoadedSpec, validate_document
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.early_stopping import LoadgenSloRule, min_passing_queries
 from analysis.run_summary import verdict_latencies
 from stages.capacity.clustering import design_effect, effective_counts
-from stages.capacity.contract import CapacityResult, SearchSettings
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.capacity.store import SearchStore
+from stages.contracts.capacity_files import CapacityResult, SearchSettings
+from stages.contracts.slo_verdict import LoadgenSloRule, min_passing_queries
 from stages.runtime.driver import arrival_seed
 from stages.runtime.loadgen.arrivals import PoissonArrivals
 from stages.spec.loadgen import ServerLoadgen

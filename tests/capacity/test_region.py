@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from stages.capacity.contract import CAPACITY_FILE, REGION_FILE, SearchSettings
 from stages.capacity.region import (
     RegionInputError,
     ray_settings,
@@ -21,8 +20,9 @@ from stages.capacity.region import (
     run_ray,
     run_region,
 )
-from stages.capacity.region_model import RegionResult, ray_angles_deg, ray_direction
+from stages.capacity.region_model import ray_angles_deg, ray_direction
 from stages.capacity.region_store import read_region
+from stages.contracts.capacity_files import CAPACITY_FILE, REGION_FILE, RegionResult, SearchSettings
 from stages.spec.loading import LoadedSpec, validate_document
 from tests.capacity.region_sim import SimOptions, SimulatedSearch, TwoQueueModel
 

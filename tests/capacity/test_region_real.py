@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 
-from analysis.early_stopping import LoadgenSloRule
 from analysis.run_summary import verdict_latencies
 from stages import settings
-from stages.capacity.contract import SearchSettings
 from stages.capacity.region import run_region
-from stages.capacity.region_model import RegionResult
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
+from stages.contracts.capacity_files import RegionResult, SearchSettings
+from stages.contracts.slo_verdict import LoadgenSloRule
 from stages.spec.loading import validate_document
 
 SERVICE_MS = 2.0

@@ -17,8 +17,6 @@ from functools import cache
 import numpy as np
 import pytest
 
-from analysis.early_stopping import LoadgenSloRule
-from stages.capacity.contract import CapacityResult, SearchSettings
 from stages.capacity.controller import ProbeRequest, run_search
 from stages.capacity.simulated_probe import (
     SimulatedProbe,
@@ -28,6 +26,8 @@ from stages.capacity.simulated_probe import (
     fifo_capacity_qps,
     lindley_latencies_ms,
 )
+from stages.contracts.capacity_files import CapacityResult, SearchSettings
+from stages.contracts.slo_verdict import LoadgenSloRule
 
 SERVICE_MS, SLO_MS, PERCENTILE = 5.0, 50.0, 0.99
 SEARCHES, PROBE_S = 200, 90.0

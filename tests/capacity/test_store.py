@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.capacity.contract import CapacityResult, ProbeRecord, SearchSettings
 from stages.capacity.store import SearchStore
+from stages.contracts.capacity_files import CapacityResult, ProbeRecord, SearchSettings
 
 
 def probe(index: int, verdict: str | None = "met") -> ProbeRecord:

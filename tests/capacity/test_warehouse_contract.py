@@ -1,17 +1,19 @@
-"""The warehouse reads the capacity search's files by name (analysis may not import
-stages.capacity): every name it reads is a field of the pydantic models, and records built
-through the models, written either way (`with` by alias or `with_rates` by name), load into the
-capacity tables with their values."""
+"""The warehouse reads the capacity search's files by the contract's names
+(stages.contracts.capacity_files, which the writer uses too): every field it reads is a field of
+a contract record, and records built through the models, written either way (`with` by alias or
+`with_rates` by name), load into the capacity tables with their values."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from analysis import capacity, capacity_files
-from stages.capacity.contract import (
+from analysis import capacity_files, capacity_warehouse
+from stages.contracts import capacity_files as contract
+from stages.contracts.capacity_files import (
     CAPACITY_FILE,
     PROBES_FILE,
     REGION_FILE,
@@ -19,23 +21,81 @@ from stages.capacity.contract import (
     CapacityResult,
     PipelineProbe,
     ProbeRecord,
+    RayResult,
+    RegionResult,
     SearchSettings,
+    SoloCapacity,
 )
 from tests.analysis.capacity_dirs import classify_search, ray, write_region
+from tests.helpers import REPO
+
+RECORDS = (SearchSettings, CapacityResult, ProbeRecord, PipelineProbe, RegionResult, RayResult)
 
 
-def test_the_mirrored_names_are_the_models_fields() -> None:
-    assert (capacity.SEARCH_FILE, capacity.PROBES_FILE, capacity.CAPACITY_FILE) == (
+def _strings(node: ast.AST | None) -> list[object]:
+    """The constants of a tuple literal."""
+    if not isinstance(node, ast.Tuple):
+        return []
+    return [item.value for item in node.elts if isinstance(item, ast.Constant)]
+
+
+def _names_read(path: Path) -> set[str]:
+    """The string keys a module reads: `x["name"]`, `x.get("name")`, `x.field("name")` and the
+    names passed to `_first` (a tuple, or a module-level tuple by its name)."""
+    tree = ast.parse(path.read_text())
+    tuples = {
+        target.id: _strings(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    names: set[object] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            names.add(node.slice.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            if called in ("get", "field") and node.args and isinstance(node.args[0], ast.Constant):
+                names.add(node.args[0].value)
+            if called == "_first":
+                given = node.args[1]
+                names.update(tuples.get(given.id, []) if isinstance(given, ast.Name) else [])
+                names.update(_strings(given))
+    return {name for name in names if isinstance(name, str)}
+
+
+def test_the_warehouse_reads_the_contracts_names() -> None:
+    assert (capacity_warehouse.SEARCH_FILE, capacity_warehouse.PROBES_FILE) == (
         SEARCH_FILE,
         PROBES_FILE,
-        CAPACITY_FILE,
     )
-    assert capacity.REGION_FILE == REGION_FILE
-    assert set(capacity_files.SETTINGS_FIELDS) <= set(SearchSettings.model_fields)
-    assert set(capacity_files.RESULT_FIELDS) <= set(CapacityResult.model_fields)
-    assert set(capacity_files.PROBE_FIELDS) <= set(ProbeRecord.model_fields)
-    assert SearchSettings.model_fields["with_rates"].alias == capacity_files.WITH_ALIAS
-    assert CapacityResult.model_fields["with_rates"].alias == capacity_files.WITH_ALIAS
+    assert (capacity_warehouse.CAPACITY_FILE, capacity_warehouse.REGION_FILE) == (
+        CAPACITY_FILE,
+        REGION_FILE,
+    )
+    fields = {name for record in RECORDS for name in record.model_fields}
+    fields |= set(SoloCapacity.model_fields) | {contract.WITH_ALIAS}
+    read = _names_read(REPO / "analysis" / "capacity_files.py")
+    assert {"search_id", "with_rates", "solo_capacity_qps", "design_effect"} <= read
+    assert read - fields <= set(capacity_files.OLDER_SPELLINGS)
+    assert SearchSettings.model_fields["with_rates"].alias == contract.WITH_ALIAS
+    assert CapacityResult.model_fields["with_rates"].alias == contract.WITH_ALIAS
+
+
+def test_no_copy_of_the_file_names_outside_the_contract() -> None:
+    """The capacity file names are defined once: no other module of ours assigns them."""
+    names = {"SEARCH_FILE", "PROBES_FILE", "CAPACITY_FILE", "REGION_FILE", "PROBE_RUNS_DIR"}
+    defined = []
+    for package in ("stages", "analysis", "bench_defs"):
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Assign):
+                    targets = {t.id for t in node.targets if isinstance(t, ast.Name)}
+                    defined += [f"{path.relative_to(REPO)}: {n}" for n in targets & names]
+    assert sorted(defined) == [
+        f"stages/contracts/capacity_files.py: {name}" for name in sorted(names)
+    ]
 
 
 @pytest.mark.parametrize("by_alias", [True, False], ids=["with", "with_rates"])
@@ -60,7 +120,7 @@ def test_model_records_load_with_their_values(tmp_path: Path, by_alias: bool) ->
     (folder / CAPACITY_FILE).write_text(result.model_dump_json(by_alias=by_alias))
 
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
-    assert capacity.load_search(connection, folder) == result.search_id
+    assert capacity_warehouse.load_search(connection, folder) == result.search_id
     searched = connection.execute(
         "SELECT pipeline, slo_ms, percentile, CAST(with_rates->>'$.embed' AS DOUBLE), "
         "certified_qps, estimate_qps, "
@@ -114,20 +174,15 @@ def test_model_records_load_with_their_values(tmp_path: Path, by_alias: bool) ->
 
 
 def test_region_records_load_with_their_values(tmp_path: Path) -> None:
-    # stages/capacity/region_model.py comes with helper "region"'s branch; at the merge this
-    # import always succeeds (drop the importorskip then).
-    region_model = pytest.importorskip("stages.capacity.region_model")
-    assert set(capacity_files.REGION_FIELDS) <= set(region_model.RegionResult.model_fields)
-    assert set(capacity_files.RAY_FIELDS) <= set(region_model.RayResult.model_fields)
     folder = write_region(
         tmp_path, "pair", [ray(angle, 0.6, 0.63, (0.59, 0.7)) for angle in (30.0, 60.0)]
     )
     path = folder / REGION_FILE
-    region = region_model.RegionResult.model_validate_json(path.read_text())
+    region = RegionResult.model_validate_json(path.read_text())
     path.write_text(region.model_dump_json(indent=2))
 
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
-    assert capacity.load_region(connection, folder) == region.region_id
+    assert capacity_warehouse.load_region(connection, folder) == region.region_id
     loaded = connection.execute(
         "SELECT ray_index, angle_deg, pipeline_a, pipeline_b, solo_capacity_a_qps, "
         "solo_capacity_b_qps, certified_s, estimate_s, estimate_s_ci_low, estimate_s_ci_high, "

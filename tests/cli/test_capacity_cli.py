@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from stages.capacity import search_runner
-from stages.capacity.contract import CapacityResult, ProbeRecord
 from stages.cli.app import app
+from stages.contracts.capacity_files import CapacityResult, ProbeRecord
 
 runner = CliRunner()
 START = ["capacity"]
@@ -113,8 +113,8 @@ def test_resuming_a_search_that_does_not_exist_or_ran_on_another_spec(tmp_path: 
     assert refused(tmp_path, "--resume", "nope") == (
         f"--resume nope: no such search in {tmp_path / 'out'}"
     )
-    from stages.capacity.contract import SearchSettings
     from stages.capacity.store import SearchStore
+    from stages.contracts.capacity_files import SearchSettings
 
     other = SearchSettings(
         search_id="old", pipeline="sleeper", slo_ms=50, probe_s=5, min_rate=1, spec_hash="abc"

@@ -10,13 +10,18 @@ from typing import Any
 import pytest
 import typer
 
-from stages.capacity.contract import REGION_FILE, CapacityResult, SearchSettings
-from stages.capacity.region_model import RayResult, RegionResult
 from stages.capacity.region_store import read_region
 from stages.cli.commands.capacity_region import (
     parse_solo,
     refuse_region_conflicts,
     run_region_command,
+)
+from stages.contracts.capacity_files import (
+    REGION_FILE,
+    CapacityResult,
+    RayResult,
+    RegionResult,
+    SearchSettings,
 )
 from tests.capacity.region_sim import SimOptions, SimulatedSearch, TwoQueueModel
 from tests.capacity.test_region import loaded_spec, pipeline, template

@@ -13,8 +13,8 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from stages.capacity.contract import CAPACITY_FILE
 from stages.cli.mlflow_capacity import log_search
+from stages.contracts.capacity_files import CAPACITY_FILE
 from stages.settings import default_tracking_uri
 from tests.analysis.capacity_dirs import Search, classify_search
 

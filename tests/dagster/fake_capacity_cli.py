@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from stages.capacity.contract import (
+from stages.contracts.capacity_files import (
     CAPACITY_FILE,
     SEARCH_FILE,
     CapacityResult,

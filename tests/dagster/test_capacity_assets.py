@@ -321,7 +321,7 @@ def test_a_run_whose_search_exists_resumes_it(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path
 ) -> None:
     """A re-executed run (same root run id) finds its search folder and passes --resume."""
-    from stages.capacity.contract import SearchSettings
+    from stages.contracts.capacity_files import SearchSettings
 
     run_id = "0badcafe-0000-4000-8000-000000000000"
     search_dir = home / "capacity" / "pair-a-0badcafe"

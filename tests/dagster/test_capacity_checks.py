@@ -9,7 +9,7 @@ import pytest
 
 from bench_defs.capacity_checks import bracket_check, monotone_check
 from bench_defs.capacity_keys import CapacityKeyError, parse_capacity_key, region_keys, search_id_of
-from stages.capacity.contract import CapacityResult
+from stages.contracts.capacity_files import CapacityResult
 
 
 def _crafted(stop_reason: str, bracket: tuple[float, float | None], **extra: Any) -> CapacityResult:

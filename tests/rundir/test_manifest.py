@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from analysis.early_stopping import slo_verdict_by_counts
+from stages.contracts.slo_verdict import slo_verdict_by_counts
 from stages.rundir.layout import MANIFEST
 from stages.rundir.manifest import (
     SCHEMA_FILE,

@@ -12,7 +12,8 @@ import random
 
 import pytest
 
-from analysis.early_stopping import early_stopping_percentile, min_passing_queries, slo_met
+from analysis.early_stopping import early_stopping_percentile, slo_met
+from stages.contracts.slo_verdict import min_passing_queries
 
 # (percentile, queries N, LoadGen's minimum h_min + 1, t: the estimate is sorted[N - t]; 0: none)
 ESTIMATES = [

@@ -16,11 +16,11 @@ from typing import Any
 import psutil
 import pytest
 
-from analysis.early_stopping import LoadgenSloRule, min_passing_queries
 from analysis.run_summary import verdict_latencies
-from stages.capacity.contract import SearchSettings
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.capacity.search_services import search_services
+from stages.contracts.capacity_files import SearchSettings
+from stages.contracts.slo_verdict import LoadgenSloRule, min_passing_queries
 from stages.services.lifecycle import ServiceError
 from stages.spec.loading import LoadedSpec, validate_document
 

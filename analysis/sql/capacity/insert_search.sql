@@ -1,4 +1,4 @@
--- Record one capacity search from its search.json and capacity.json (analysis.capacity; the
+-- Record one capacity search from its search.json and capacity.json (analysis.capacity_warehouse; the
 -- loader has already deleted any earlier row of this search_id in the same transaction, so
 -- this never conflicts). The answer's parameters are NULL while the search is unfinished.
 INSERT INTO capacity_searches (

@@ -148,8 +148,8 @@ def new_settings(
     parent: Path,
 ) -> Any:
     """The SearchSettings of a new search; exit 2 with one line on bad input."""
-    from stages.capacity.contract import SearchSettings
     from stages.capacity.probe_spec import check_searchable
+    from stages.contracts.capacity_files import SearchSettings
 
     target = _target(loaded, asked.pipeline)
     slo_ms = asked.slo_ms if asked.slo_ms is not None else target.loadgen.slo_ms
@@ -249,7 +249,7 @@ def resumed_settings(loaded: LoadedSpec, parent: Path, search_id: str) -> Any:
 def min_rate_qps(probe_s: float, percentile: float) -> float:
     """The lowest rate a probe of `probe_s` can be met at: below it, a window holds too few
     queries for LoadGen's rule even with none over the SLO (459 for p99)."""
-    from analysis.early_stopping import DEFAULT_CONFIDENCE, min_passing_queries
+    from stages.contracts.slo_verdict import DEFAULT_CONFIDENCE, min_passing_queries
 
     if not (probe_s > 0 and 0 < percentile < 1):
         return 1.0  # the settings' own validation names the bad flag
@@ -291,11 +291,12 @@ def capacity_region(
 ) -> None:
     """`--region A,B`: the region's searches (solo, then one per ray) with real probes, each
     resuming its own folder; the region's plot; exit 2 / 130 as the region command says."""
-    from stages.capacity.contract import SearchSettings
     from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
-    from stages.cli.capacity_output import log_search, slo_rule, verdict_latencies
+    from stages.cli.capacity_output import log_search, verdict_latencies
     from stages.cli.commands.capacity_region import run_region_command
     from stages.cli.events import say
+    from stages.contracts.capacity_files import SearchSettings
+    from stages.contracts.slo_verdict import LoadgenSloRule
 
     rays, ray, solo = ray_flags
     names = [name.strip() for name in region.split(",")]
@@ -315,7 +316,7 @@ def capacity_region(
     options = SearchRunOptions(
         out_dir=where.parent,
         cache_dir=settings.cache_dir(),
-        rule=slo_rule(),
+        rule=LoadgenSloRule(),
         verdict_latencies=verdict_latencies,
         mlflow_uri=mlflow_uri,
         log_search=log_search,
@@ -338,7 +339,7 @@ def capacity_region(
 
 def _region_report(region_dir: Path, db_path: Path) -> Path:
     """The region in the warehouse (a warning when it cannot be loaded) and its plot."""
-    from analysis.capacity import load_region, write_region_report
+    from analysis.capacity_warehouse import load_region, write_region_report
     from analysis.db import connect_writer, writer_lock
 
     try:
@@ -365,15 +366,16 @@ def _default_search_id(loaded: LoadedSpec, pipeline: str) -> str:
 def _search(loaded: LoadedSpec, search: Any, parent: Path, mlflow_uri: str | None) -> Any:
     """Run (or resume) the search, one progress line per probe; exit 130 on Ctrl-C."""
     from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
-    from stages.cli.capacity_output import log_search, slo_rule, verdict_latencies
+    from stages.cli.capacity_output import log_search, verdict_latencies
     from stages.cli.events import say
     from stages.collocation.launcher import LauncherInterruptedWithResult
+    from stages.contracts.slo_verdict import LoadgenSloRule
     from stages.services.lifecycle import ServiceError
 
     options = SearchRunOptions(
         out_dir=parent,
         cache_dir=settings.cache_dir(),
-        rule=slo_rule(),
+        rule=LoadgenSloRule(),
         verdict_latencies=verdict_latencies,
         mlflow_uri=mlflow_uri,
         log_search=log_search,

@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from stages.capacity.contract import REGION_FILE, SearchSettings
 from stages.capacity.region import (
     OptionsT,
     RegionInputError,
@@ -22,9 +21,15 @@ from stages.capacity.region import (
     run_ray,
     run_region,
 )
-from stages.capacity.region_model import RayResult, RegionResult, SoloCapacity
 from stages.cli.console import err, fail_input, out
 from stages.cli.render import fmt
+from stages.contracts.capacity_files import (
+    REGION_FILE,
+    RayResult,
+    RegionResult,
+    SearchSettings,
+    SoloCapacity,
+)
 from stages.contracts.errors import ExitCode
 from stages.spec.loading import LoadedSpec
 

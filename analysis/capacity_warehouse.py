@@ -20,11 +20,6 @@ import pandas as pd
 
 from analysis import migrations, summaries
 from analysis.capacity_files import (
-    CAPACITY_FILE,
-    PROBES_DIR,
-    PROBES_FILE,
-    REGION_FILE,
-    SEARCH_FILE,
     CapacityFileError,
     RegionFiles,
     SearchFiles,
@@ -49,8 +44,17 @@ from analysis.db import (
 )
 from analysis.loader import LoadError, ensure_schema, migrated_writer, prepare_run, publish
 from analysis.loader import _read_manifest as read_run_manifest
-from analysis.report_catalogue import BY_CAPACITY_VIEW, CatalogueError, check_columns
-from analysis.summaries import RunRecord
+from analysis.report_catalogue import check_columns
+from analysis.report_entries import ReportCatalogueError
+from analysis.views_not_per_run import BY_CAPACITY_VIEW
+from analysis.warehouse_runs import WarehouseRun
+from stages.contracts.capacity_files import (
+    CAPACITY_FILE,
+    PROBE_RUNS_DIR,
+    PROBES_FILE,
+    REGION_FILE,
+    SEARCH_FILE,
+)
 
 __all__ = [
     "CAPACITY_FILE",
@@ -159,7 +163,7 @@ def probe_run_dirs(files: SearchFiles) -> list[Path]:
         run_dir = probe.get("run_dir")
         if not run_dir:
             continue
-        for candidate in (Path(run_dir), files.search_dir / PROBES_DIR / Path(run_dir).name):
+        for candidate in (Path(run_dir), files.search_dir / PROBE_RUNS_DIR / Path(run_dir).name):
             if (candidate / "manifest.json").exists():
                 found.append(candidate)
                 break
@@ -173,10 +177,10 @@ def _searches(folder: Path) -> list[Path]:
     return [folder]
 
 
-def _probe_runs(folders: Sequence[Path], notify: Notify) -> list[RunRecord]:
+def _probe_runs(folders: Sequence[Path], notify: Notify) -> list[WarehouseRun]:
     """The probe runs of every search of `folders`, checked and ready to publish; a probe run
     that cannot be loaded is skipped with one line to `notify` (the search is what matters)."""
-    runs: dict[str, RunRecord] = {}
+    runs: dict[str, WarehouseRun] = {}
     for folder in folders:
         for search in _searches(folder):
             for run_dir in probe_run_dirs(read_search(search)):
@@ -226,11 +230,11 @@ def load_capacity_dirs(
 def capacity_table(db_path: Path | str, view: str, key: str | None = None) -> pd.DataFrame:
     """The rows of a capacity view (`capacity`, `capacity_region`; analysis.report_catalogue's
     CAPACITY_CATALOGUE) for one search or region (`key`: its search_id or region_id), or for
-    all when None, in the catalogue's order, read-only. CatalogueError (a LookupError) for a
+    all when None, in the catalogue's order, read-only. ReportCatalogueError (a LookupError) for a
     view not in that catalogue or a column it names that the view lacks."""
     found = BY_CAPACITY_VIEW.get(view)
     if found is None:
-        raise CatalogueError(f"{view!r} is not a capacity view")
+        raise ReportCatalogueError(f"{view!r} is not a capacity view")
     where = "" if key is None else f" WHERE {found.key} = ?"
     connection = connect_read_only(db_path)
     try:  # `view` and its columns come from the fixed catalogue

@@ -1,17 +1,22 @@
-"""The capacity search's records: one probe (`ProbeRecord`, a line of `probes.jsonl`), the
-search's settings (`SearchSettings`, `search.json`) and its result (`CapacityResult`,
-`capacity.json`). The field names are the output contract (docs/contracts.md); the warehouse's
-`capacity_*` tables and the Dagster assets read these models, never the JSON by hand."""
+"""The capacity search's files, one contract for the writer (stages.capacity) and the reader
+(the warehouse, analysis.capacity_warehouse): the file names of a search directory (`search.json`,
+`probes.jsonl`, `capacity.json`, the probes' run directories under `probes/`) and of a region
+directory (`region.json`), and the records written to them: one probe (`ProbeRecord`, a line of
+`probes.jsonl`), the search's settings (`SearchSettings`) and result (`CapacityResult`), and a
+region (`RegionResult` with its `RayResult`s and `SoloCapacity`s). The field names are the output
+contract (docs/contracts.md). A leaf: pydantic and the standard library only."""
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Verdict = Literal["met", "missed", "undecided"]
+from stages.contracts.slo_verdict import SloVerdict
+
+Verdict = SloVerdict
 """A probe's SLO verdict: `met` by LoadGen's early-stopping rule, `missed` by its mirror
-binomial test, else `undecided` (analysis.early_stopping.slo_verdict_by_counts)."""
+binomial test, else `undecided` (stages.contracts.slo_verdict.slo_verdict_by_counts)."""
 
 StopReason = Literal["converged", "max_probes", "infeasible", "ceiling"]
 """Why a search ended: the bracket is within the precision; the probe budget ran out; even the
@@ -21,23 +26,17 @@ ProbeKind = Literal["ceiling", "search"]
 """`ceiling`: the closed-loop probe that measures the most the pipeline completes next to its
 co-runners (no verdict); `search`: an open-loop probe at one rate."""
 
+ScalingSource = Literal["certified", "estimate"]
+"""Which solo capacity the rays scale by: the certified one (conservative), else the estimate."""
+
 SEARCH_FILE = "search.json"
 PROBES_FILE = "probes.jsonl"
 CAPACITY_FILE = "capacity.json"
 REGION_FILE = "region.json"
-
-
-class SloRule(Protocol):
-    """The verdict arithmetic, injected by the composition root (the CLI, Dagster) from
-    analysis.early_stopping, so this package needs no analysis import."""
-
-    def verdict(self, queries: int, over_slo: int, percentile: float) -> Verdict:
-        """met, missed or undecided for `over_slo` of `queries` over the SLO."""
-        ...
-
-    def max_passing_over_slo(self, queries: int, percentile: float) -> int:
-        """The most over-SLO queries a run of `queries` may have and still be met (-1: none)."""
-        ...
+PROBE_RUNS_DIR = "probes"
+"""A search directory's folder of probe run directories (one per real probe)."""
+WITH_ALIAS = "with"
+"""`with_rates` of SearchSettings and CapacityResult is written as `with` (by alias)."""
 
 
 class _Record(BaseModel):
@@ -111,7 +110,7 @@ class SearchSettings(_Record):
     probe_s: float = Field(gt=0, description="Each probe's measured window (duration_s).")
     with_rates: dict[str, float] = Field(
         default_factory=dict,
-        alias="with",
+        alias=WITH_ALIAS,
         description="Co-runners at fixed offered rates (queries/s), run in every probe.",
     )
     base_seed: int = Field(0, description="The first probe's seed (the spec's).")
@@ -137,7 +136,7 @@ class CapacityResult(_Record):
     pipeline: str
     slo_ms: float
     percentile: float
-    with_rates: dict[str, float] = Field(alias="with", description="Co-runners' fixed rates.")
+    with_rates: dict[str, float] = Field(alias=WITH_ALIAS, description="Co-runners' fixed rates.")
     certified_qps: float | None = Field(
         description="The highest met rate below the lowest not-met one (conservative: each met "
         "verdict bounds the percentile at 99%); None when nothing met."
@@ -166,3 +165,67 @@ class CapacityResult(_Record):
     )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SoloCapacity(_Record):
+    """One pipeline alone: the solo search's answer and the capacity the rays scale by."""
+
+    pipeline: str
+    search_id: str = Field(description="The solo search; its folder is <out>/<search_id>.")
+    slo_ms: float
+    certified_qps: float | None
+    estimate_qps: float | None
+    estimate_ci95: tuple[float, float] | None
+    stop_reason: StopReason
+    scaling_qps: float | None = Field(
+        description="C: the capacity the rays scale this pipeline's rate by (None: neither a "
+        "certified capacity nor an estimate, so the region cannot be searched)."
+    )
+    scaling_source: ScalingSource | None = Field(
+        description="certified, or estimate when nothing was certified."
+    )
+
+
+class RayResult(_Record):
+    """One ray's search: the scale s it reached along its direction."""
+
+    index: int = Field(ge=1, description="k = 1..rays, from the A axis towards the B axis.")
+    angle_deg: float = Field(gt=0, lt=90, description="t_k = 90 k / (rays + 1).")
+    direction: dict[str, float] = Field(description="A: cos t, B: sin t.")
+    solo_capacity_qps: dict[str, float] = Field(description="C_A, C_B this ray scaled by.")
+    search_id: str = Field(description="The ray's search; its folder is <out>/<search_id>.")
+    certified_s: float | None = Field(
+        description="The search's certified scale s (None: none met)."
+    )
+    estimate_s: float | None
+    estimate_ci95_s: tuple[float, float] | None
+    bracket_s: tuple[float, float | None]
+    stop_reason: StopReason
+    probes: int = Field(description="Probes the ray's search ran.")
+    monotonicity_violations: int = 0
+    flagged_probes: int = 0
+    certified_point: dict[str, float] | None = Field(
+        description="Each pipeline's offered rate (queries/s) at the certified s."
+    )
+    normalised: tuple[float, float] | None = Field(
+        description="(x, y) = (s cos t, s sin t) at the certified s: rate / solo capacity."
+    )
+    normalised_estimate: tuple[float, float] | None = Field(
+        None, description="(x, y) at the estimated s."
+    )
+
+
+class RegionResult(_Record):
+    """region.json: two pipelines' solo capacities and the boundary reached along each ray."""
+
+    region_id: str = Field(description="The region's folder name under --out.")
+    spec_source: str | None = None
+    spec_hash: str | None = None
+    pipelines: tuple[str, str] = Field(description="[A, B]: A is x, B is y.")
+    ray_count: int = Field(ge=1, description="Rays asked for (strictly inside the quadrant).")
+    percentile: float
+    slo_ms: dict[str, float] = Field(description="Each pipeline's own SLO (from the spec).")
+    solo: dict[str, SoloCapacity]
+    rays: list[RayResult] = Field(description="The rays finished so far, by index.")
+    complete: bool = Field(description="Every ray has finished.")
+    note: str | None = Field(None, description="Why the region stopped early, if it did.")
