@@ -8,6 +8,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
+from stages.contracts.errors import InvalidInputError
 from stages.contracts.placement_environment import placement_environment
 from stages.name_registry import NameRegistry
 
@@ -45,7 +46,7 @@ class CollocationMode(ABC):
         return [(("device",), f"collocation mode {self.name} needs a cuda device")]
 
 
-class UnknownCollocationModeError(KeyError):
+class UnknownCollocationModeError(InvalidInputError, KeyError):
     """A name that no registered collocation mode has."""
 
 
