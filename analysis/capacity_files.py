@@ -24,9 +24,10 @@ from stages.contracts.capacity_files import (
     SEARCH_FILE,
     WITH_ALIAS,
 )
+from stages.contracts.errors import InvalidInputError
 
 
-class CapacityFileError(ValueError):
+class CapacityFileError(InvalidInputError, ValueError):
     """A search or region directory cannot be read; the message is one line: `<path>: why`."""
 
 

@@ -22,13 +22,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.db import WarehouseError, sql_text
+from stages.contracts.errors import InvalidInputError
 from stages.rundir.layout import TABLES, table_files
 
 # Characters read_parquet would read as a glob pattern: a path holding one is refused.
 _GLOB = set("*?[")
 
 
-class CatalogueError(ValueError):
+class CatalogueError(InvalidInputError, ValueError):
     """A run's files cannot be registered; the message is one line: `<path>: <reason>`."""
 
 

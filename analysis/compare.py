@@ -24,6 +24,7 @@ import pandas as pd
 
 from analysis.db import connect_read_only, require_read_only, sql_text
 from analysis.report_entries import MarkdownColumns, names
+from stages.contracts.errors import InvalidInputError
 
 # The columns of a comparison, in order (see analysis/sql/compare.sql for their definitions).
 COLUMNS = [
@@ -68,11 +69,11 @@ COMPARISON_MARKDOWN: MarkdownColumns = (
 )
 
 
-class UnknownRun(LookupError):
+class UnknownRun(InvalidInputError, LookupError):
     """A run id that is not loaded in the warehouse."""
 
 
-class SpecMismatch(ValueError):
+class SpecMismatch(InvalidInputError, ValueError):
     """The two runs were made from specs with different hashes (or a hash is unknown)."""
 
 

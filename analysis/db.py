@@ -38,6 +38,8 @@ from typing import IO, Any
 
 import duckdb
 
+from stages.contracts.errors import InvalidInputError, WarehouseUnavailableError
+
 MEMORY_ENV = "COLLOBENCH_DUCKDB_MEMORY"
 # 2GB, not 1GB: over Parquet (the raw-table views) DuckDB 2.0 reserves memory by the scan's
 # row count, and a quantile aggregate over 50M stage events that peaks at 650 MB failed at 1GB.
@@ -51,7 +53,7 @@ POLL_S = 0.1
 Notify = Callable[[str], None]
 
 
-class WarehouseError(RuntimeError):
+class WarehouseError(WarehouseUnavailableError, RuntimeError):
     """The warehouse cannot be used as asked; the message is one line: `<db>: <reason>`."""
 
 
@@ -317,7 +319,7 @@ def connect_read_only(
     return connection
 
 
-class ReadOnlyRequired(RuntimeError):
+class ReadOnlyRequired(InvalidInputError, RuntimeError):
     """A query was about to run on a connection that could write to the warehouse."""
 
 

@@ -31,6 +31,7 @@ from analysis.catalogue import CatalogueError
 from analysis.db import Notify, connect_writer, sql_text, to_stderr, writer_lock
 from analysis.view_manifest import summary_tables
 from analysis.warehouse_runs import WarehouseRun, insert_runs
+from stages.contracts.errors import InvalidInputError
 from stages.rundir.layout import MANIFEST, PARTS, TABLES
 from stages.rundir.manifest import (
     Manifest,
@@ -40,7 +41,7 @@ from stages.rundir.manifest import (
 )
 
 
-class LoadError(ValueError):
+class LoadError(InvalidInputError, ValueError):
     """A run directory cannot be loaded; the message is one line: `<dir>: <reason>`."""
 
 

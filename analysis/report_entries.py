@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.view_manifest import DEFINITION_SUFFIX
+from stages.contracts.errors import InvalidInputError
 
 
-class ReportCatalogueError(LookupError):
+class ReportCatalogueError(InvalidInputError, LookupError):
     """The report catalogue and the warehouse's views disagree (a view or a column), or the
     catalogue disagrees with itself."""
 

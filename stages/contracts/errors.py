@@ -43,7 +43,10 @@ class CollobenchError(Exception):
     exit_code: ClassVar[ExitCode] = ExitCode.FAILED_RUN
 
     def lines(self) -> list[str]:
-        """What a command line prints for this error, one line per problem."""
+        """What a command line prints for this error, one line per problem (a KeyError's own
+        str() would quote its message)."""
+        if isinstance(self, KeyError) and len(self.args) == 1:
+            return [str(self.args[0])]
         return [str(self)]
 
 
