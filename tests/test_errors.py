@@ -1,7 +1,7 @@
-"""One error model: every exception class of `stages` and `bench_defs` derives from a category
-of `stages.contracts.errors.CollobenchError` (found by reading the source, so no module has to
-be imported), no two share a name, and the CLI maps each category, and analysis's input errors,
-to its exit code and lines."""
+"""One error model: every exception class of `stages`, `analysis` and `bench_defs` derives from
+a category of `stages.contracts.errors.CollobenchError` (found by reading the source, so no
+module has to be imported), and the CLI maps each category to its exit code and lines (that no
+two classes share a name is tests/test_class_names.py)."""
 
 from __future__ import annotations
 
