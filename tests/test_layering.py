@@ -14,6 +14,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -21,6 +22,45 @@ from tests.helpers import REPO
 
 LEAVES = ("stages.rundir", "stages.contracts")
 """The leaf contracts: what `analysis` may import of `stages`."""
+OURS = ("stages", "analysis", "bench_defs")
+
+
+class ImportRule(NamedTuple):
+    """Modules under `package` may not import anything under `forbidden` except what is under
+    `allowed` (dotted prefixes). docs/design.md's layering table states these rules, and
+    tests/test_docs.py holds it to them."""
+
+    package: str
+    forbidden: tuple[str, ...]
+    allowed: tuple[str, ...] = ()
+
+
+RULES: tuple[ImportRule, ...] = (
+    ImportRule("stages", ("bench_defs", "dagster")),
+    ImportRule(
+        "stages/runtime", ("stages.library", "stages.collocation", "stages.cli", "analysis")
+    ),
+    ImportRule("stages/library", ("stages.collocation", "stages.cli", "analysis", "dagster")),
+    ImportRule("stages/telemetry", ("stages.library", "stages.cli", "analysis", "dagster")),
+    ImportRule("stages/artifacts", ("stages.library", "stages.cli", "analysis", "dagster")),
+    ImportRule("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
+    ImportRule(
+        "stages/collocation_modes",
+        ("stages.collocation", "stages.library", "stages.services", "stages.cli", "analysis"),
+    ),
+    ImportRule("stages/collocation", ("stages.cli", "analysis", "dagster")),
+    ImportRule("stages/capacity", ("stages.cli", "analysis", "dagster")),
+    ImportRule(
+        "stages/services",
+        ("stages.library", "stages.collocation", "stages.cli", "analysis", "dagster"),
+    ),
+    # The leaves: what analysis may import must not pull the rest of stages in behind it; the
+    # run directory may use the shared contracts, the contracts nothing of ours.
+    ImportRule("stages/rundir", OURS, allowed=LEAVES),
+    ImportRule("stages/contracts", OURS, allowed=("stages.contracts",)),
+    ImportRule("analysis", ("stages", "bench_defs", "dagster"), allowed=LEAVES),
+)
+"""The layering, one rule per package."""
 HEAVY = ("torch", "torchvision", "transformers", "sklearn", "tokenizers", "safetensors")
 
 
@@ -59,52 +99,9 @@ def _offenders(
     return found
 
 
-@pytest.mark.parametrize(
-    ("package", "forbidden"),
-    [
-        ("stages/runtime", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
-        ("stages/library", ("stages.collocation", "stages.cli", "analysis", "dagster")),
-        ("stages/telemetry", ("stages.library", "stages.cli", "analysis", "dagster")),
-        ("stages/artifacts", ("stages.library", "stages.cli", "analysis", "dagster")),
-        ("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
-        (
-            "stages/collocation_modes",
-            ("stages.collocation", "stages.library", "stages.services", "stages.cli", "analysis"),
-        ),
-        ("stages/collocation", ("stages.cli", "analysis", "dagster")),
-        ("stages/capacity", ("stages.cli", "analysis", "dagster")),
-        (
-            "stages/services",
-            ("stages.library", "stages.collocation", "stages.cli", "analysis", "dagster"),
-        ),
-        ("stages", ("bench_defs",)),
-    ],
-)
-def test_packages_import_only_what_the_layering_allows(
-    package: str, forbidden: tuple[str, ...]
-) -> None:
-    assert _offenders(package, forbidden) == []
-
-
-def test_analysis_imports_of_stages_only_the_leaf_contracts() -> None:
-    assert _offenders("analysis", ("stages", "bench_defs", "dagster"), allowed=LEAVES) == []
-
-
-@pytest.mark.parametrize(
-    ("package", "allowed"),
-    [("stages/rundir", LEAVES), ("stages/contracts", ("stages.contracts",))],
-)
-def test_the_leaf_contracts_import_nothing_else_of_ours(
-    package: str, allowed: tuple[str, ...]
-) -> None:
-    """What analysis may import must not pull the rest of stages in behind it: the run
-    directory may use the shared contracts, the contracts nothing of ours."""
-    ours = ("stages", "analysis", "bench_defs")
-    assert _offenders(package, ours, allowed=allowed) == []
-
-
-def test_nothing_in_stages_imports_dagster() -> None:
-    assert _offenders("stages", ("dagster",)) == []
+@pytest.mark.parametrize("rule", RULES, ids=[rule.package for rule in RULES])
+def test_packages_import_only_what_the_layering_allows(rule: ImportRule) -> None:
+    assert _offenders(rule.package, rule.forbidden, allowed=rule.allowed) == []
 
 
 @pytest.mark.parametrize(
