@@ -56,35 +56,35 @@ unit: install
 
 test: lint typecheck unit
 
-# perf/cluster_launch.py brings up its own cluster (needs redis-server and PostgreSQL; without
+# perf.cluster_launch brings up its own cluster (needs redis-server and PostgreSQL; without
 # them it prints a `skipped` line).
 perf: install
 	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf,cluster]'
-	$(BIN)/python perf/stage_overhead.py
-	$(BIN)/python perf/stage_overhead.py --scheduling-policy batch
-	$(BIN)/python perf/loadgen_accuracy.py
-	$(BIN)/python perf/issue_delay_rounds.py
-	$(BIN)/python perf/hot_path_costs.py
-	$(BIN)/python perf/sampler_cost.py
-	$(BIN)/python perf/launch.py
-	$(BIN)/python perf/profiling_cost.py
-	$(BIN)/python perf/fidelity.py
-	$(BIN)/python perf/analysis_speed.py
-	$(BIN)/python perf/capacity.py
-	$(BIN)/python perf/http_client.py
-	$(BIN)/python perf/cluster_launch.py
+	$(BIN)/python -m perf.stage_overhead
+	$(BIN)/python -m perf.stage_overhead --scheduling-policy batch
+	$(BIN)/python -m perf.loadgen_accuracy
+	$(BIN)/python -m perf.issue_delay_rounds
+	$(BIN)/python -m perf.hot_path_costs
+	$(BIN)/python -m perf.sampler_cost
+	$(BIN)/python -m perf.launch
+	$(BIN)/python -m perf.profiling_cost
+	$(BIN)/python -m perf.fidelity
+	$(BIN)/python -m perf.analysis_speed
+	$(BIN)/python -m perf.capacity_search_cost
+	$(BIN)/python -m perf.http_client
+	$(BIN)/python -m perf.cluster_launch
 
 # The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through
-# dagster dev and the CLI) and the 1M-query runtime flatness run (perf/stage_overhead.py --soak),
+# dagster dev and the CLI) and the 1M-query runtime flatness run (python -m perf.stage_overhead --soak),
 # summed up in one JSON line; exits 1 when pytest fails or a target is missed.
 soak: install
-	$(BIN)/python perf/soak.py
+	$(BIN)/python -m perf.soak
 
 # On a machine with an NVIDIA GPU: NVML, CUDA sync and placement, the GPU sampler, MPS, and the
 # model specs on cuda; one line per check and a JSON line (also to $$GPU_CHECK_OUT when set).
 # Without a GPU every check is "skip" and it exits 0.
 gpu-check: install
-	$(BIN)/python perf/gpu_check.py
+	$(BIN)/python -m perf.gpu_check
 
 clean:
 	rm -rf $(VENV) .collobench .pytest_cache .mypy_cache .ruff_cache

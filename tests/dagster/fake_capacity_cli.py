@@ -17,8 +17,6 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from stages.capacity.contract import (
     CAPACITY_FILE,
     SEARCH_FILE,
