@@ -1,4 +1,5 @@
-# The two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use.
+# The two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use;
+# `make test` also installs the Debian packages its tests drive (system-packages).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +8,8 @@ export COLLOBENCH_HOME ?= $(CURDIR)/.collobench
 export DAGSTER_HOME ?= $(COLLOBENCH_HOME)/dagster
 CODE := stages analysis bench_defs tests perf
 
-.PHONY: install demo ui cluster cluster-down test lint typecheck unit perf soak gpu-check clean
+.PHONY: install system-packages demo ui cluster cluster-down test lint typecheck unit perf soak \
+	gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +19,24 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Debian packages the tests drive: chromium, headless (tests/dagster/test_ui_browser.py), and
+# redis-server with PostgreSQL 15 (/usr/lib/postgresql/15/bin; the scale-out tests in
+# tests/dagster/test_cluster.py). Only what is missing is installed, with sudo when not root;
+# a failed install stops `make test` here (the tests may not skip for want of them).
+SYSTEM_SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+system-packages:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	test -x /usr/lib/postgresql/15/bin/postgres || missing="$$missing postgresql-15"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SYSTEM_SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SYSTEM_SUDO) apt-get install -y -qq $$missing && \
+	  command -v chromium >/dev/null && command -v redis-server >/dev/null && \
+	  test -x /usr/lib/postgresql/15/bin/postgres; \
+	fi
 
 # The demo through Dagster: installs bench_defs/dagster.yaml into $(DAGSTER_HOME), materialises
 # the demo spec's artefacts, then benchmark_run, warehouse and the reports of partition `demo`
@@ -54,7 +74,7 @@ typecheck: install
 unit: install
 	$(BIN)/python -m pytest -q --durations=30  # the slowest tests, to keep `make test` under 25 min
 
-test: lint typecheck unit
+test: system-packages lint typecheck unit
 
 # perf.cluster_launch brings up its own cluster (needs redis-server and PostgreSQL; without
 # them it prints a `skipped` line).
