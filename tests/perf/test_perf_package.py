@@ -16,19 +16,26 @@ PERF = REPO / "perf"
 SCRIPTS = sorted(path.stem for path in PERF.glob("*.py") if path.stem != "__init__")
 
 
+def _assigned_or_called(node: ast.AST) -> list[ast.expr]:
+    """What `node` assigns to, or the object whose method it calls."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return [node.func.value]  # sys.path.insert(...), sys.path.append(...)
+    if isinstance(node, ast.Assign):
+        return node.targets
+    if isinstance(node, ast.AugAssign):
+        return [node.target]
+    return []
+
+
 def _sys_path_edits(path: Path) -> list[int]:
     """Lines of `path` that change `sys.path` (a call on it, or an assignment to it)."""
-    lines = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        target = None
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            target = node.func.value  # sys.path.insert(...), sys.path.append(...)
-        elif isinstance(node, ast.Assign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            target = next((t for t in targets if ast.unparse(t).startswith("sys.path")), None)
-        if target is not None and ast.unparse(target).startswith("sys.path"):
-            lines.append(node.lineno)
-    return sorted(lines)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.stmt | ast.expr)
+        and any(ast.unparse(target).startswith("sys.path") for target in _assigned_or_called(node))
+    )
 
 
 def test_no_module_edits_sys_path() -> None:
@@ -53,7 +60,7 @@ def test_the_detector_sees_each_form_of_edit(tmp_path: Path) -> None:
 
 def test_scripts_import_their_siblings_through_the_package() -> None:
     assert {"common", "capacity_search_cost", "stage_overhead", "gpu_check"} <= set(SCRIPTS)
-    bare = {}
+    bare: dict[str, list[str]] = {}
     for name in SCRIPTS:
         tree = ast.parse((PERF / f"{name}.py").read_text())
         for node in ast.walk(tree):
