@@ -1,5 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use;
 # `make test` also installs the Debian packages its tests drive (system-packages).
+# `make check` is the contributor's quick loop: ruff, mypy and the tests that start no process.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,8 +9,8 @@ export COLLOBENCH_HOME ?= $(CURDIR)/.collobench
 export DAGSTER_HOME ?= $(COLLOBENCH_HOME)/dagster
 CODE := stages analysis bench_defs tests perf
 
-.PHONY: install system-packages demo ui cluster cluster-down test lint typecheck unit perf soak \
-	gpu-check clean
+.PHONY: install system-packages demo ui cluster cluster-down test check lint typecheck unit unit-quick \
+	perf soak gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +76,14 @@ unit: install
 	$(BIN)/python -m pytest -q --durations=30  # the slowest tests, to keep `make test` under 25 min
 
 test: system-packages lint typecheck unit
+
+# The tests not marked `spawns` (no subprocess, process pool, server, Dagster or browser), after
+# ruff and mypy: under 3 minutes. COLLOBENCH_CHECK=1 makes tests/conftest.py fail a test that
+# starts a process without the marker, so the selection cannot rot.
+unit-quick: install
+	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -m "not spawns and not soak" --durations=10
+
+check: lint typecheck unit-quick
 
 # perf.cluster_launch brings up its own cluster (needs redis-server and PostgreSQL; without
 # them it prints a `skipped` line).

@@ -1,7 +1,7 @@
 """The `spawns` marker's guard (tests/spawn_guard.py), in an inner pytest session: in a check
 session an unmarked test that starts a process fails with a message naming the marker, whether
 the start is in the test's thread, another thread or a fixture; a marked one runs, and so does
-ctypes' library lookup; outside a check session nothing is refused."""
+ctypes' and platform's look-ups; outside a check session nothing is refused."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.spawns  # the inner sessions are processes
 INNER_TESTS = """
 import ctypes.util
 import multiprocessing
+import platform
 import subprocess
 import sys
 import threading
@@ -51,6 +52,7 @@ def test_thread_died_then_assert():
 
 def test_find_library():
     assert ctypes.util.find_library("c")
+    assert platform.uname().processor is not None  # `uname -p`
 
 
 def test_process():

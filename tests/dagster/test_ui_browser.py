@@ -33,7 +33,7 @@ from bench_defs.resources import end_process_group
 from tests.dagster import server
 from tests.dagster.demo_run import DemoRun
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [

@@ -23,6 +23,7 @@ def fake_backend(**device: Any) -> NvmlBackend:
     return NvmlBackend(FakeNvml({"devices": [{"name": "NVIDIA Fake H100", **device}]}))
 
 
+@pytest.mark.spawns
 def test_without_a_gpu_every_check_skips_and_exit_is_0(tmp_path: Path) -> None:
     backend, _ = gpu_check.open_backend()
     if backend is not None:
@@ -98,6 +99,7 @@ def test_unsupported_process_utilization_is_reported_as_skip() -> None:
     assert utilization.status == "skip" and "unsupported" in utilization.detail
 
 
+@pytest.mark.spawns
 def test_mps_without_a_daemon_is_refused_by_placement(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
