@@ -79,9 +79,9 @@ unit: install
 
 test: system-packages lint typecheck unit
 
-# The tests not marked `spawns` (no subprocess, process pool, server, Dagster or browser), after
-# ruff and mypy: under 3 minutes. COLLOBENCH_CHECK=1 makes tests/conftest.py fail a test that
-# starts a process without the marker, so the selection cannot rot.
+# The tests not marked `spawns` (no subprocess, process pool, server, dagster dev or browser;
+# in-process Dagster stays), after ruff and mypy. COLLOBENCH_CHECK=1 makes tests/spawn_guard.py
+# fail a test that starts a process without the marker, so the selection cannot rot.
 unit-quick: install
 	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -m "not spawns and not soak" --durations=10
 
