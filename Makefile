@@ -1,4 +1,6 @@
-# The two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use.
+# The two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use;
+# `make test` also installs the Debian packages its tests drive (system-packages).
+# `make check` is the contributor's quick loop: ruff, mypy and the tests that start no process.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,16 +9,37 @@ export COLLOBENCH_HOME ?= $(CURDIR)/.collobench
 export DAGSTER_HOME ?= $(COLLOBENCH_HOME)/dagster
 CODE := stages analysis bench_defs tests perf
 
-.PHONY: install demo ui cluster cluster-down test lint typecheck unit perf soak gpu-check clean
+.PHONY: install system-packages demo ui cluster cluster-down test check lint typecheck unit unit-quick \
+	perf soak gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch/torchvision are pinned in pyproject: pip takes the builds on this disk, never a newer CUDA build.
 	# `.[test]` includes `transformers[serving]` (the tests start `transformers serve`): no other torch.
-	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[test]'
+	# --no-compile: pip would byte-compile all ~25,000 modules it installs (torch, transformers'
+	# model zoo, ...); Python compiles the few thousand a run imports on first import instead.
+	$(BIN)/python -m pip install --disable-pip-version-check --no-compile -qq -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Debian packages the tests drive: chromium, headless (tests/dagster/test_ui_browser.py), and
+# redis-server with PostgreSQL 15 (/usr/lib/postgresql/15/bin; the scale-out tests in
+# tests/dagster/test_cluster.py). Only what is missing is installed, with sudo when not root;
+# a failed install stops `make test` here (the tests may not skip for want of them).
+SYSTEM_SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+system-packages:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	test -x /usr/lib/postgresql/15/bin/postgres || missing="$$missing postgresql-15"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SYSTEM_SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SYSTEM_SUDO) apt-get install -y -qq $$missing && \
+	  command -v chromium >/dev/null && command -v redis-server >/dev/null && \
+	  test -x /usr/lib/postgresql/15/bin/postgres; \
+	fi
 
 # The demo through Dagster: installs bench_defs/dagster.yaml into $(DAGSTER_HOME), materialises
 # the demo spec's artefacts, then benchmark_run, warehouse and the reports of partition `demo`
@@ -54,37 +77,45 @@ typecheck: install
 unit: install
 	$(BIN)/python -m pytest -q --durations=30  # the slowest tests, to keep `make test` under 25 min
 
-test: lint typecheck unit
+test: system-packages lint typecheck unit
 
-# perf/cluster_launch.py brings up its own cluster (needs redis-server and PostgreSQL; without
+# The tests not marked `spawns` (no subprocess, process pool, server, dagster dev or browser;
+# in-process Dagster stays), after ruff and mypy. COLLOBENCH_CHECK=1 makes tests/spawn_guard.py
+# fail a test that starts a process without the marker, so the selection cannot rot.
+unit-quick: install
+	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -m "not spawns and not soak" --durations=10
+
+check: lint typecheck unit-quick
+
+# perf.cluster_launch brings up its own cluster (needs redis-server and PostgreSQL; without
 # them it prints a `skipped` line).
 perf: install
 	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf,cluster]'
-	$(BIN)/python perf/stage_overhead.py
-	$(BIN)/python perf/stage_overhead.py --scheduling-policy batch
-	$(BIN)/python perf/loadgen_accuracy.py
-	$(BIN)/python perf/issue_delay_rounds.py
-	$(BIN)/python perf/hot_path_costs.py
-	$(BIN)/python perf/sampler_cost.py
-	$(BIN)/python perf/launch.py
-	$(BIN)/python perf/profiling_cost.py
-	$(BIN)/python perf/fidelity.py
-	$(BIN)/python perf/analysis_speed.py
-	$(BIN)/python perf/capacity.py
-	$(BIN)/python perf/http_client.py
-	$(BIN)/python perf/cluster_launch.py
+	$(BIN)/python -m perf.stage_overhead
+	$(BIN)/python -m perf.stage_overhead --scheduling-policy batch
+	$(BIN)/python -m perf.loadgen_accuracy
+	$(BIN)/python -m perf.issue_delay_rounds
+	$(BIN)/python -m perf.hot_path_costs
+	$(BIN)/python -m perf.sampler_cost
+	$(BIN)/python -m perf.launch
+	$(BIN)/python -m perf.profiling_cost
+	$(BIN)/python -m perf.fidelity
+	$(BIN)/python -m perf.analysis_speed
+	$(BIN)/python -m perf.capacity_search_cost
+	$(BIN)/python -m perf.http_client
+	$(BIN)/python -m perf.cluster_launch
 
 # The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through
-# dagster dev and the CLI) and the 1M-query runtime flatness run (perf/stage_overhead.py --soak),
+# dagster dev and the CLI) and the 1M-query runtime flatness run (python -m perf.stage_overhead --soak),
 # summed up in one JSON line; exits 1 when pytest fails or a target is missed.
 soak: install
-	$(BIN)/python perf/soak.py
+	$(BIN)/python -m perf.soak
 
 # On a machine with an NVIDIA GPU: NVML, CUDA sync and placement, the GPU sampler, MPS, and the
 # model specs on cuda; one line per check and a JSON line (also to $$GPU_CHECK_OUT when set).
 # Without a GPU every check is "skip" and it exits 0.
 gpu-check: install
-	$(BIN)/python perf/gpu_check.py
+	$(BIN)/python -m perf.gpu_check
 
 clean:
 	rm -rf $(VENV) .collobench .pytest_cache .mypy_cache .ruff_cache

@@ -20,9 +20,9 @@ synth_runs.py) and measures, each step in a child process of its own so that its
 Prints one JSON line with every figure, the targets (load < 20 s, one run < 1 s, every view
 < 2 s and < 2 GB, percentiles >= 5x pandas) and met / missed.
 
-    python perf/analysis_speed.py                  # the full size (about 3 min to synthesise)
-    python perf/analysis_speed.py --runs 10        # a tenth of it
-    python perf/analysis_speed.py --work /tmp/as   # keep (and reuse) the synthesised runs there
+    python -m perf.analysis_speed                  # the full size (about 3 min to synthesise)
+    python -m perf.analysis_speed --runs 10        # a tenth of it
+    python -m perf.analysis_speed --work /tmp/as   # keep (and reuse) the synthesised runs there
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from common import REPO_ROOT, BackgroundLoad, log, report_header, wait_for_quiet
+from perf.common import REPO_ROOT, BackgroundLoad, log, report_header, wait_for_quiet
 
 SCRIPT = "analysis_speed"
 # Views with a row per query, stage visit or sample: streamed, not fetched whole (see above).
@@ -240,7 +240,8 @@ def step_pandas_percentiles(runs_dir: Path, out: Path) -> dict[str, Any]:
 
 
 def child_command(step: str, *arguments: str) -> list[str]:
-    return [sys.executable, __file__, "--step", step, *arguments]
+    """A fresh interpreter running `step` of this module (`-m`, from the repository root)."""
+    return [sys.executable, "-m", "perf.analysis_speed", "--step", step, *arguments]
 
 
 def run_child(step: str, *arguments: str) -> dict[str, Any]:
@@ -300,7 +301,7 @@ def child_main(step: str, arguments: list[str]) -> None:
 def synthesise(runs_dir: Path, runs: int, queries_per_run: int, stages: int) -> float:
     """Write the run directories that are missing; returns the seconds it took. One more run
     than asked is written apart (`extra/`): the run load_one adds to the full warehouse."""
-    from synth_runs import synthesise_run
+    from perf.synth_runs import synthesise_run
 
     started = time.perf_counter()
     runs_dir.mkdir(parents=True, exist_ok=True)

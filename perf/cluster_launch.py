@@ -47,12 +47,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import common
 import numpy as np
 import pyarrow.compute as pc
 import yaml
-from common import REPO_ROOT, BackgroundLoad, report_header, wait_for_quiet
 
+from perf import common
+from perf.common import REPO_ROOT, BackgroundLoad, report_header, wait_for_quiet
 from stages.rundir.tables import read_table
 
 SCRIPT = "cluster_launch"

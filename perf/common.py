@@ -11,8 +11,8 @@ What it holds:
 - `run_recorded_table`: run a pipeline in this process with Parquet recording on and read its
   query rows back.
 
-The scripts are run as `python perf/<name>.py`, so Python puts `perf/` first on `sys.path` and
-they import this module as `common`.
+`perf/` is a package: the scripts are run from the repository root as `python -m perf.<name>`
+and import this module as `perf.common`.
 """
 
 from __future__ import annotations

@@ -60,18 +60,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-# perf/common.py: run as `python perf/fidelity.py`, this folder is first on sys.path.
-import common
 import numpy as np
 import pyarrow.compute as pc
-from common import (
+
+from perf import common
+from perf.common import (
     BackgroundLoad,
     PeriodicSampler,
     report_header,
     run_recorded_table,
     wait_for_quiet,
 )
-
 from stages.rundir.tables import read_table
 from stages.spec.loadgen import loadgen_spec
 from stages.spec.models import PipelineSpec, StageSpec

@@ -36,16 +36,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as `python perf/gpu_check.py`
-    sys.path.insert(0, str(REPO_ROOT))
-
-from stages.telemetry.gpu_backend import (  # noqa: E402
+from stages.telemetry.gpu_backend import (
     GpuBackend,
     GpuError,
     GpuNotSupportedError,
     GpuUnavailableError,
 )
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 OK, FAIL, SKIP = "ok", "FAIL", "skip"
 CHECK_NAMES = (

@@ -37,15 +37,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-# perf/ is first on sys.path when run as `python perf/hot_path_costs.py`.
-import common
-import issue_delay_rounds
-import loadgen_accuracy
 import numpy as np
 import pyarrow as pa
-import stage_overhead
-from common import report_header, spread, wait_for_quiet
 
+from perf import common, issue_delay_rounds, loadgen_accuracy, stage_overhead
+from perf.common import report_header, spread, wait_for_quiet
 from stages.rundir.tables import ChunkWriter, read_table
 from stages.runtime import recorder, row_slices
 from stages.runtime.loadgen import open_loop

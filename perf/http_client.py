@@ -50,10 +50,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import common
 import numpy as np
-from common import BackgroundLoad, log, pct, report_header, wait_for_quiet
 
+from perf import common
+from perf.common import BackgroundLoad, log, pct, report_header, wait_for_quiet
 from stages.library.openai_http import OpenAIConfig, OpenAIStage
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext

@@ -8,7 +8,7 @@ rounds of the issue delay p50/p99 and latency p99 (us), and the paired per-round
 the p99 against the base and against the variant before it. Rounds alternate the variants'
 order. Each window is 5 s of Poisson arrivals into one `noop` stage, run in this process with
 Parquet recording, as in `perf/loadgen_accuracy.py` (whose `ours_server` it calls). Usage:
-`python perf/issue_delay_rounds.py [ROUNDS]` (default 5, about 2 minutes).
+`python -m perf.issue_delay_rounds [ROUNDS]` (default 5, about 2 minutes).
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# perf/ is first on sys.path when run as `python perf/issue_delay_rounds.py`.
-import loadgen_accuracy
-from common import spread
-
 import stages.runtime.loadgen.open_loop as open_loop
 import stages.runtime.row_slices as row_slices
+from perf import loadgen_accuracy
+from perf.common import spread
 from stages.runtime.loadgen.idle_gc import IdleCollector
 
 RATE_QPS = 2000

@@ -45,13 +45,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-# perf/common.py: run as `python perf/launch.py`, this folder is first on sys.path.
-import common
 import numpy as np
 import pyarrow as pa
 import yaml
-from common import REPO_ROOT, BackgroundLoad, report_header, wait_for_quiet
 
+from perf import common
+from perf.common import REPO_ROOT, BackgroundLoad, report_header, wait_for_quiet
 from stages.rundir.tables import read_table
 from stages.runtime.driver import arrival_seed
 from stages.runtime.loadgen.kinds import arrival_process

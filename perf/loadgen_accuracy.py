@@ -49,10 +49,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-# perf/common.py: run as `python perf/loadgen_accuracy.py`, this folder is first on sys.path.
-import common
 import numpy as np
-from common import (
+
+from perf import common
+from perf.common import (
     BackgroundLoad,
     PeriodicSampler,
     pct_or_none,
@@ -61,7 +61,6 @@ from common import (
     spread,
     wait_for_quiet,
 )
-
 from stages.runtime.driver import PhaseResult
 from stages.runtime.loadgen.timing import set_timer_slack_ns, timer_slack_ns
 from stages.spec.loadgen import LoadgenSpec, loadgen_spec

@@ -14,8 +14,7 @@ import statistics
 import time
 from typing import Any
 
-from common import BackgroundLoad, log, report_header, wait_for_quiet
-
+from perf.common import BackgroundLoad, log, report_header, wait_for_quiet
 from stages.library.profiling import OperatorProfiler
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext

@@ -7,8 +7,8 @@ noise, like sentence embeddings), queries are noisy copies of documents. Prints 
 per corpus size and candidate, build seconds, one-query latency p50/p99 in microseconds and
 recall@k against the exact answer.
 
-    python perf/retrieval_index.py                      # sizes 2000 and 100000, k=5
-    python perf/retrieval_index.py --sizes 2000 --queries 500
+    python -m perf.retrieval_index                      # sizes 2000 and 100000, k=5
+    python -m perf.retrieval_index --sizes 2000 --queries 500
 
 The ANN libraries are not dependencies of collobench; run the script in a throwaway venv
 that has them (`pip install numpy duckdb faiss-cpu hnswlib usearch`) to include them.

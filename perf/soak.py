@@ -5,7 +5,7 @@ long flatness run, summed up in ONE JSON line on stdout (progress on stderr).
 1. `pytest tests/reliability -m "soak or not soak"` with `COLLOBENCH_RELIABILITY_FIGURES` naming
    a temporary JSON file, into which the suite's tests count what they injected and survived
    (tests/reliability/figures.py).
-2. `perf/stage_overhead.py --soak --flatness-only` (1M queries through one pipeline with
+2. `python -m perf.stage_overhead --soak --flatness-only` (1M queries through one pipeline with
    recording on: the per-query cost and RSS must stay flat), unless `--no-runtime`.
 
 Targets: pytest passed, every fault injected was survived, every hostile input was rejected
@@ -14,8 +14,8 @@ of RSS, open files and threads within the tolerances the soak test records, and 
 per-query cost flat (max/min of tenths <= 1.5; measured again once on a miss). Exits 1 when one
 is missed.
 
-    python perf/soak.py                # everything (about 15 min on 2 cores)
-    python perf/soak.py --no-runtime   # the reliability suite only
+    python -m perf.soak                # everything (about 15 min on 2 cores)
+    python -m perf.soak --no-runtime   # the reliability suite only
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REPO_ROOT, BackgroundLoad, log, report_header, wait_for_quiet
+from perf.common import REPO_ROOT, BackgroundLoad, log, report_header, wait_for_quiet
 
 SCRIPT = "soak"
 PYTEST_TIMEOUT_S = 3600
@@ -62,10 +62,11 @@ def run_suite(figures_path: Path) -> int:
 
 
 def run_runtime_flatness() -> dict[str, Any]:
-    """`stage_overhead.py --soak --flatness-only`'s figures (its JSON line is on our stderr)."""
+    """`python -m perf.stage_overhead --soak --flatness-only`'s figures (its JSON line is on
+    our stderr)."""
     completed = subprocess.run(
         [
-            *(sys.executable, str(REPO_ROOT / "perf" / "stage_overhead.py")),
+            *(sys.executable, "-m", "perf.stage_overhead"),
             *("--soak", "--flatness-only"),
         ],
         cwd=REPO_ROOT,

@@ -50,12 +50,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# perf/common.py: run as `python perf/stage_overhead.py`, this folder is first on sys.path.
-import common
 import numpy as np
 import psutil
 import pyarrow.compute as pc
-from common import (
+
+from perf import common
+from perf.common import (
     BackgroundLoad,
     PeriodicSampler,
     pct,
@@ -64,7 +64,6 @@ from common import (
     spread,
     wait_for_quiet,
 )
-
 from stages.collocation.placement import SCHEDULING_POLICIES
 from stages.runtime.driver import PhaseResult
 from stages.spec.loadgen import LoadgenSpec, loadgen_spec

@@ -1,4 +1,6 @@
-"""Shared fixtures; test-only stage types live in `tests.helpers` (imported here to register)."""
+"""Shared fixtures; test-only stage types live in `tests.helpers` (imported here to register).
+In a check session (`make check`) a test not marked `spawns` may start no process
+(`tests.spawn_guard`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ import pytest
 
 import tests.helpers  # noqa: F401 - registers the test stage types
 from tests.noop_run import NoopCollocatedRun, run_noop_collocated
+
+# The `spawns` marker's guard in a check session (`make check`).
+pytest_plugins = ("tests.spawn_guard",)
 
 # The checkout's pools file (`.collobench/cluster/pools.yaml`, which `make cluster` writes) must
 # not decide the pools the tests see, not even in the job tags fixed when bench_defs loads: no

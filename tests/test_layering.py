@@ -119,6 +119,7 @@ def test_no_heavy_import_at_module_level(package: str) -> None:
     assert _offenders(package, HEAVY, module_level_only=True) == []
 
 
+@pytest.mark.spawns
 def test_validating_and_registering_every_stage_loads_no_torch() -> None:
     """The registry loads every stage class through its entry point; none may pull in torch."""
     code = (
@@ -139,6 +140,7 @@ def test_validating_and_registering_every_stage_loads_no_torch() -> None:
     assert int(count) >= 6 and heavy == "[]", result.stdout
 
 
+@pytest.mark.spawns
 def test_dagster_definitions_load_without_torch() -> None:
     """The code location (imported by the code server, the run worker and every step) never
     loads torch and friends: they load in the Pipes child's workers, and in the steps that

@@ -133,6 +133,7 @@ pipelines:
 """
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_digits_cnn_under_load_reports_its_accuracy(tmp_path: Path) -> None:
     spec = tmp_path / "digits.yaml"

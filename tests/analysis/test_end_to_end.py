@@ -10,6 +10,8 @@ from analysis.loader import load_runs
 from analysis.report import report
 from tests.noop_run import NoopCollocatedRun
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 
 @pytest.mark.slow
 def test_noop_collocated_run_loads_and_reports(

@@ -148,6 +148,7 @@ def test_cli_report_out_and_bad_run(tmp_path: Path, db_path: Path) -> None:
     assert unknown.output.strip().splitlines() == [f"{db_path}: no run 'nope' loaded"]
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_run_leaves_report_and_trace_in_the_run_directory(
     noop_collocated_run: NoopCollocatedRun,

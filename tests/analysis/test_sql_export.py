@@ -65,6 +65,7 @@ def test_json_is_one_array_with_inf_as_a_string_and_nan_as_null(loaded: Path) ->
     assert json.loads(stdout) == []
 
 
+@pytest.mark.spawns
 def test_json_on_stdout_of_the_real_command_parses(loaded: Path) -> None:
     """Nothing but the array reaches stdout (no table, no status line, no log)."""
     completed = subprocess.run(

@@ -97,6 +97,7 @@ def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.spawns
 def test_a_second_load_waits_for_the_writer_then_succeeds(tmp_path: Path, db_path: Path) -> None:
     load_runs([single_pipeline_run(tmp_path).write()], db_path)
     run_dir = collocated_run(tmp_path).write()
@@ -113,6 +114,7 @@ def test_a_second_load_waits_for_the_writer_then_succeeds(tmp_path: Path, db_pat
     assert waited > 1.0  # it did wait for the holder
 
 
+@pytest.mark.spawns
 def test_a_load_that_waits_too_long_fails_in_one_line(tmp_path: Path, db_path: Path) -> None:
     run_dir = single_pipeline_run(tmp_path).write()
     with holder(HOLD_WRITER_LOCK, db_path, 30.0) as first:
@@ -124,6 +126,7 @@ def test_a_load_that_waits_too_long_fails_in_one_line(tmp_path: Path, db_path: P
     assert "still holds it after 0.5 s" in last and "COLLOBENCH_WAREHOUSE_WAIT_S" in last
 
 
+@pytest.mark.spawns
 def test_a_reader_during_a_load_gets_the_answer_after_it(tmp_path: Path, db_path: Path) -> None:
     load_runs([single_pipeline_run(tmp_path).write()], db_path)
     run_dir = collocated_run(tmp_path).write()
@@ -138,6 +141,7 @@ def test_a_reader_during_a_load_gets_the_answer_after_it(tmp_path: Path, db_path
     assert f"waiting for the warehouse writer (pid {loading.pid}" in reader.stderr
 
 
+@pytest.mark.spawns
 def test_another_program_holding_the_file_is_one_clear_line(tmp_path: Path, db_path: Path) -> None:
     run_dir = single_pipeline_run(tmp_path).write()
     load_runs([run_dir], db_path)
@@ -152,6 +156,7 @@ def test_another_program_holding_the_file_is_one_clear_line(tmp_path: Path, db_p
         assert f"DuckDB refuses {doing} it" in last
 
 
+@pytest.mark.spawns
 def test_the_lock_is_released_after_a_load_and_with_a_dead_holder(
     tmp_path: Path, db_path: Path
 ) -> None:

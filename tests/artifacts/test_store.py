@@ -115,6 +115,7 @@ def _ensure_in_child(root: str, log: str) -> str:
     return str(store.ensure(builder, store.params(builder, {"seed": 9})).path)
 
 
+@pytest.mark.spawns
 def test_concurrent_workers_share_one_build(tmp_path: Path) -> None:
     log = tmp_path / "builds.log"
     context = multiprocessing.get_context("spawn")
@@ -132,6 +133,7 @@ def test_unknown_artefact_lists_known_ones(monkeypatch: pytest.MonkeyPatch) -> N
         catalogue.ensure_artifact("nope")
 
 
+@pytest.mark.spawns
 def test_cli_build_errors_are_one_line_with_exit_2() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "stages.cli", "artifacts", "build", "nope"],

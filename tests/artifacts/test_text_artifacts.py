@@ -233,6 +233,7 @@ def test_hub_unreachable_endpoint_fails_at_the_probe(monkeypatch: pytest.MonkeyP
     assert seen == [("hub.invalid", 80)] and calls == [True]
 
 
+@pytest.mark.spawns
 def test_hub_without_network_returns_within_seconds(tmp_path: Path) -> None:
     """The real transformers path against an unroutable endpoint (a fresh process, because
     huggingface_hub reads HF_ENDPOINT when it is imported)."""

@@ -30,7 +30,7 @@ PROBE_S = 6.0
 SLO_MS = 50.0
 RULE = LoadgenSloRule()
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400), pytest.mark.spawns]
 
 
 def sleeper_spec() -> LoadedSpec:

@@ -22,6 +22,8 @@ from stages.contracts.capacity_files import RegionResult, SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule
 from stages.spec.loading import validate_document
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 SERVICE_MS = 2.0
 SLO_MS = 20.0  # 10 service times: M/D/1 capacity for p90 near 0.88 / 2 ms = 440 q/s
 PERCENTILE = 0.9

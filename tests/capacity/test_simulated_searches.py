@@ -3,9 +3,9 @@ ms, searched 200 times against the simulated probe (collobench's own seeded Pois
 Lindley recursion). The true capacity is computed here from many long simulated runs.
 
 Probes are 90 s of simulated arrivals (~14k queries near capacity). Near capacity the over-SLO
-queries come in bursts, and shorter probes hold too few of them: measured by perf/capacity.py,
-P(certified <= true) is 0.965 at 30 s and 0.995 at 60 s, the interval's coverage 0.81 at 30 s,
-0.91 at 60 s, 0.96 at 90 s and 0.975 at 120 s."""
+queries come in bursts, and shorter probes hold too few of them: measured by
+perf/capacity_search_cost.py, P(certified <= true) is 0.965 at 30 s and 0.995 at 60 s, the
+interval's coverage 0.81 at 30 s, 0.91 at 60 s, 0.96 at 90 s and 0.975 at 120 s."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from tests.noop_run import NoopCollocatedRun
 runner = CliRunner()
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_run_loads_into_duckdb_and_the_commands_read_it(
     noop_collocated_run: NoopCollocatedRun,

@@ -92,6 +92,7 @@ def test_report_prints_the_interference_matrix_for_subset_phases(tmp_path: Path)
     ]
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_a_real_run_with_pairs_records_and_reports_every_pair(tmp_path: Path) -> None:
     db = tmp_path / "results.duckdb"

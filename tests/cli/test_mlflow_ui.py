@@ -21,7 +21,7 @@ from tests.helpers import LOOPBACK, listening_addresses, run, spec_doc
 from tests.reliability import figures
 
 # A real run logged to MLflow, then `mlflow ui` started and read over HTTP.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 
 def free_port() -> int:

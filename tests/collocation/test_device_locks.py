@@ -15,6 +15,8 @@ import yaml
 from stages.collocation.device_locks import DeviceBusy, held_devices
 from tests.helpers import REPO, run, spec_doc
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 HOLD = """
 import sys, time
 from pathlib import Path

@@ -35,6 +35,7 @@ def test_redact_secrets_masks_url_credentials() -> None:
     assert kept == {"HF_ENDPOINT": "https://***@mirror.example/hf"}
 
 
+@pytest.mark.spawns
 def test_capture_environment_reports_machine_and_filters_env(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -74,6 +75,7 @@ def test_capture_environment_reports_machine_and_filters_env(
         assert str(torch_info["version"]).startswith(str(packages["torch"]))
 
 
+@pytest.mark.spawns
 def test_capture_environment_never_imports_torch_in_process() -> None:
     code = (
         "import json, sys; from pathlib import Path; "
@@ -99,6 +101,7 @@ def no_torch_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(environment, "_start_torch_probe", lambda: None)
 
 
+@pytest.mark.spawns
 @pytest.mark.usefixtures("no_torch_probe")
 def test_git_state_of_a_repository(tmp_path: Path) -> None:
     def git(*args: str) -> None:
@@ -125,11 +128,13 @@ def test_git_state_of_a_repository(tmp_path: Path) -> None:
     assert dirty["commit"] == clean["commit"]
 
 
+@pytest.mark.spawns
 @pytest.mark.usefixtures("no_torch_probe")
 def test_git_is_none_outside_a_repository(tmp_path: Path) -> None:
     assert capture_environment(tmp_path / "not-a-repo")["git"] is None
 
 
+@pytest.mark.spawns
 def test_failing_probes_yield_none_instead_of_raising(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -37,6 +37,7 @@ def collobench(*args: str, env: dict[str, str] | None = None, timeout: float = 1
     )
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None:
     completed = collobench(
@@ -125,6 +126,7 @@ def assert_survivor_kept(result: Any) -> None:
     assert (queries[queries.pipeline == "survivor"].status == "ok").sum() >= 250
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize(
     ("mode", "status", "reason"),
     [
@@ -146,6 +148,7 @@ def test_a_crashing_worker_is_contained(
     assert any(r["pipeline"] == "victim" and r["error"] == reason for r in manifest["results"])
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_raising_stage_marks_errors_and_the_budget_fails_the_pipeline(tmp_path: Path) -> None:
     doc = spec_doc({"type": "fail", "config": {"every": 2}})
@@ -163,6 +166,7 @@ def test_raising_stage_marks_errors_and_the_budget_fails_the_pipeline(tmp_path: 
     assert_survivor_kept(result)
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_a_hung_stage_ends_in_timeout(tmp_path: Path) -> None:
     doc = spec_doc({"type": "fail", "config": {"at_query": 5, "mode": "hang"}}, timeout_s=2)
@@ -176,6 +180,7 @@ def test_a_hung_stage_ends_in_timeout(tmp_path: Path) -> None:
     assert_survivor_kept(result)
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_a_killed_worker_is_contained(tmp_path: Path) -> None:
     doc = spec_doc({"type": "sleep", "config": {"ms": 1}}, duration_s=5)
@@ -236,6 +241,7 @@ def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, list[ps
     return process, out, children
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.slow
 def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -> None:
@@ -258,6 +264,7 @@ def test_interrupting_the_launcher_leaves_no_orphans(tmp_path: Path, sig: int) -
     assert {r["status"] for r in manifest["results"]} <= {"interrupted", "failed"}
 
 
+@pytest.mark.spawns
 def test_gpu_spec_without_a_gpu_is_refused_with_exit_2(tmp_path: Path) -> None:
     doc = spec_doc({"type": "noop"})
     doc["pipelines"][0]["device"] = "cuda"
@@ -277,6 +284,7 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **device: Any) -> 
     monkeypatch.setenv("COLLOBENCH_FAKE_NVML", str(script))
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_fake_gpu_is_sampled_once_per_device_with_its_energy_counter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -308,6 +316,7 @@ def test_launch_error_for_impossible_pinning(tmp_path: Path) -> None:
         run(doc, tmp_path)
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_lost_gpu_and_counter_reset_reach_the_manifest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -328,6 +337,7 @@ def test_lost_gpu_and_counter_reset_reach_the_manifest(
     assert "samples taken before it are kept" in warnings
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_a_worker_failing_in_prepare_is_reported_with_its_traceback(tmp_path: Path) -> None:
     doc = spec_doc({"type": "copy", "config": {"bytes": 10**15}})  # no machine has 1 PB free
@@ -341,6 +351,7 @@ def test_a_worker_failing_in_prepare_is_reported_with_its_traceback(tmp_path: Pa
     assert manifest["seeds"]["victim"]["arrivals_by_trial"][0] > 0
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
     folder = tmp_path / "bench"
@@ -373,6 +384,7 @@ def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
     assert "offsets must be non-decreasing" in completed.stderr
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_a_killed_launcher_takes_its_children_with_it(tmp_path: Path) -> None:
     process, out, children = start_long_run(tmp_path)
@@ -417,6 +429,7 @@ def test_phase_order_alternates_between_trials() -> None:
     ]
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_the_harness_stays_out_of_every_load_window(tmp_path: Path) -> None:
     """Finding 7: the environment probe ran during the first solo baseline and samplers were not
@@ -469,6 +482,7 @@ def test_the_harness_stays_out_of_every_load_window(tmp_path: Path) -> None:
         previous_end_ns = step["end_ns"]
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_foreign_cpu_load_in_a_window_is_a_manifest_warning(tmp_path: Path) -> None:
     """Finding 8: a process outside the benchmark burning a core during the load windows shows

@@ -60,6 +60,7 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> No
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 @pytest.mark.parametrize("watch", ["env", "ppid"])
 def test_a_run_whose_parent_is_killed_stops_and_frees_its_device(
@@ -105,6 +106,7 @@ def test_a_run_whose_parent_is_killed_stops_and_frees_its_device(
     assert {r["status"] for r in manifest["results"]} == {"interrupted"}
 
 
+@pytest.mark.spawns
 def test_the_watch_signals_this_process_once_the_named_parent_is_gone() -> None:
     """`ParentWatch` on `COLLOBENCH_PARENT_PID`: nothing while it lives; SIGTERM to this process
     with the reason recorded within a poll or two of its death (a zombie counts as dead)."""

@@ -93,6 +93,7 @@ def test_cpu_affinity_is_applied_and_checked() -> None:
         apply_cpu_affinity([4096])
 
 
+@pytest.mark.spawns
 def test_the_worker_places_itself_with_the_policy_before_its_threads() -> None:
     """In a process of its own (the policy stays with the process): the worker's placement
     step gives it its cores and SCHED_BATCH, and a thread started afterwards inherits both;

@@ -55,6 +55,7 @@ def test_host_id_is_the_env_else_the_host_name(monkeypatch: pytest.MonkeyPatch) 
     assert settings.host_id() == "gpu-host-7"
 
 
+@pytest.mark.spawns
 def test_the_manifest_records_the_host_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(settings.HOST_ID_ENV, "host-b")
     result = run(one_pipeline("cpu"), tmp_path)
@@ -78,6 +79,7 @@ def test_the_gpus_a_run_uses_are_its_pipelines_and_its_own_services(
     assert gpus_used(validate_document(doc, "test").spec) == {0, 1, 3, 4}
 
 
+@pytest.mark.spawns
 def test_a_foreign_process_on_another_gpu_is_only_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, foreign: int
 ) -> None:
@@ -90,6 +92,7 @@ def test_a_foreign_process_on_another_gpu_is_only_a_warning(
     ]
 
 
+@pytest.mark.spawns
 def test_a_foreign_process_on_the_runs_gpu_refuses_it_as_device_busy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, foreign: int
 ) -> None:

@@ -177,6 +177,7 @@ def _fake_worker(connection: Connection) -> None:
     connection.close()
 
 
+@pytest.mark.spawns
 def test_the_counters_a_worker_reports_arrive_in_the_outcome() -> None:
     context = multiprocessing.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=True)

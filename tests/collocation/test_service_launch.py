@@ -20,6 +20,8 @@ from tests.analysis.rundirs import rows_of
 from tests.collocation.service_stages import PROBE_TYPE, install_service_probe
 from tests.helpers import run
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 STUB = str(Path(__file__).parents[1] / "services" / "stub_service.py")
 
 

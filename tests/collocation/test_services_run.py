@@ -16,6 +16,8 @@ from stages.collocation.services_run import RunServices, pipelines_using
 from stages.spec.models import BenchmarkSpec
 from tests.helpers import run
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 STUB = str(Path(__file__).parents[1] / "services" / "stub_service.py")
 
 

@@ -17,8 +17,6 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from stages.contracts.capacity_files import (
     CAPACITY_FILE,
     SEARCH_FILE,

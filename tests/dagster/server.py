@@ -62,7 +62,7 @@ def wait_for_run(client: Any, run_id: str, statuses: Iterable[str], timeout_s: f
         if status in wanted:
             return str(status)
         assert time.monotonic() < deadline, f"run {run_id} still {status} after {timeout_s} s"
-        time.sleep(1)
+        time.sleep(0.25)  # a quarter second: the run status is one cheap GraphQL query
 
 
 def benchmark_processes(dev_group: int) -> list[psutil.Process]:
@@ -127,7 +127,7 @@ def dagster_dev(
                 assert time.monotonic() < deadline, (
                     f"dagster dev did not answer in {START_TIMEOUT_S:g} s"
                 )
-                time.sleep(1)
+                time.sleep(0.25)
             yield port, process
         finally:
             end_group(process, grace_s=30.0)

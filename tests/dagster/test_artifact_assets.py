@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pytest
 
 from bench_defs.artifacts import artifact_assets
 from stages.artifacts.catalogue import ARTIFACTS
@@ -23,6 +24,7 @@ def test_one_asset_per_builder_with_its_version() -> None:
         assert asset.code_versions_by_key[asset.key] == ARTIFACTS.get(asset.key.path[-1]).version
 
 
+@pytest.mark.spawns
 def test_prompts_asset_builds_then_finds(
     instance: dg.DagsterInstance, resources: dict[str, Any], home: Path
 ) -> None:

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO
+
+pytestmark = pytest.mark.spawns  # every test here starts a process
 
 
 def test_workspace_validates(tmp_path: Path) -> None:

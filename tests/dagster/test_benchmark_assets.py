@@ -17,6 +17,8 @@ from bench_defs.warehouse import warehouse
 from stages.spec.loading import load_spec
 from tests.dagster.specs import tiny_spec, write_spec
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 ASSETS = [benchmark_run, warehouse, *report_assets]
 OVERRIDE = {"ops": {"benchmark_run": {"config": {"rate": 80}}}}
 

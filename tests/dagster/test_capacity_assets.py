@@ -80,6 +80,7 @@ def _argv(metadata: dict[str, Any]) -> list[str]:
     return json.loads((Path(str(metadata["search_dir"])) / "argv.json").read_text())["argv"]
 
 
+@pytest.mark.spawns
 def test_a_solo_partition_runs_the_cli_and_reports_its_result(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path, specs_dir: Path
 ) -> None:
@@ -107,6 +108,7 @@ def test_a_solo_partition_runs_the_cli_and_reports_its_result(
     assert checks[BRACKET_CHECK].passed and checks[MONOTONE_CHECK].passed
 
 
+@pytest.mark.spawns
 @pytest.mark.slow  # four in-process runs, each with its Pipes child
 def test_a_ray_reads_the_solo_capacities_of_its_pipelines(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any]
@@ -138,6 +140,7 @@ def test_a_ray_reads_the_solo_capacities_of_its_pipelines(
     assert "leave slo_ms and with_rates out" in str(failure.step_failure_data.error)
 
 
+@pytest.mark.spawns
 def test_an_unknown_pipeline_fails_before_any_search(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path
 ) -> None:
@@ -147,6 +150,7 @@ def test_an_unknown_pipeline_fails_before_any_search(
     assert not (home / "capacity").exists() or not any((home / "capacity").iterdir())
 
 
+@pytest.mark.spawns
 def test_checks_fail_on_a_wide_bracket_and_noisy_probes(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,6 +165,7 @@ def test_checks_fail_on_a_wide_bracket_and_noisy_probes(
     assert not monotone.passed and monotone.metadata["monotonicity_violations"].value == 2
 
 
+@pytest.mark.spawns
 def test_a_failing_cli_fails_the_step(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,6 +217,7 @@ def run_region(
     return done
 
 
+@pytest.mark.spawns
 @pytest.mark.slow  # five in-process runs, each with its Pipes child (~7 s)
 def test_a_region_runs_as_separate_runs_solo_first_then_one_per_ray(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path
@@ -292,6 +298,7 @@ below 153 q/s, which is about the 5 ms sleeper's capacity (3 s probes read `infe
 busy machine). The ceiling probe, then ~97 q/s (met), ~194 (missed), ~137: about 40 s."""
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_the_real_cli_finds_the_demo_capacity(
     instance: dg.DagsterInstance, resources: dict[str, Any]
@@ -317,6 +324,7 @@ def test_the_real_cli_finds_the_demo_capacity(
     assert set(_checks(result)) == {BRACKET_CHECK, MONOTONE_CHECK}
 
 
+@pytest.mark.spawns
 def test_a_run_whose_search_exists_resumes_it(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], home: Path
 ) -> None:
@@ -339,6 +347,7 @@ def test_a_run_whose_search_exists_resumes_it(
     assert _metadata(result)["search_id"] == "pair-a-0badcafe"
 
 
+@pytest.mark.spawns
 @pytest.mark.slow  # three in-process runs
 def test_a_ray_refuses_a_solo_search_that_certified_nothing(
     instance: dg.DagsterInstance, fake_resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch

@@ -87,6 +87,7 @@ def warehouse(tmp_path: Path, *run_dirs: Path) -> Iterator[duckdb.DuckDBPyConnec
         connection.close()
 
 
+@pytest.mark.spawns
 def test_validity_passes_on_a_good_run(good_run: Path, tmp_path: Path) -> None:
     with warehouse(tmp_path, good_run) as connection:
         result = warehouse_checks.validity_result(connection, "good")
@@ -124,6 +125,7 @@ WHERE ts_ns NOT BETWEEN w.s + (w.e - w.s) * 0.1 AND w.e - (w.e - w.s) * 0.1
 """
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize(
     ("edit", "select", "expected"),
     [
@@ -167,6 +169,7 @@ SELECT * REPLACE (
 """
 
 
+@pytest.mark.spawns
 def test_regression_and_reproducibility_pass_on_a_rerun_that_agrees(
     good_run: Path, tmp_path: Path
 ) -> None:
@@ -180,6 +183,7 @@ def test_regression_and_reproducibility_pass_on_a_rerun_that_agrees(
     assert first.passed and "no previous" in str(first.description)
 
 
+@pytest.mark.spawns
 def test_regression_fails_when_latency_got_worse(
     good_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -203,6 +207,7 @@ def test_regression_fails_when_latency_got_worse(
     assert not reproduced.passed  # the metrics disagree beyond their intervals
 
 
+@pytest.mark.spawns
 def test_reproducibility_fails_on_another_schedule(good_run: Path, tmp_path: Path) -> None:
     moved = clone(good_run, f"moved-{tmp_path.name}", select={"queries": _RESCHEDULED})
     with warehouse(tmp_path, good_run, moved) as connection:
@@ -211,6 +216,7 @@ def test_reproducibility_fails_on_another_schedule(good_run: Path, tmp_path: Pat
     assert "scheduled arrivals differ" in str(result.metadata["problems"].value)
 
 
+@pytest.mark.spawns
 def test_runs_of_another_spec_are_not_compared(good_run: Path, tmp_path: Path) -> None:
     other = clone(good_run, f"other-{tmp_path.name}", lambda m: m.update(spec_hash="0" * 64))
     with warehouse(tmp_path, good_run, other) as connection:
@@ -275,6 +281,7 @@ def _slo_run(good_run: Path, run_id: str, slo_ms: float, select: dict[str, str] 
     return run_dir
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize(
     ("slo_ms", "select", "verdict", "passed", "expected"),
     [
@@ -304,6 +311,7 @@ def test_slo_check_warns_on_a_missed_slo_and_lists_undecided_ones(
     assert f"trial 0 solo p: {verdict} (" in str(result.metadata["verdicts"].value)
 
 
+@pytest.mark.spawns
 def test_slo_check_passes_a_run_without_an_slo(good_run: Path, tmp_path: Path) -> None:
     with warehouse(tmp_path, good_run) as connection:
         result = warehouse_checks.slo_result(connection, "good")

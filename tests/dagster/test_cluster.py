@@ -45,7 +45,7 @@ from tests.dagster.cluster_run import (
 from tests.dagster.server import ENDED, LOCATION
 from tests.helpers import REPO, foreign_process
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.spawns]
 
 RUNS_PER_POOL = 3
 RUNS_TIMEOUT_S = 420.0

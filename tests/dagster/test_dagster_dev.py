@@ -29,7 +29,7 @@ from tests.reliability.faults import (
     warehouse_reasons,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 CANCEL_WITHIN_S = 30.0
 

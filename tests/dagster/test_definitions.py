@@ -77,6 +77,7 @@ def test_launchpad_config_refuses_unknown_keys() -> None:
         dg.validate_run_config(job, bad)
 
 
+@pytest.mark.spawns
 def test_dg_check_defs(tmp_path: Path) -> None:
     dg_cli = Path(sys.executable).parent / "dg"
     if not dg_cli.exists():

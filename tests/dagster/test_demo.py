@@ -17,6 +17,7 @@ from tests.dagster.demo_run import DemoRun
 from tests.dagster.specs import tiny_spec, write_spec
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_demo_materialises_through_dagster(demo_run: DemoRun) -> None:
     lines = demo_run.completed.stdout.splitlines()

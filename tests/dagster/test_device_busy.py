@@ -87,6 +87,7 @@ def test_max_runtime_is_phases_times_the_longest_timeout_plus_services_and_margi
     assert MAX_RUNTIME_TAG not in run_tags("cpu", LOCAL_POOL)  # no spec: the asset adds it
 
 
+@pytest.mark.spawns
 def test_a_busy_device_fails_the_run_as_device_busy_naming_the_process(
     instance: dg.DagsterInstance,
     resources: dict[str, Any],

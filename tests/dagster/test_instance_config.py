@@ -56,6 +56,7 @@ def test_the_template_limits_the_local_pool_to_one_run(
     assert written.read_text() == (REPO / "bench_defs" / "dagster.yaml").read_text()
 
 
+@pytest.mark.spawns
 def test_one_limit_per_pool_of_the_pools_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,6 +70,7 @@ def _signal_state(processes: list[psutil.Process]) -> list[str]:
     return states
 
 
+@pytest.mark.spawns
 def test_sigterm_ends_the_child_and_its_grandchildren() -> None:
     process = subprocess.Popen([sys.executable, "-c", SH_WITH_TWO_SLEEPS], start_new_session=True)
     tree = _tree(process, 2, name="sleep")
@@ -81,6 +82,7 @@ def test_sigterm_ends_the_child_and_its_grandchildren() -> None:
     assert _gone(tree) and not group_alive(process.pid)
 
 
+@pytest.mark.spawns
 def test_a_group_that_ignores_sigterm_is_killed_after_the_grace() -> None:
     process = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], start_new_session=True)
     tree = _tree(process, 1)

@@ -176,6 +176,7 @@ def test_a_regions_runs_go_round_robin_over_the_pools(
     ]
 
 
+@pytest.mark.spawns
 def test_a_run_on_an_unknown_pool_fails_with_one_line(
     instance: dg.DagsterInstance, resources: dict[str, Any], specs_dir: Path, home: Path
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pytest
 
 from bench_defs.pools import POOL_TAG
 from bench_defs.schedules import nightly_benchmarks
@@ -56,6 +57,7 @@ def test_skips_when_no_spec_opts_in(
     assert isinstance(result, dg.SkipReason) and "nightly: true" in str(result.skip_message)
 
 
+@pytest.mark.spawns
 def test_the_cron_comes_from_the_environment() -> None:
     code = "from bench_defs.schedules import nightly_benchmarks as s; print(s.cron_schedule)"
     completed = subprocess.run(

@@ -5,7 +5,7 @@ lineage, the latency report asset and the benchmark run's page. Each page's DOM 
 virtual-time budget) must show the assets and the report; each screenshot is saved under the
 test's tmp folder. Chromium and dagster dev are ended by process group; none is left.
 
-chromium comes from `apt-get install chromium` (.ci/run installs it before `make test`); where
+chromium comes from `apt-get install chromium` (`make test` installs it when missing); where
 it is missing the test is skipped, unless $COLLOBENCH_REQUIRE_CHROMIUM=1 (CI), where it fails.
 Only --dump-dom and --screenshot are used: websocket-client (for the DevTools protocol) and
 Selenium are not in the environment.
@@ -33,7 +33,7 @@ from stages.process_groups import end_group
 from tests.dagster import server
 from tests.dagster.demo_run import DemoRun
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [

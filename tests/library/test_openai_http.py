@@ -364,6 +364,7 @@ def test_failed_requests_are_error_rows_and_the_key_is_never_recorded(
 ATTEMPTS = 10
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_timestamps_are_within_a_millisecond_of_the_script_at_200_streams() -> None:
     """200 streams in flight at once against the stub in its own process (a token every 20 ms

@@ -280,6 +280,7 @@ WRITES = {
 }
 
 
+@pytest.mark.spawns
 def test_sql_writing_statements_are_refused_at_validation(tmp_path: Path) -> None:
     paths = []
     for label, sql in WRITES.items():

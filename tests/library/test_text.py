@@ -59,6 +59,7 @@ def query(query_id: int, payload: Any = None, stages: int = 2) -> Query:
     return record
 
 
+@pytest.mark.spawns
 def test_text_stage_types_are_registered_without_importing_torch() -> None:
     script = (
         "import sys\nfrom stages.runtime.registry import default_registry\n"
@@ -93,6 +94,7 @@ def test_generate_config_errors(config: dict[str, Any], message: str) -> None:
         GenerateConfig.model_validate(config)
 
 
+@pytest.mark.spawns
 def test_config_errors_are_one_line_in_collobench_validate(tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(

@@ -66,6 +66,7 @@ def served(stage: Stage, count: int) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- registry
 
 
+@pytest.mark.spawns
 def test_vision_types_are_registered_without_importing_torch() -> None:
     code = (
         "import sys; from stages.runtime.registry import default_registry; "

@@ -4,17 +4,13 @@ from a run directory (warm-up and never-issued rows left out, monotonic ns mappe
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from perf import cluster_launch
 from stages.rundir.schemas import SCHEMAS
-from tests.helpers import REPO
-
-sys.path.insert(0, str(REPO / "perf"))
-import cluster_launch
 
 
 def test_median_interval_holds_the_median_inside_the_sample_range() -> None:

@@ -13,18 +13,17 @@ from typing import Any
 
 import pytest
 
+from perf import gpu_check
 from stages.telemetry.fake_nvml import NVML_FI_DEV_POWER_INSTANT, FakeNvml
 from stages.telemetry.nvml_backend import NvmlBackend
 from tests.helpers import REPO
-
-sys.path.insert(0, str(REPO / "perf"))
-import gpu_check
 
 
 def fake_backend(**device: Any) -> NvmlBackend:
     return NvmlBackend(FakeNvml({"devices": [{"name": "NVIDIA Fake H100", **device}]}))
 
 
+@pytest.mark.spawns
 def test_without_a_gpu_every_check_skips_and_exit_is_0(tmp_path: Path) -> None:
     backend, _ = gpu_check.open_backend()
     if backend is not None:
@@ -34,7 +33,7 @@ def test_without_a_gpu_every_check_skips_and_exit_is_0(tmp_path: Path) -> None:
     environment = {k: v for k, v in os.environ.items() if k != "COLLOBENCH_FAKE_NVML"}
     started = time.monotonic()
     child = subprocess.run(
-        [sys.executable, "perf/gpu_check.py"],
+        [sys.executable, "-m", "perf.gpu_check"],
         cwd=REPO,
         env={**environment, "GPU_CHECK_OUT": str(out), "PYTHONPATH": str(REPO)},
         capture_output=True,
@@ -100,6 +99,7 @@ def test_unsupported_process_utilization_is_reported_as_skip() -> None:
     assert utilization.status == "skip" and "unsupported" in utilization.detail
 
 
+@pytest.mark.spawns
 def test_mps_without_a_daemon_is_refused_by_placement(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -219,6 +219,7 @@ def report(outcomes: list[KillOutcome], key: str) -> None:
     )
 
 
+@pytest.mark.spawns
 def test_twenty_random_worker_kills_lose_nothing_older_than_one_flush(tmp_path: Path) -> None:
     outcomes = kill_rounds(rounds=4, per_round=5, seed=SEED, tmp_path=tmp_path)
     report(outcomes, "worker_sigkill")
@@ -243,6 +244,7 @@ def test_a_hundred_random_worker_kills_lose_nothing_older_than_one_flush(
 HANG_AT_QUERY = 100  # due 0.5 s after the first issue at 200 queries/s
 
 
+@pytest.mark.spawns
 def test_a_stage_stuck_in_a_long_call_does_not_hold_its_earlier_rows(tmp_path: Path) -> None:
     """A stage thread inside one long call cannot hand its rows over; the writer thread takes
     them itself once they are overdue. Here the stage serves queries 0-99 in microseconds, then

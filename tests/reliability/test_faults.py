@@ -332,6 +332,7 @@ def assert_survived(name: str, injected: Injected, tmp_path: Path) -> None:
     assert injected.check in said, said
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("name", list(CASES))
 def test_fault_is_contained_and_reported(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -368,6 +369,7 @@ def _collobench_load(run_dir: Path, db: Path, wait_s: float) -> subprocess.Compl
     )
 
 
+@pytest.mark.spawns
 def test_a_load_into_a_warehouse_held_by_a_reader_fails_cleanly_then_succeeds(
     tmp_path: Path,
 ) -> None:

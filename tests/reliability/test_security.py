@@ -277,6 +277,7 @@ def files_mentioning(root: Path, needle: bytes) -> list[str]:
     return [str(path) for path in root.rglob("*") if path.is_file() and needle in path.read_bytes()]
 
 
+@pytest.mark.spawns
 @pytest.mark.slow
 def test_no_planted_secret_reaches_manifest_mlflow_or_dagster(
     tmp_path: Path,

@@ -25,7 +25,7 @@ from tests.helpers import REPO
 from tests.reliability import figures
 
 # Ten Dagster runs take 5-10 minutes on two shared cores: more than the suite's 300 s default.
-pytestmark = [pytest.mark.soak, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(1800), pytest.mark.spawns]
 
 RUNS = 10
 TABLES = ("queries", "stage_events", "host_samples")

@@ -52,6 +52,7 @@ def real_manifest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return document
 
 
+@pytest.mark.spawns
 def test_a_real_runs_manifest_validates(real_manifest: dict[str, Any]) -> None:
     manifest = Manifest.model_validate(real_manifest)
     assert manifest.run_id == "real" and manifest.status == "ok"
@@ -75,6 +76,7 @@ def test_a_real_runs_manifest_validates(real_manifest: dict[str, Any]) -> None:
         assert set(result) <= set(type(manifest.results[0]).model_fields)
 
 
+@pytest.mark.spawns
 def test_a_real_runs_manifest_fits_the_committed_json_schema(
     real_manifest: dict[str, Any],
 ) -> None:
@@ -82,6 +84,7 @@ def test_a_real_runs_manifest_fits_the_committed_json_schema(
     jsonschema.validate(real_manifest, json.loads(SCHEMA_FILE.read_text()))
 
 
+@pytest.mark.spawns
 def test_the_spec_reads_back_as_written(real_manifest: dict[str, Any]) -> None:
     """The spec keeps every key it had and gains none of the model's defaults."""
     manifest = Manifest.model_validate(real_manifest)

@@ -329,6 +329,7 @@ def busy_service_ms(release_gil: bool) -> float:
     )
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("release_gil", [False, True], ids=["gil_held", "gil_released"])
 def test_busy_does_fixed_work_so_cpu_contention_shows(release_gil: bool) -> None:
     """A busy stage sharing its core with a CPU burner takes about twice as long: it does a
@@ -388,6 +389,7 @@ def _calibrate_in_child(cache_dir: str, results: Any) -> None:
     results.put(machine_calibration(Path(cache_dir), True))
 
 
+@pytest.mark.spawns
 def test_busy_work_is_calibrated_once_per_machine(tmp_path: Path) -> None:
     """Separate calibrations differ by a few percent, which would read as contention between a
     solo and a collocated phase. Collocated workers preparing at once, and every later stage,

@@ -24,6 +24,8 @@ from stages.contracts.slo_verdict import LoadgenSloRule, min_passing_queries
 from stages.services.lifecycle import ServiceError
 from stages.spec.loading import LoadedSpec, validate_document
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 STUB = str(Path(__file__).parents[1] / "library" / "openai_stub.py")
 SERVICE_STUB = str(Path(__file__).parents[1] / "services" / "stub_service.py")
 PROBE_S = 4.0

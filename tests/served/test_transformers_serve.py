@@ -20,7 +20,7 @@ from analysis.loader import load_runs
 from stages.collocation.results import ProgressEvent
 from tests.helpers import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 KILL_AFTER_MEASURED = 8
 """The server is killed once the second trial has recorded this many measured queries."""

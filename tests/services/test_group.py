@@ -48,6 +48,7 @@ def running(pids: list[int]) -> list[int]:
     return alive
 
 
+@pytest.mark.spawns
 def test_all_up_then_all_stopped(tmp_path: Path) -> None:
     group = ServiceGroup(
         [stub_spec("a", "--child"), stub_spec("b", restart="per_phase")], log_dir=tmp_path
@@ -68,6 +69,7 @@ def test_all_up_then_all_stopped(tmp_path: Path) -> None:
     assert whats.count(("b", "service_ready")) == 2 and ("a", "service_stop") in whats
 
 
+@pytest.mark.spawns
 def test_a_dead_service_is_named_with_its_reason(tmp_path: Path) -> None:
     with ServiceGroup([stub_spec("a")], log_dir=tmp_path) as group:
         os.kill(group.pids()["service:a"], signal.SIGTERM)
@@ -79,6 +81,7 @@ def test_a_dead_service_is_named_with_its_reason(tmp_path: Path) -> None:
             group.raise_if_dead()
 
 
+@pytest.mark.spawns
 def test_a_failed_start_stops_what_was_started(tmp_path: Path) -> None:
     group = ServiceGroup([stub_spec("a"), stub_spec("b", "--bad-flag")], log_dir=tmp_path)
     started: list[int] = []

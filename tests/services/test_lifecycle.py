@@ -19,6 +19,8 @@ from stages.services.lifecycle import ServiceError, ServiceProcess, free_port
 from stages.services.registry import default_service_registry
 from stages.spec.services import ServiceSpec
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 STUB = str(Path(__file__).with_name("stub_service.py"))
 
 

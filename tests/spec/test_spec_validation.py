@@ -188,6 +188,7 @@ def test_schema_is_valid_json_schema_and_accepts_shipped_specs() -> None:
     assert "noop" in schema["$defs"]["StageSpec"]["properties"]["type"]["enum"]
 
 
+@pytest.mark.spawns
 def test_console_script_exit_code_and_no_traceback(tmp_path: Path) -> None:
     path = write(tmp_path, VALID.replace("rate: 50", "rate: -5"))
     completed = subprocess.run(

@@ -51,11 +51,13 @@ def _env_without_fake() -> dict[str, str]:
     return env
 
 
+@pytest.mark.spawns
 def test_production_never_imports_the_fake_without_the_env_var() -> None:
     assert _loaded_fake_modules(_env_without_fake(), call_factory=False) == []
     assert _loaded_fake_modules(_env_without_fake(), call_factory=True) == []
 
 
+@pytest.mark.spawns
 def test_the_env_var_makes_the_factory_load_the_fake(tmp_path: Path) -> None:
     script = tmp_path / "fake.json"
     script.write_text(json.dumps({"devices": [{"name": "Fake H100"}]}))

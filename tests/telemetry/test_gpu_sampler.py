@@ -184,6 +184,7 @@ def test_per_process_rows(tmp_path: Path) -> None:
     assert {r["run_id"] for r in rows} == {"r1"}
 
 
+@pytest.mark.spawns
 def test_foreign_compute_processes(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -213,6 +214,7 @@ def test_foreign_compute_processes(tmp_path: Path) -> None:
     assert foreign[1]["name"] is None
 
 
+@pytest.mark.spawns
 def test_spawned_gpu_sampler_main_with_fake_via_env(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -352,6 +354,7 @@ def test_instant_power_field_preferred_over_the_average(
     assert power_w[2_000_000_000] == pytest.approx(300.0)
 
 
+@pytest.mark.spawns
 def test_a_services_descendant_on_the_gpu_is_named_after_the_service(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,6 +47,7 @@ def writer(run_dir: Path) -> ChunkWriter:
     return ChunkWriter(run_dir, "host_samples", "host", KEYS)
 
 
+@pytest.mark.spawns
 def test_busy_child_process_then_it_exits(tmp_path: Path) -> None:
     busy = python(BUSY.format(s=0.8))
     try:
@@ -75,6 +76,7 @@ def test_busy_child_process_then_it_exits(tmp_path: Path) -> None:
     assert result.energy_source is None
 
 
+@pytest.mark.spawns
 def test_psutil_fallback_without_procfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(procfs, "_HAVE_PROC", False)
     monkeypatch.setattr(procfs, "_HOST_PROC_FILES", ())
@@ -94,6 +96,7 @@ def test_psutil_fallback_without_procfs(tmp_path: Path, monkeypatch: pytest.Monk
     assert min(r["rss_mib"] for r in host) > 0
 
 
+@pytest.mark.spawns
 def test_children_count_towards_their_pipeline(tmp_path: Path) -> None:
     parent = python(
         f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {BUSY.format(s=1.2)!r}])"
@@ -123,6 +126,7 @@ def busy_core_s() -> float:
     return sum(times) - times.idle - times.iowait - times.guest - times.guest_nice
 
 
+@pytest.mark.spawns
 def test_power_model_estimate(tmp_path: Path) -> None:
     burner = python(BUSY.format(s=0.6))
     try:
@@ -193,6 +197,7 @@ def test_unreadable_rapl_is_not_a_source(tmp_path: Path) -> None:
     assert rows_of(tmp_path / "run")[0]["energy_j"] is None
 
 
+@pytest.mark.spawns
 def test_missing_pipeline_is_dropped_without_error(tmp_path: Path) -> None:
     gone = python("pass")
     gone.wait()
@@ -242,6 +247,7 @@ def test_run_periodic_skips_missed_deadlines_instead_of_bursting() -> None:
     assert ticks[-1] == 500_000_000  # the final sample at stop
 
 
+@pytest.mark.spawns
 def test_harness_rows_count_its_helpers_never_the_workers(tmp_path: Path) -> None:
     # This test process is the harness. Its pipeline worker only waits on a child that burns
     # a core for 1 s (a worker's descendant); 1.2 s in, a helper of the harness burns 1.2 s.
@@ -304,6 +310,7 @@ def test_harness_rows_count_its_helpers_never_the_workers(tmp_path: Path) -> Non
     assert sum(r["cpu_util"] or 0 for r in helping) / len(helping) > 50
 
 
+@pytest.mark.spawns
 def test_a_service_tree_has_its_own_rows_and_late_children_count(tmp_path: Path) -> None:
     # A server (a child of this process, the harness) that forks a worker 0.4 s after it
     # started, which burns a core for 1 s: found at a refresh, counted in the service's rows

@@ -15,6 +15,8 @@ from stages.spec.models import TelemetrySpec
 from stages.telemetry.fake_nvml import ENV_VAR
 from stages.telemetry.supervisor import SamplerGroup
 
+pytestmark = pytest.mark.spawns  # every test here starts a process
+
 
 def test_wait_first_samples_returns_after_every_first_sample(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

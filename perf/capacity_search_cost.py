@@ -29,16 +29,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-# perf/common.py: run as `python perf/capacity.py`, this folder is first on sys.path.
 import numpy as np
-from common import REPO_ROOT, BackgroundLoad, log, report_header
 
+from perf.common import REPO_ROOT, BackgroundLoad, log, report_header
 from stages.capacity.controller import run_search
 from stages.capacity.simulated_probe import SimulatedProbe, SimulatedServer, fifo_capacity_qps
 from stages.contracts.capacity_files import CAPACITY_FILE, CapacityResult, SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule
 
-SCRIPT = "capacity"
+SCRIPT = "capacity_search_cost"
 SERVICE_MS, SLO_MS, PERCENTILE, PRECISION = 5.0, 50.0, 0.99, 0.05
 COLLOBENCH = Path(sys.executable).with_name("collobench")
 DEMO_SPEC = REPO_ROOT / "specs" / "capacity_demo.yaml"

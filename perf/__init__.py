@@ -1,0 +1,7 @@
+"""The benchmark scripts, each printing one JSON line: run from the repository root as
+`python -m perf.<name>` (`make perf`, `make soak`, `make gpu-check`).
+
+A package so that the scripts import their shared helpers (`perf.common`) and each other by
+name, and the tests import them the same way, with no `sys.path` edits. Nothing is imported
+here: `python -m perf.retrieval_index` must set its thread variables before numpy loads.
+"""
