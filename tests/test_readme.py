@@ -1,12 +1,18 @@
-"""The README's stage example runs as written, and its CLI table names real commands."""
+"""The README's stage example runs as written, its CLI table names real commands, its exit codes
+are the ExitCode enum's, and specs are as strict (and as lenient) as it says."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from stages.cli.app import app
+from stages.contracts.errors import ExitCode
 from stages.runtime.driver import run_pipeline
 from stages.runtime.registry import default_registry
 from stages.spec.models import PipelineSpec
@@ -49,3 +55,69 @@ def test_exit_codes_match_the_exit_code_enum() -> None:
 
     documented = dict(re.findall(r"^\| `(\d+)` \| (.+) \|$", README, re.M))
     assert documented == {str(code.value): code.meaning for code in ExitCode}
+
+
+_STRICT_SPEC = """
+name: strict
+pipelines:
+  - name: p
+    loadgen: {type: closed_loop, max_queries: 3}
+    stages:
+      - {id: data, type: sleep, config: {ms: 1}, outputs: [model]}
+      - {id: model, type: busy, config: {ms: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("problem", "edit", "says"),
+    [
+        ("an unknown key", lambda d: d["pipelines"][0].update(colour="red"), "colour"),
+        (
+            "a wrong type",
+            lambda d: d["pipelines"][0]["loadgen"].update(max_queries="x"),
+            "max_queries",
+        ),
+        (
+            "an unknown stage type",
+            lambda d: d["pipelines"][0]["stages"][1].update(type="bsy"),
+            "'bsy'",
+        ),
+        (
+            "an edge to a stage that does not exist",
+            lambda d: d["pipelines"][0]["stages"][0].update(outputs=["modle"]),
+            "no stage with id 'modle' (did you mean 'model'?)",
+        ),
+        (
+            "a loop without `max_visits`",
+            lambda d: d["pipelines"][0]["stages"][1].update(outputs=["data"]),
+            "max_visits",
+        ),
+    ],
+)
+def test_specs_are_as_strict_as_the_readme_says(
+    tmp_path: pytest.TempPathFactory, problem: str, edit: Any, says: str
+) -> None:
+    """Each problem the README lists gives `path: reason` lines and exit code 2."""
+    assert problem in " ".join(README.split("Specs are strict:", 1)[1].split("\n\n")[0].split())
+    document = yaml.safe_load(_STRICT_SPEC)
+    edit(document)
+    path = Path(str(tmp_path)) / "bad.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == ExitCode.INVALID_INPUT, result.output
+    lines = result.output.strip().splitlines()
+    assert lines and all(line.startswith(f"{path}: pipelines[0]") for line in lines), lines
+    assert says in result.output
+
+
+def test_the_loadgen_leniency_the_readme_names_holds(tmp_path: pytest.TempPathFactory) -> None:
+    """A closed-loop pipeline takes `rate` (a server field) and ignores it, as the README says."""
+    assert "a `loadgen` block accepts the fields of every load generator type" in " ".join(
+        README.split()
+    )
+    document = yaml.safe_load(_STRICT_SPEC)
+    document["pipelines"][0]["loadgen"]["rate"] = 50
+    path = Path(str(tmp_path)) / "lenient.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == ExitCode.OK, result.output
