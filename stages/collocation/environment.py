@@ -172,9 +172,26 @@ def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str | N
     return versions
 
 
+_TORCH_BUILDS: dict[tuple[str, str, int], dict[str, object]] = {}
+"""The torch probe's answers in this process, by `_torch_install` (a long-lived process, such as
+the test session or a Dagster run worker, probes each installation once)."""
+
+
+def _torch_install() -> tuple[str, str, int] | None:
+    """Which torch installation this interpreter would import: its version and the modification
+    time of its version.py (a reinstall changes it); None when torch is absent."""
+    version = package_versions(("torch",))["torch"]
+    if version is None:
+        return None
+    version_file = Path(str(metadata.distribution("torch").locate_file("torch/version.py")))
+    return sys.executable, version, version_file.stat().st_mtime_ns
+
+
 def _start_torch_probe() -> subprocess.Popen[str] | None:
-    """Start the torch subprocess early so it overlaps with the other probes."""
-    if package_versions(("torch",))["torch"] is None:
+    """Start the torch subprocess early so it overlaps with the other probes (none when torch
+    is absent or this installation was probed already)."""
+    install = _torch_install()
+    if install is None or install in _TORCH_BUILDS:
         return None
     return subprocess.Popen(
         [sys.executable, "-c", _TORCH_PROBE],
@@ -190,7 +207,9 @@ def _finish_torch_probe(
 ) -> dict[str, object] | None:
     """torch version, its CUDA and cuDNN builds; None when torch is absent or too slow."""
     if process is None:
-        return None
+        install = _probe("torch install", _torch_install)
+        known = _TORCH_BUILDS.get(install) if install else None
+        return dict(known) if known else None
     try:
         output, _ = process.communicate(timeout=max(0.1, deadline_s - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -206,7 +225,12 @@ def _finish_torch_probe(
     if not lines:
         return None
     info = json.loads(lines[-1])
-    return info if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        return None
+    install = _torch_install()
+    if install is not None:
+        _TORCH_BUILDS[install] = dict(info)
+    return info
 
 
 def _text(value: object) -> object:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,6 +146,7 @@ def test_failing_probes_yield_none_instead_of_raising(
     monkeypatch.setattr(environment, "_memory_total_bytes", broken)
     monkeypatch.setattr(environment, "_nvidia", broken)
     monkeypatch.setattr(environment, "TORCH_PROBE_TIMEOUT_S", 0.0)  # the torch probe times out
+    monkeypatch.setattr(environment, "_TORCH_BUILDS", {})  # (and has not answered before)
     monkeypatch.setenv("PATH", str(tmp_path))  # no git on PATH
 
     env = capture_environment(tmp_path)
@@ -158,3 +160,30 @@ def test_failing_probes_yield_none_instead_of_raising(
     assert env["torch"] is None
     assert env["git"] is None
     assert env["hostname"]  # the other probes still ran
+
+
+@pytest.mark.spawns
+def test_the_torch_probe_runs_once_per_installation(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A second capture in one process reuses the first probe's answer; another installation
+    (a reinstall changes version.py's mtime) is probed again."""
+    monkeypatch.setattr(environment, "_TORCH_BUILDS", {})  # nothing probed yet
+    first = capture_environment(tmp_path)["torch"]
+    assert isinstance(first, dict) and first["version"]
+    started: list[bool] = []
+    real_start = environment._start_torch_probe
+
+    def counting_start() -> Any:
+        process = real_start()
+        started.append(process is not None)
+        return process
+
+    monkeypatch.setattr(environment, "_start_torch_probe", counting_start)
+    assert capture_environment(tmp_path)["torch"] == first
+    assert started == [False]
+    install = environment._torch_install()
+    assert install is not None
+    monkeypatch.setattr(environment, "_torch_install", lambda: (*install[:2], install[2] + 1))
+    assert capture_environment(tmp_path)["torch"] == first
+    assert started == [False, True]
