@@ -83,7 +83,7 @@ test: system-packages lint typecheck unit
 # in-process Dagster stays), after ruff and mypy. COLLOBENCH_CHECK=1 makes tests/spawn_guard.py
 # fail a test that starts a process without the marker, so the selection cannot rot.
 unit-quick: install
-	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -m "not spawns and not soak" --durations=10
+	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -n 2 -m "not spawns and not soak" --durations=10
 
 check: lint typecheck unit-quick
 

@@ -25,6 +25,7 @@ import numpy as np
 from stages.contracts.slo_verdict import (
     DEFAULT_CONFIDENCE,
     SloVerdict,
+    max_passing_over_slo,
     min_passing_queries,
     slo_verdict_by_counts,
 )
@@ -53,17 +54,11 @@ def early_stopping_percentile(
     needed = min_passing_queries(1, percentile, confidence) + 1
     if count < needed:
         return EarlyStoppingEstimate(percentile, confidence, count, needed, None, None)
-    # h(t) + t grows with t, so t* = max{t : h(t) + t <= N} by bisection (LoadGen scans t).
-    low, high = 1, count
-    while low < high:
-        middle = (low + high + 1) // 2
-        if min_passing_queries(middle, percentile, confidence) + middle <= count:
-            low = middle
-        else:
-            high = middle - 1
+    # t* = max{t : h(t) + t <= N} (at least 1 here, as N >= h(1) + 1), the rule's own bisection.
+    overs = max_passing_over_slo(count, percentile, confidence)
     ordered = np.sort(np.asarray(latencies, dtype=np.float64))
     return EarlyStoppingEstimate(
-        percentile, confidence, count, needed, low, float(ordered[count - low])
+        percentile, confidence, count, needed, overs, float(ordered[count - overs])
     )
 
 
