@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch/torchvision are pinned in pyproject: pip takes the builds on this disk, never a newer CUDA build.
 	# `.[test]` includes `transformers[serving]` (the tests start `transformers serve`): no other torch.
-	# --no-compile: pip would byte-compile all ~25,000 modules it installs (torch, transformers'
-	# model zoo, ...); Python compiles the few thousand a run imports on first import instead.
-	$(BIN)/python -m pip install --disable-pip-version-check --no-compile -qq -e '.[test]'
+	# pip byte-compiles what it installs: with PYTHONDONTWRITEBYTECODE set (as on these machines)
+	# nothing else would, and every process of the suite would compile torch and Dagster anew.
+	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
