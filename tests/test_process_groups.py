@@ -10,6 +10,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from stages.process_groups import end_group, group_alive, start_group
 
@@ -34,6 +35,8 @@ ESCAPES = (
 LEAVES_A_CHILD = (
     "import subprocess\nchild = subprocess.Popen(['sleep', '60'])\nprint(child.pid, flush=True)\n"
 )
+
+pytestmark = pytest.mark.spawns  # every test starts a process
 
 
 def _start(code: str) -> tuple[subprocess.Popen[bytes], int]:

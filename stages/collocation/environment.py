@@ -3,12 +3,11 @@
 Every probe is best effort: a probe that fails yields None, and `capture_environment` never
 raises, because a missing detail must not cost a benchmark run. Torch is never imported in this
 process (importing it here could initialise CUDA next to Dagster); its build details come from a
-short-lived subprocess instead.
+short-lived subprocess instead (stages.collocation.torch_probe).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -22,6 +21,9 @@ from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import TypeVar
+
+from stages.collocation.torch_probe import finish_torch_probe
+from stages.collocation.torch_probe import start_torch_probe as _start_torch_probe
 
 logger = logging.getLogger(__name__)
 
@@ -84,16 +86,6 @@ inside a recorded value (`OMP_X=$AWS_SECRET_ACCESS_KEY`); shorter ones would mas
 TORCH_PROBE_TIMEOUT_S = 20.0
 GIT_TIMEOUT_S = 10.0
 
-_TORCH_PROBE = """
-import json
-import torch
-info = {"version": torch.__version__, "cuda": torch.version.cuda, "cudnn": None}
-try:
-    info["cudnn"] = torch.backends.cudnn.version()
-except Exception:
-    pass
-print(json.dumps(info))
-"""
 
 # user:password@ inside a URL value, e.g. HF_ENDPOINT=https://me:pw@mirror
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
@@ -170,67 +162,6 @@ def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str | N
         except Exception:  # a broken dist-info must not cost the run
             versions[name] = None
     return versions
-
-
-_TORCH_BUILDS: dict[tuple[str, str, int], dict[str, object]] = {}
-"""The torch probe's answers in this process, by `_torch_install` (a long-lived process, such as
-the test session or a Dagster run worker, probes each installation once)."""
-
-
-def _torch_install() -> tuple[str, str, int] | None:
-    """Which torch installation this interpreter would import: its version and the modification
-    time of its version.py (a reinstall changes it); None when torch is absent."""
-    version = package_versions(("torch",))["torch"]
-    if version is None:
-        return None
-    version_file = Path(str(metadata.distribution("torch").locate_file("torch/version.py")))
-    return sys.executable, version, version_file.stat().st_mtime_ns
-
-
-def _start_torch_probe() -> subprocess.Popen[str] | None:
-    """Start the torch subprocess early so it overlaps with the other probes (none when torch
-    is absent or this installation was probed already)."""
-    install = _torch_install()
-    if install is None or install in _TORCH_BUILDS:
-        return None
-    return subprocess.Popen(
-        [sys.executable, "-c", _TORCH_PROBE],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-
-
-def _finish_torch_probe(
-    process: subprocess.Popen[str] | None, deadline_s: float
-) -> dict[str, object] | None:
-    """torch version, its CUDA and cuDNN builds; None when torch is absent or too slow."""
-    if process is None:
-        install = _probe("torch install", _torch_install)
-        known = _TORCH_BUILDS.get(install) if install else None
-        return dict(known) if known else None
-    try:
-        output, _ = process.communicate(timeout=max(0.1, deadline_s - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        logger.debug("torch probe exceeded %.0f s", TORCH_PROBE_TIMEOUT_S)
-        return None
-    finally:
-        if process.poll() is None:  # timed out or interrupted: never leave it behind
-            process.kill()
-            process.communicate()
-    if process.returncode != 0:
-        return None
-    lines = output.strip().splitlines()
-    if not lines:
-        return None
-    info = json.loads(lines[-1])
-    if not isinstance(info, dict):
-        return None
-    install = _torch_install()
-    if install is not None:
-        _TORCH_BUILDS[install] = dict(info)
-    return info
 
 
 def _text(value: object) -> object:
@@ -402,7 +333,7 @@ def capture_environment(project_dir: Path) -> dict[str, object]:
     environment["nvidia_driver_version"] = nvidia["driver_version"] if nvidia else None
     environment["nvidia_cuda_driver_version"] = nvidia["cuda_driver_version"] if nvidia else None
     environment["gpus"] = nvidia["gpus"] if nvidia else []
-    torch_info = _probe("torch", lambda: _finish_torch_probe(torch_process, deadline_s))
+    torch_info = _probe("torch", lambda: finish_torch_probe(torch_process, deadline_s))
     environment["torch"] = torch_info
     environment["torch_cuda_version"] = torch_info.get("cuda") if torch_info else None
     environment["cudnn_version"] = torch_info.get("cudnn") if torch_info else None

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from stages.contracts.progress import JSONL, PROGRESS_ENV, ProgressRecord
 from tests.helpers import REPO, spec_doc
+
+pytestmark = pytest.mark.spawns  # every test starts a process
 
 
 def _run(spec: Path, out: Path) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stages.collocation import environment
+from stages.collocation import environment, torch_probe
 from stages.collocation.environment import capture_environment, redact_secrets
 from tests.paths import REPO
 
@@ -146,7 +146,7 @@ def test_failing_probes_yield_none_instead_of_raising(
     monkeypatch.setattr(environment, "_memory_total_bytes", broken)
     monkeypatch.setattr(environment, "_nvidia", broken)
     monkeypatch.setattr(environment, "TORCH_PROBE_TIMEOUT_S", 0.0)  # the torch probe times out
-    monkeypatch.setattr(environment, "_TORCH_BUILDS", {})  # (and has not answered before)
+    monkeypatch.setattr(torch_probe, "_TORCH_BUILDS", {})  # (and has not answered before)
     monkeypatch.setenv("PATH", str(tmp_path))  # no git on PATH
 
     env = capture_environment(tmp_path)
@@ -168,11 +168,11 @@ def test_the_torch_probe_runs_once_per_installation(
 ) -> None:
     """A second capture in one process reuses the first probe's answer; another installation
     (a reinstall changes version.py's mtime) is probed again."""
-    monkeypatch.setattr(environment, "_TORCH_BUILDS", {})  # nothing probed yet
+    monkeypatch.setattr(torch_probe, "_TORCH_BUILDS", {})  # nothing probed yet
     first = capture_environment(tmp_path)["torch"]
     assert isinstance(first, dict) and first["version"]
     started: list[bool] = []
-    real_start = environment._start_torch_probe
+    real_start = torch_probe.start_torch_probe
 
     def counting_start() -> Any:
         process = real_start()
@@ -182,8 +182,8 @@ def test_the_torch_probe_runs_once_per_installation(
     monkeypatch.setattr(environment, "_start_torch_probe", counting_start)
     assert capture_environment(tmp_path)["torch"] == first
     assert started == [False]
-    install = environment._torch_install()
+    install = torch_probe._torch_install()
     assert install is not None
-    monkeypatch.setattr(environment, "_torch_install", lambda: (*install[:2], install[2] + 1))
+    monkeypatch.setattr(torch_probe, "_torch_install", lambda: (*install[:2], install[2] + 1))
     assert capture_environment(tmp_path)["torch"] == first
     assert started == [False, True]
