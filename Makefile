@@ -74,14 +74,18 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
-	$(BIN)/python -m pytest -q --durations=30  # the slowest tests, to keep `make test` under 25 min
+# Every test, in two sessions: unit-quick's (they start no process) on both cores, then those
+# that start one, one at a time (they pin cores, start servers and time things). The slowest are
+# listed, to keep `make test` under 25 min.
+unit: unit-quick
+	$(BIN)/python -m pytest -q -m "spawns and not soak" --durations=30
 
 test: system-packages lint typecheck unit
 
 # The tests not marked `spawns` (no subprocess, process pool, server, dagster dev or browser;
-# in-process Dagster stays), after ruff and mypy. COLLOBENCH_CHECK=1 makes tests/spawn_guard.py
-# fail a test that starts a process without the marker, so the selection cannot rot.
+# in-process Dagster stays), on both cores (pytest-xdist). COLLOBENCH_CHECK=1 makes
+# tests/spawn_guard.py fail a test that starts a process without the marker, so the selection
+# cannot rot.
 unit-quick: install
 	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -n 2 -m "not spawns and not soak" --durations=10
 
