@@ -10,15 +10,18 @@ export DAGSTER_HOME ?= $(COLLOBENCH_HOME)/dagster
 CODE := stages analysis bench_defs tests perf
 
 .PHONY: install system-packages demo ui cluster cluster-down test check lint typecheck unit unit-quick \
+	unit-parallel unit-serial \
 	perf soak gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch/torchvision are pinned in pyproject: pip takes the builds on this disk, never a newer CUDA build.
 	# `.[test]` includes `transformers[serving]` (the tests start `transformers serve`): no other torch.
-	# pip byte-compiles what it installs: with PYTHONDONTWRITEBYTECODE set (as on these machines)
-	# nothing else would, and every process of the suite would compile torch and Dagster anew.
-	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[test]'
+	# Byte-compiled ahead: with PYTHONDONTWRITEBYTECODE set (as on these machines) nothing else
+	# would, and every process of the suite would compile torch and Dagster anew. compileall on
+	# every core instead of pip's one (a file some package ships unparsable is skipped, as pip does).
+	$(BIN)/python -m pip install --disable-pip-version-check --no-compile -qq -e '.[test]'
+	-$(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -74,20 +77,29 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# Every test, in two sessions: unit-quick's (they start no process) on both cores, then those
-# that start one, one at a time (they pin cores, start servers and time things). The slowest are
-# listed, to keep `make test` under 25 min.
-unit: unit-quick
-	$(BIN)/python -m pytest -q -m "spawns and not soak" --durations=30
+# Every test, in two sessions: those that start no process on both cores (as unit-quick, less
+# the `serial` ones, which time CPU work), then the rest one at a time (they pin cores, start
+# servers and time things). The slowest are listed, to keep `make test` under 25 min.
+unit: unit-parallel unit-serial
 
-test: system-packages lint typecheck unit
+unit-parallel: install
+	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile \
+		-m "not spawns and not serial and not soak" --durations=10
+
+unit-serial: install
+	$(BIN)/python -m pytest -q -m "(spawns or serial) and not soak" --durations=30
+
+# mypy beside the tests that start processes: they mostly wait, so it takes an idle core.
+test: system-packages lint unit-parallel
+	$(MAKE) --no-print-directory -j 2 typecheck unit-serial
 
 # The tests not marked `spawns` (no subprocess, process pool, server, dagster dev or browser;
-# in-process Dagster stays), on both cores (pytest-xdist). COLLOBENCH_CHECK=1 makes
+# in-process Dagster stays), on both cores (pytest-xdist; a module's tests stay together, as
+# the hostile-input tally needs them). COLLOBENCH_CHECK=1 makes
 # tests/spawn_guard.py fail a test that starts a process without the marker, so the selection
 # cannot rot.
 unit-quick: install
-	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -n 2 -m "not spawns and not soak" --durations=10
+	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not spawns and not soak" --durations=10
 
 check: lint typecheck unit-quick
 

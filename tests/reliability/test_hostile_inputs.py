@@ -621,7 +621,6 @@ def test_run_with_a_hostile_spec_writes_nothing(sandbox: Sandbox) -> None:
     assert result.exit_code == 2 and not out.exists()
 
 
-@pytest.mark.spawns
 def test_at_least_a_thousand_hostile_inputs() -> None:
     """Runs last in this file: the cases above add up to the issue's 1,000 or more, each one
     rejected (or accepted) cleanly."""

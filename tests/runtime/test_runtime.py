@@ -330,6 +330,7 @@ def busy_service_ms(release_gil: bool) -> float:
 
 
 @pytest.mark.spawns
+@pytest.mark.serial
 @pytest.mark.parametrize("release_gil", [False, True], ids=["gil_held", "gil_released"])
 def test_busy_does_fixed_work_so_cpu_contention_shows(release_gil: bool) -> None:
     """A busy stage sharing its core with a CPU burner takes about twice as long: it does a
@@ -368,6 +369,7 @@ def test_busy_does_fixed_work_so_cpu_contention_shows(release_gil: bool) -> None
     assert rate_contended >= 0.8 * rate_alone, (rate_alone, rate_contended)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("release_gil", [False, True], ids=["gil_held", "gil_released"])
 def test_busy_query_costs_its_milliseconds_of_cpu(release_gil: bool) -> None:
     """Timed on the thread's CPU clock (so other load on the machine does not matter), one
