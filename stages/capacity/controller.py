@@ -3,9 +3,12 @@
 Pure functions of the settings and the probe history (probes.jsonl), so a killed search resumes
 by reloading its history; the probe executor (real runs or the simulator) is passed in. The
 algorithm: a closed-loop ceiling probe (throughput X), then open-loop probes from X/2, bracketing
-on log rate (x2 after a met, /2 after a missed, capped at X above and settings.min_rate below),
-then bisection at the geometric midpoint until hi / lo <= 1 + precision. An undecided probe is
-run once more with the next seed; undecided twice counts as not met and is flagged.
+on log rate (x2 after a met, /2 after a missed, capped at X above and below at the lowest rate
+the time budget can decide: stages.capacity.probe_plan), then bisection at the geometric midpoint
+until hi / lo <= 1 + precision. An undecided probe is run once more with the next seed;
+undecided twice counts as not met and is flagged. Once a probe has missed and none has met, one
+`unloaded` probe (one query at a time) asks whether the SLO holds without queueing: a miss there
+is the only evidence for `infeasible`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from stages.capacity import probe_plan
 from stages.capacity.estimate import estimate_capacity
 from stages.contracts.capacity_files import (
     CapacityResult,
@@ -28,17 +32,25 @@ RAY_START_SCALE = 0.5
 RAY_MAX_SCALE = 8.0
 """A ray's ceiling: met at s = 8 stops the ray with `ceiling` (no closed-loop probe on rays)."""
 _RELATIVE_TOLERANCE = 1e-9
+CONFIRMING_SEEDS = 2
+"""A search stops `converged` or `ceiling` only once its certified rate met the SLO on this
+many seeds: a short probe at a rate a little above capacity often holds no over-SLO burst at
+all and passes; a second, independent window at the same rate rarely does too."""
 
 
 @dataclass(frozen=True)
 class ProbeRequest:
-    """What the executor must run next: the ceiling probe (rate 0) or a search probe at `rate`
-    with spec seed `seed`; `reprobe`: the second try at a rate whose first was undecided."""
+    """What the executor must run next: the ceiling or unloaded probe (rate 0) or a search
+    probe at `rate` with spec seed `seed`; `reprobe`: the second try at a rate whose first was
+    undecided; `window_s`: the measured window planned (None: the settings' probe_s), holding
+    at least `min_queries` measured queries of each searched pipeline."""
 
     kind: ProbeKind
     rate: float
     seed: int
     reprobe: bool
+    window_s: float | None = None
+    min_queries: int = 0
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,9 @@ class _Outcome:
 
     rate: float
     met: bool
+    seed: int
+    missed: bool = False
+    """Proven missed (the mirror test, or a growing backlog), not merely not met."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +90,12 @@ def _read_history(probes: Sequence[ProbeRecord]) -> _History:
         twice_undecided = probe.flagged or (second_try and probe.verdict == "undecided")
         if twice_undecided:
             flagged += 1
-            outcomes.append(_Outcome(probe.rate, met=False))
-        elif probe.verdict == "undecided":
+            outcomes.append(_Outcome(probe.rate, met=False, seed=probe.seed))
+        elif probe.verdict == "undecided" and not probe.cannot_pass:
             pending = probe
-        else:  # met, missed, or None (the probe failed): only met counts as met
-            outcomes.append(_Outcome(probe.rate, met=probe.verdict == "met"))
+        else:  # met, missed, cannot pass, or None (failed): only met counts as met
+            met, missed = probe.verdict == "met", probe.verdict == "missed"
+            outcomes.append(_Outcome(probe.rate, met, probe.seed, missed))
     return _History(outcomes, pending, flagged)
 
 
@@ -89,6 +105,13 @@ def _bracket(outcomes: Sequence[_Outcome]) -> tuple[float | None, float | None]:
     high = min(not_met) if not_met else None
     met = [o.rate for o in outcomes if o.met and (high is None or o.rate < high)]
     return (max(met) if met else None), high
+
+
+def _lowest_missed(outcomes: Sequence[_Outcome], above: float | None) -> float | None:
+    """The lowest rate proven missed above `above` (the certified rate): the bracket's high
+    end, which the capacity lies below at 99% (a rate merely not met may lie below it)."""
+    missed = [o.rate for o in outcomes if o.missed and (above is None or o.rate > above)]
+    return min(missed) if missed else None
 
 
 def _ceiling_probe(probes: Sequence[ProbeRecord]) -> ProbeRecord | None:
@@ -105,46 +128,123 @@ def _search_ceiling(settings: SearchSettings, probes: Sequence[ProbeRecord]) -> 
     return throughput if throughput is not None and throughput > 0 else None
 
 
+def _next_request(
+    settings: SearchSettings, ceiling: float, history: _History
+) -> ProbeRequest | StopReason:
+    """The next search probe: bracket on log rate, then bisect at the geometric midpoint;
+    before the search stops `converged` or `ceiling`, its certified rate is confirmed."""
+    rate = _next_rate(settings, ceiling, history)
+    if isinstance(rate, float):
+        return _request(settings, "search", rate, settings.base_seed)
+    if rate in ("converged", "ceiling"):
+        return _confirming(settings, history) or rate
+    return rate
+
+
 def _next_rate(settings: SearchSettings, ceiling: float, history: _History) -> float | StopReason:
     """Bracket on log rate, then bisect at the geometric midpoint (or say why to stop)."""
     low, high = _bracket(history.outcomes)
+    floor = _floor_rate(settings)
     if low is None and high is None:  # the first search probe
         start = RAY_START_SCALE if settings.ray is not None else ceiling / 2
-        return max(start, settings.min_rate)
+        return max(start, floor)
     if high is None:  # everything met so far: up, at most to the ceiling
         assert low is not None
         if low >= ceiling * (1 - _RELATIVE_TOLERANCE):
             return "ceiling"
         return min(2 * low, ceiling)
-    if low is None:  # nothing met below the lowest miss: down, at least to min_rate
-        if high <= settings.min_rate * (1 + _RELATIVE_TOLERANCE):
-            return "infeasible"
-        return max(high / 2, settings.min_rate)
+    if low is None:  # nothing met below the lowest miss: down, no lower than the floor
+        if high <= floor * (1 + _RELATIVE_TOLERANCE):
+            return "undecidable"
+        return max(high / 2, floor)
     if high / low <= 1 + settings.precision:
         return "converged"
     return math.sqrt(low * high)
+
+
+def _floor_rate(settings: SearchSettings) -> float:
+    """The lowest rate the search probes: what the budget can decide, or the settings' floor."""
+    return max(probe_plan.lowest_decidable_rate(settings), settings.min_rate or 0.0)
+
+
+def _unloaded_probe(probes: Sequence[ProbeRecord]) -> ProbeRecord | None:
+    return next((probe for probe in probes if probe.kind == "unloaded"), None)
+
+
+def _wants_unloaded(
+    settings: SearchSettings, probes: Sequence[ProbeRecord], history: _History
+) -> bool:
+    """Whether to run the unloaded probe now: a single target (not a ray), no unloaded probe
+    yet, nothing met and at least one rate not met."""
+    if settings.ray is not None or _unloaded_probe(probes) is not None:
+        return False
+    return bool(history.outcomes) and not any(outcome.met for outcome in history.outcomes)
+
+
+def _request(
+    settings: SearchSettings,
+    kind: ProbeKind,
+    rate: float,
+    seed: int,
+    reprobe: bool = False,
+    queries: int | None = None,
+) -> ProbeRequest:
+    """A probe request with its window: a search probe's sized by its rate to hold `queries`
+    (default: the settings' minimum), the unloaded probe's the longest it may take to hold
+    the minimum; both capped by the budget."""
+    cap_s = probe_plan.max_window_s(settings)
+    minimum = probe_plan.min_probe_queries(settings) if queries is None else queries
+    if kind == "search":
+        window = probe_plan.window_s(settings, rate, minimum)
+    else:  # one query at a time: as long as it takes to hold min_queries, within the cap
+        window = probe_plan.UNLOADED_MAX_WINDOWS * settings.probe_s
+    return ProbeRequest(kind, rate, seed, reprobe, min(window, cap_s), minimum)
+
+
+def _confirming(settings: SearchSettings, history: _History) -> ProbeRequest | None:
+    """The probe that confirms the certified rate on one more seed, with a longer window
+    (probe_plan.confirming_queries), until it met on CONFIRMING_SEEDS seeds; None then."""
+    certified = _bracket(history.outcomes)[0]
+    if certified is None:
+        return None
+    seeds = [o.seed for o in history.outcomes if o.met and _same_rate(o.rate, certified)]
+    if len(seeds) >= CONFIRMING_SEEDS:
+        return None
+    queries = probe_plan.confirming_queries(settings)
+    return _request(settings, "search", certified, max(seeds) + 1, queries=queries)
 
 
 def next_probe(
     settings: SearchSettings, probes: Sequence[ProbeRecord]
 ) -> ProbeRequest | StopReason:
     """The next probe to run, or why the search is over, from the history alone (resuming is
-    reloading probes.jsonl). The probe budget counts every probe, the ceiling probe too."""
+    reloading probes.jsonl). The probe budget counts every probe, the ceiling probe too; the
+    time budget stops the search before a probe that would end past it."""
     if settings.ray is None and _ceiling_probe(probes) is None:
-        return ProbeRequest("ceiling", 0.0, settings.base_seed, reprobe=False)
+        window = min(settings.probe_s, probe_plan.CEILING_PROBE_MAX_S)
+        return ProbeRequest("ceiling", 0.0, settings.base_seed, False, window)
     ceiling = _search_ceiling(settings, probes)
-    if ceiling is None or ceiling < settings.min_rate:
-        return "infeasible"  # the pipeline completes (next to its co-runners) too little
+    if ceiling is None:
+        return "infeasible"  # the pipeline completed nothing (next to its co-runners)
+    unloaded = _unloaded_probe(probes)
+    if unloaded is not None and unloaded.verdict == "missed":
+        return "infeasible"
     history = _read_history(probes)
-    if history.pending is not None:
-        request = ProbeRequest("search", history.pending.rate, history.pending.seed + 1, True)
+    if history.pending is not None:  # the same window again, on the next seed
+        pending = history.pending
+        queries = max(pending.queries, probe_plan.min_probe_queries(settings))
+        request = _request(settings, "search", pending.rate, pending.seed + 1, True, queries)
+    elif _wants_unloaded(settings, probes, history):
+        request = _request(settings, "unloaded", 0.0, settings.base_seed)
     else:
-        rate = _next_rate(settings, ceiling, history)
-        if isinstance(rate, str):
-            return rate
-        request = ProbeRequest("search", rate, settings.base_seed, reprobe=False)
+        chosen = _next_request(settings, ceiling, history)
+        if isinstance(chosen, str):
+            return chosen
+        request = chosen
     if len(probes) >= settings.max_probes:
         return "max_probes"
+    if not probe_plan.fits_budget(settings, probes, request.window_s or settings.probe_s):
+        return "budget" if _bracket(history.outcomes)[0] is not None else "undecidable"
     return request
 
 
@@ -162,8 +262,12 @@ def result_of(
     """capacity.json: the certified rate and bracket, the isotonic estimate with its interval,
     the monotonicity violations and flagged re-probes, from the probes so far."""
     history = _read_history(probes)
-    certified, lowest_not_met = _bracket(history.outcomes)
+    certified = _bracket(history.outcomes)[0]
+    lowest_missed = _lowest_missed(history.outcomes, certified)
     ceiling = _ceiling_probe(probes)
+    # `budget` needs a bracket to narrow; with nothing met the budget could not decide.
+    if stop_reason == "budget" and certified is None:
+        stop_reason = "undecidable"
     searched = [probe for probe in probes if probe.kind == "search"]
     estimate = estimate_capacity(searched, settings.percentile)
     return CapacityResult(
@@ -175,13 +279,65 @@ def result_of(
         certified_qps=certified,
         estimate_qps=estimate.estimate_qps,
         estimate_ci95=estimate.ci95,
-        bracket=(certified if certified is not None else 0.0, lowest_not_met),
+        bracket=(certified if certified is not None else 0.0, lowest_missed),
         probes=list(probes),
         stop_reason=stop_reason,
         ceiling_qps=ceiling.throughput_qps if ceiling is not None else None,
         monotonicity_violations=monotonicity_violations(probes),
         flagged_probes=history.flagged,
         estimate_method=estimate.method,
+        stop_detail=stop_detail(settings, probes, stop_reason),
+        spent_s=round(probe_plan.spent_s(probes), 3),
+    )
+
+
+def stop_detail(
+    settings: SearchSettings, probes: Sequence[ProbeRecord], stop_reason: StopReason
+) -> str | None:
+    """The evidence behind `infeasible` and `undecidable` (and what would decide it), and
+    what `budget` left open; None for the other endings."""
+    label = f"p{settings.percentile * 100:g}"
+    unloaded = _unloaded_probe(probes)
+    if stop_reason == "infeasible" and unloaded is not None:
+        figure = unloaded.pipelines.get(settings.pipeline)
+        measured = "-" if unloaded.p99_ms is None else f"{unloaded.p99_ms:.1f} ms"
+        served = f"{unloaded.queries} queries" if figure is None else f"{figure.queries} queries"
+        return (
+            f"the unloaded {label} misses the SLO: one query at a time ({served}), "
+            f"{unloaded.over_slo} over {settings.slo_ms:g} ms (p99 {measured}), so no rate "
+            "can meet it"
+        )
+    if stop_reason == "infeasible":
+        return "the ceiling probe completed no query: the pipeline serves nothing"
+    if stop_reason == "undecidable":
+        return _undecidable_detail(settings, probes, label)
+    if stop_reason == "budget":
+        low, high = _bracket(_read_history(probes).outcomes)
+        return (
+            f"the time budget ({(settings.budget_s or 0) / 60:g} min) ran out with the bracket "
+            f"[{low:.3g}, {high if high is None else f'{high:.3g}'}] q/s wider than the "
+            f"precision; resume with a larger --budget-min to narrow it"
+        )
+    return None
+
+
+def _undecidable_detail(settings: SearchSettings, probes: Sequence[ProbeRecord], label: str) -> str:
+    """Nothing met down to the lowest rate the budget decides: name it and the budget that
+    would decide the next rate down."""
+    _low, high = _bracket(_read_history(probes).outcomes)
+    lowest = high if high is not None else probe_plan.lowest_decidable_rate(settings)
+    wanted = lowest / 2
+    unloaded = _unloaded_probe(probes)
+    feasible = (
+        f"; the unloaded probe {unloaded.verdict} the SLO"
+        if unloaded is not None and unloaded.verdict is not None
+        else ""
+    )
+    return (
+        f"nothing met down to {lowest:.3g} q/s, the lowest rate whose {label} this time "
+        f"budget decides ({probe_plan.min_probe_queries(settings)} queries a probe){feasible}; "
+        f"--budget-min {math.ceil(probe_plan.budget_minutes_for(settings, wanted))} would "
+        f"probe down to {wanted:.3g} q/s"
     )
 
 

@@ -61,7 +61,9 @@ class AbortMonitor:
         self.watched = watched
         self.abort_reason: str | None = None
         self.aborted_pipeline: str | None = None
-        """The pipeline that could no longer pass (its verdict reads `missed`)."""
+        """The pipeline that could no longer pass."""
+        self.overloaded = False
+        """The backlog rule stopped the probe: its queue grows, so it is `missed`."""
         self._then = then
         self._clock = clock
 
@@ -76,6 +78,7 @@ class AbortMonitor:
         reason = cannot_pass(pipeline, int(event.data.get("measured_over_slo", 0)))
         if reason is None:
             reason = self._backlog_reason(pipeline, event.data)
+            self.overloaded = reason is not None
         if reason is not None:
             if len(self.watched) > 1:
                 reason = f"{event.pipeline}: {reason}"

@@ -82,19 +82,22 @@ class ProbeExecutor:
         self.next_index += 1
         if self.environment is None:
             self.environment = _environment_of(result.run_dir)
-        record = self.record(index, request, result, monitor.abort_reason, duration_s)
-        return _missed_by(record, monitor.aborted_pipeline)
+        record = self.record(
+            index, request, result, monitor.abort_reason, duration_s, monitor.overloaded
+        )
+        return _missed_by(record, monitor.aborted_pipeline if monitor.overloaded else None)
 
     def _watched(self, request: ProbeRequest) -> dict[str, WatchedPipeline]:
-        """The pipelines whose verdict decides a search probe (none for the ceiling)."""
-        if request.kind == "ceiling":
+        """The pipelines whose verdict decides a search probe (none for a closed loop)."""
+        if request.kind != "search":
             return {}
         settings = self.settings
+        window = probe_window_s(request, settings)
         return {
             name: watch(
                 request.rate * scale,
                 self._slo_ms(name),
-                settings.probe_s,
+                window,
                 self.rule,
                 settings.percentile,
             )
@@ -120,8 +123,11 @@ class ProbeExecutor:
         result: RunResult,
         abort_reason: str | None,
         duration_s: float,
+        overloaded: bool = False,
     ) -> ProbeRecord:
-        """The probe's record from its finished (or stopped, or failed) run directory."""
+        """The probe's record from its finished (or stopped, or failed) run directory. A probe
+        stopped by the backlog rule (`overloaded`) is missed; one stopped by the count rule is
+        missed only when its counts so far prove it, else undecided and `cannot_pass`."""
         failure = _failure(result)
         try:
             latencies = self.verdict_latencies(result.run_dir)
@@ -129,14 +135,16 @@ class ProbeExecutor:
             latencies = {}
             failure = failure or f"no data: {type(error).__name__}: {error}"
         # A stopped probe's window is cut short at an instant its rows do not give: no rates.
-        window_s = None if abort_reason else probe_window_s(request, self.settings)
+        planned_s = probe_window_s(request, self.settings)
+        # One query at a time ends between probe_s and the planned window: no rate either.
+        window_s = None if abort_reason or request.kind == "unloaded" else planned_s
         pipelines = self._pipelines(request, latencies, window_s)
         searched = [name for name, scale in pipelines_of(self.settings).items() if scale]
         verdict = combined_verdict([pipelines[name].verdict for name in searched])
         if request.kind == "ceiling":
             verdict = None
         elif abort_reason is not None:
-            verdict = "missed"
+            verdict = "missed" if overloaded or verdict == "missed" else "undecided"
         elif failure is not None and verdict != "missed":
             verdict = "undecided"
         return ProbeRecord(
@@ -149,9 +157,11 @@ class ProbeExecutor:
             verdict=verdict,
             p99_ms=_worst([pipelines[name].p99_ms for name in searched]),
             abort_reason=abort_reason or failure,
+            cannot_pass=abort_reason is not None and not overloaded and verdict != "missed",
             run_dir=str(result.run_dir),
             throughput_qps=_total([pipelines[name].throughput_qps for name in searched]),
             duration_s=round(duration_s, 3),
+            window_s=round(planned_s, 3),
             batches=self._batches(latencies, searched),
             pipelines=pipelines,
             design_effect=self._design_effect(latencies, searched),
@@ -187,7 +197,7 @@ class ProbeExecutor:
         figures = {}
         for name, scale in pipelines_of(self.settings).items():
             if scale is not None:
-                rate = None if request.kind == "ceiling" else request.rate * scale
+                rate = None if request.kind != "search" else request.rate * scale
             else:
                 rate = self.settings.with_rates[name]
             figures[name] = pipeline_probe(

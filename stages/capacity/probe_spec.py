@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stages.capacity.controller import ProbeRequest
+from stages.capacity.probe_plan import CEILING_PROBE_MAX_S
 from stages.capacity.search_services import SharedService, as_external
 from stages.contracts.capacity_files import SearchSettings
 from stages.contracts.errors import InvalidInputError
@@ -19,10 +20,11 @@ from stages.spec.loading import LoadedSpec, validate_document
 
 OPEN_LOOP_TYPES = ("server", "constant")
 """The load generators a searched (or co-running) pipeline may have: an offered rate."""
-CEILING_PROBE_MAX_S = 10.0
-"""The ceiling probe's window: min(probe_s, this)."""
 CEILING_CONCURRENCY = 4
 """Closed-loop clients of the ceiling probe (more for a longer pipeline, at most the queue)."""
+EXTENSION_ALLOWANCE = 0.25
+"""timeout_s allows the window this much longer: the loadgen's min_queries extends a window
+whose Poisson count fell short of the probe's minimum."""
 DRAIN_ALLOWANCE_S = 10.0
 """timeout_s past warm-up plus window: in-flight queries then are recorded as timeouts."""
 
@@ -87,39 +89,52 @@ def probe_spec(
     for pipeline in document["pipelines"]:
         name = pipeline["name"]
         scale = rates[name]
-        if request.kind == "ceiling" and scale is not None:
-            pipeline["loadgen"] = _closed_loop(pipeline, settings)
+        window = probe_window_s(request, settings)
+        minimum = request.min_queries if scale is not None else 0
+        if request.kind == "unloaded" and scale is not None:
+            pipeline["loadgen"] = _unloaded(pipeline, settings.probe_s, window, minimum)
+        elif request.kind == "ceiling" and scale is not None:
+            pipeline["loadgen"] = _closed_loop(pipeline, window, minimum, None)
         else:
             rate = request.rate * scale if scale is not None else settings.with_rates[name]
-            pipeline["loadgen"] = _open_loop(pipeline["loadgen"], rate, settings.probe_s)
+            pipeline["loadgen"] = _open_loop(pipeline["loadgen"], rate, window, minimum)
         overrides += [f"pipelines.{name}.loadgen.{k}={v}" for k, v in _shown(pipeline).items()]
     probe = validate_document(document, loaded.source)
     return dataclasses.replace(probe, overrides=tuple(overrides))
 
 
 def probe_window_s(request: ProbeRequest, settings: SearchSettings) -> float:
-    """The measured window of a probe: probe_s, or at most CEILING_PROBE_MAX_S for the ceiling."""
+    """The measured window of a probe: the one the controller planned (sized by rate:
+    stages.capacity.probe_plan), else probe_s (at most CEILING_PROBE_MAX_S for the ceiling)."""
+    if request.window_s is not None:
+        return request.window_s
     if request.kind == "ceiling":
         return min(settings.probe_s, CEILING_PROBE_MAX_S)
     return settings.probe_s
 
 
-def _open_loop(loadgen: dict[str, Any], rate_qps: float, window_s: float) -> dict[str, Any]:
-    """The open-loop loadgen at `rate_qps` for `window_s`, its timeout grown to cover it; the
-    window alone ends the load (no query-count bounds, which would change the planned size)."""
+def _open_loop(
+    loadgen: dict[str, Any], rate_qps: float, window_s: float, min_queries: int
+) -> dict[str, Any]:
+    """The open-loop loadgen at `rate_qps` for `window_s` and at least `min_queries` measured
+    queries (LoadGen's rule: both), its timeout grown to cover them; no max_queries (it would
+    change the planned size)."""
     changed = {**loadgen, "rate": rate_qps, "duration_s": window_s}
-    changed.update(min_queries=0, max_queries=None)
-    changed["timeout_s"] = max(float(loadgen["timeout_s"]), _needed_s(changed) + DRAIN_ALLOWANCE_S)
+    changed.update(min_queries=min_queries, max_queries=None)
+    changed["timeout_s"] = max(float(loadgen["timeout_s"]), _timeout_s(changed))
     return changed
 
 
-def _closed_loop(pipeline: dict[str, Any], settings: SearchSettings) -> dict[str, Any]:
-    """The ceiling probe's loadgen: closed loop, no think time, enough clients to fill the
-    pipeline (CEILING_CONCURRENCY, or one per stage when longer, or as many as its widest stage
-    serves at once; at most its queue depth)."""
+def _closed_loop(
+    pipeline: dict[str, Any], window_s: float, min_queries: int, clients: int | None
+) -> dict[str, Any]:
+    """A closed loop with no think time for `window_s` and at least `min_queries` measured
+    queries: the ceiling probe's with enough clients to fill the pipeline (CEILING_CONCURRENCY,
+    or one per stage when longer, or as many as its widest stage serves at once; at most its
+    queue depth), the unloaded probe's with one (`clients`)."""
     loadgen = pipeline["loadgen"]
     wanted = max(CEILING_CONCURRENCY, len(pipeline["stages"]), widest_stage(pipeline))
-    concurrency = min(int(loadgen["queue_depth"]), wanted)
+    concurrency = clients or min(int(loadgen["queue_depth"]), wanted)
     kept = (
         "samples_per_query",
         "warmup_queries",
@@ -133,9 +148,21 @@ def _closed_loop(pipeline: dict[str, Any], settings: SearchSettings) -> dict[str
         type="closed_loop",
         concurrency=concurrency,
         think_time_ms=0.0,
-        duration_s=min(settings.probe_s, CEILING_PROBE_MAX_S),
+        duration_s=window_s,
+        min_queries=min_queries,
     )
-    changed["timeout_s"] = max(float(loadgen["timeout_s"]), _needed_s(changed) + DRAIN_ALLOWANCE_S)
+    changed["timeout_s"] = max(float(loadgen["timeout_s"]), _timeout_s(changed))
+    return changed
+
+
+def _unloaded(
+    pipeline: dict[str, Any], probe_s: float, longest_s: float, min_queries: int
+) -> dict[str, Any]:
+    """The unloaded probe's loadgen: one query at a time for at least `probe_s` and
+    `min_queries` measured queries, stopped at `longest_s` past its warm-up (its timeout) when
+    the pipeline is too slow for them."""
+    changed = _closed_loop(pipeline, min(probe_s, longest_s), min_queries, clients=1)
+    changed["timeout_s"] = math.ceil(_needed_s({**changed, "duration_s": longest_s}))
     return changed
 
 
@@ -152,6 +179,11 @@ def widest_stage(pipeline: dict[str, Any]) -> int:
         in_flight = int(getattr(config, "max_in_flight", 1))
         widest = max(widest, int(stage.get("concurrency", 1)) * in_flight)
     return widest
+
+
+def _timeout_s(loadgen: dict[str, Any]) -> float:
+    """Warm-up plus window, with room for min_queries to extend the window, plus the drain."""
+    return math.ceil(_needed_s(loadgen) * (1 + EXTENSION_ALLOWANCE) + DRAIN_ALLOWANCE_S)
 
 
 def _needed_s(loadgen: dict[str, Any]) -> float:

@@ -68,14 +68,20 @@ class UnitSchedules:
         self.keep = keep
         self._cache: OrderedDict[int, tuple[Iterator[tuple[int, int]], list[float]]] = OrderedDict()
 
-    def offsets_s(self, rate: float, seed: int) -> np.ndarray:
-        """The offsets (s) of the window warmup_s + probe_s at `rate`."""
-        horizon = (self.server.warmup_s + self.server.probe_s) * rate  # in rate-1 seconds
+    def offsets_s(
+        self, rate: float, seed: int, window_s: float | None = None, min_queries: int = 0
+    ) -> np.ndarray:
+        """The offsets (s) of the window warmup_s + window_s (default probe_s) at `rate`,
+        extended to hold `min_queries` measured arrivals (LoadGen's rule: both)."""
+        window = self.server.probe_s if window_s is None else window_s
+        horizon = (self.server.warmup_s + window) * rate  # in rate-1 seconds
         schedule, drawn = self._entry(seed)
-        while not drawn or drawn[-1] < horizon:
+        while len(drawn) < min_queries + 1 or drawn[-1] < horizon:
             drawn.extend(offset_ns / 1e9 for offset_ns, _ in itertools.islice(schedule, 4096))
         unit = np.asarray(drawn)
-        return unit[unit < horizon] / rate
+        warmup = int(np.searchsorted(unit, self.server.warmup_s * rate))
+        count = max(int(np.searchsorted(unit, horizon)), warmup + min_queries)
+        return unit[:count] / rate
 
     def _entry(self, seed: int) -> tuple[Iterator[tuple[int, int]], list[float]]:
         if seed not in self._cache:
@@ -118,7 +124,39 @@ class SimulatedProbe:
     def __call__(self, request: ProbeRequest) -> ProbeRecord:
         if request.kind == "ceiling":
             return self._ceiling(request)
+        if request.kind == "unloaded":
+            return self._unloaded(request)
         return self._search(request)
+
+    def _unloaded(self, request: ProbeRequest) -> ProbeRecord:
+        """One query at a time: every latency is the service time, for min_queries queries
+        (at least probe_s of them)."""
+        server = self.server
+        queries = max(request.min_queries, int(server.probe_s * 1e3 / server.service_ms))
+        over = queries if server.service_ms > server.slo_ms else 0
+        verdict = self.rule.verdict(queries, over, server.percentile)
+        figures = PipelineProbe(
+            rate_qps=None,
+            queries=queries,
+            over_slo=over,
+            verdict=verdict,
+            p99_ms=server.service_ms,
+            throughput_qps=None,
+        )
+        return ProbeRecord(
+            index=0,
+            kind="unloaded",
+            rate=request.rate,
+            seed=request.seed,
+            queries=queries,
+            over_slo=over,
+            verdict=verdict,
+            p99_ms=server.service_ms,
+            run_dir=None,
+            duration_s=queries * server.service_ms / 1e3,
+            window_s=request.window_s,
+            pipelines={server.pipeline: figures},
+        )
 
     def _ceiling(self, request: ProbeRequest) -> ProbeRecord:
         """Closed loop, one client: the server completes 1000 / service_ms queries per second."""
@@ -148,9 +186,9 @@ class SimulatedProbe:
             pipelines={server.pipeline: figures},
         )
 
-    def _abort_at(self, over: np.ndarray, rate: float) -> int | None:
+    def _abort_at(self, over: np.ndarray, rate: float, window_s: float) -> int | None:
         """The index of the measured query at which the probe can no longer pass, if any."""
-        planned = round(rate * self.server.probe_s)
+        planned = int(rate * window_s)
         allowed = self.rule.max_passing_over_slo(planned, self.server.percentile)
         if not self.server.early_abort or allowed < 0:
             return None
@@ -159,27 +197,30 @@ class SimulatedProbe:
 
     def _search(self, request: ProbeRequest) -> ProbeRecord:
         server = self.server
-        offsets_s = self.schedules.offsets_s(request.rate, request.seed)
+        window_s = server.probe_s if request.window_s is None else request.window_s
+        offsets_s = self.schedules.offsets_s(
+            request.rate, request.seed, window_s, request.min_queries
+        )
         latencies_ms = lindley_latencies_ms(offsets_s, server.service_ms)
         measured = offsets_s >= server.warmup_s
         latencies_ms, offsets_s = latencies_ms[measured], offsets_s[measured]
         over = latencies_ms > server.slo_ms
-        abort_at = self._abort_at(over, request.rate)
+        abort_at = self._abort_at(over, request.rate, window_s)
         abort_reason = None
-        duration_s = server.probe_s
+        duration_s = max(window_s, float(offsets_s[-1]) - server.warmup_s if offsets_s.size else 0)
         if abort_at is not None:
             latencies_ms, over = latencies_ms[: abort_at + 1], over[: abort_at + 1]
             duration_s = float(offsets_s[abort_at]) - server.warmup_s
             abort_reason = (
                 f"{int(over.sum())} queries over the SLO: more than a run of "
-                f"{round(request.rate * server.probe_s)} queries may have and be met"
+                f"{int(request.rate * window_s)} queries may have and be met"
             )
         queries, over_slo = int(over.size), int(over.sum())
         effect = design_effect(over)
-        verdict: Verdict = "missed"
-        if abort_reason is None:
-            counted = effective_counts(queries, over_slo, effect)
-            verdict = self.rule.verdict(*counted, server.percentile)
+        counted = effective_counts(queries, over_slo, effect)
+        verdict: Verdict = self.rule.verdict(*counted, server.percentile)
+        if abort_reason is not None and verdict != "missed":
+            verdict = "undecided"  # cannot pass, though not proven missed
         p99_ms = float(np.percentile(latencies_ms, 99)) if queries else None
         throughput_qps = queries / duration_s if duration_s > 0 else None
         figures = PipelineProbe(
@@ -200,9 +241,11 @@ class SimulatedProbe:
             verdict=verdict,
             p99_ms=p99_ms,
             abort_reason=abort_reason,
+            cannot_pass=abort_reason is not None and verdict != "missed",
             run_dir=None,
             throughput_qps=throughput_qps,
             duration_s=duration_s,
+            window_s=window_s,
             batches=time_blocks(over),
             design_effect=effect,
             pipelines={server.pipeline: figures},

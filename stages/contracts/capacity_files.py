@@ -18,13 +18,18 @@ Verdict = SloVerdict
 """A probe's SLO verdict: `met` by LoadGen's early-stopping rule, `missed` by its mirror
 binomial test, else `undecided` (stages.contracts.slo_verdict.slo_verdict_by_counts)."""
 
-StopReason = Literal["converged", "max_probes", "infeasible", "ceiling"]
-"""Why a search ended: the bracket is within the precision; the probe budget ran out; even the
-lowest rate tried missed the SLO; the rate reached the measured ceiling and still met it."""
+StopReason = Literal["converged", "max_probes", "infeasible", "ceiling", "undecidable", "budget"]
+"""Why a search ended: the bracket is within the precision; the probe budget ran out; the SLO
+is missed even without queueing (the unloaded probe missed it, or the ceiling probe completed
+nothing); the rate reached the measured ceiling and still met it; nothing met down to the
+lowest rate the time budget can decide the percentile at; the time budget ran out with a
+bracket wider than the precision. CapacityResult.stop_detail says which evidence decided."""
 
-ProbeKind = Literal["ceiling", "search"]
+ProbeKind = Literal["ceiling", "search", "unloaded"]
 """`ceiling`: the closed-loop probe that measures the most the pipeline completes next to its
-co-runners (no verdict); `search`: an open-loop probe at one rate."""
+co-runners (no verdict); `search`: an open-loop probe at one rate; `unloaded`: one query at a
+time (closed loop, one client), run once nothing has met: no queueing, so a miss there proves
+the SLO infeasible at every rate."""
 
 ScalingSource = Literal["certified", "estimate"]
 """Which solo capacity the rays scale by: the certified one (conservative), else the estimate."""
@@ -78,8 +83,20 @@ class ProbeRecord(_Record):
     flagged: bool = Field(
         False, description="Undecided twice (two seeds): counted as not met and flagged."
     )
+    cannot_pass: bool = Field(
+        False,
+        description="Stopped early because its over-SLO count already exceeded what a met "
+        "probe of its planned size may have: not met (no re-probe), yet `missed` only when "
+        "the counts so far prove it.",
+    )
     throughput_qps: float | None = Field(None, description="The target's completed ok queries/s.")
     duration_s: float | None = Field(None, description="Wall time of the probe.")
+    window_s: float | None = Field(
+        None,
+        description="The measured window the probe was planned for: max(probe_s, min_queries / "
+        "rate of the slowest searched pipeline), at most the budget's per-probe cap "
+        "(stages.capacity.probe_plan). None: recorded before windows were sized by rate.",
+    )
     batches: list[tuple[int, int]] = Field(
         default_factory=list,
         description="(queries, over_slo) of the target in ten successive blocks of its "
@@ -114,7 +131,25 @@ class SearchSettings(_Record):
         description="Co-runners at fixed offered rates (queries/s), run in every probe.",
     )
     base_seed: int = Field(0, description="The first probe's seed (the spec's).")
-    min_rate: float = Field(gt=0, description="Below this the search calls the SLO infeasible.")
+    min_rate: float | None = Field(
+        None,
+        gt=0,
+        description="A floor: the search probes no rate below this (None: as low as the time "
+        "budget can decide the percentile).",
+    )
+    min_queries: int | None = Field(
+        None,
+        ge=1,
+        description="Measured queries a search probe holds at least (None: the fewest with "
+        "which LoadGen's rule can pass the percentile: 459 at p99).",
+    )
+    budget_s: float | None = Field(
+        None,
+        gt=0,
+        description="The search's time budget in seconds (--budget-min): it starts no probe "
+        "that would end past it, and no probe measures longer than a sixth of it. None: "
+        "unbounded.",
+    )
     ray: dict[str, float] | None = Field(
         None,
         description="Region rays only: pipeline -> its solo capacity times the ray's direction "
@@ -149,8 +184,10 @@ class CapacityResult(_Record):
         description="95% interval of the estimate by block-bootstrap resampling of the probes."
     )
     bracket: tuple[float, float | None] = Field(
-        description="[lo, hi]: the certified rate and the lowest not-met rate above it (hi "
-        "None: nothing above lo failed)."
+        description="[lo, hi]: the certified rate and the lowest rate above it proven missed "
+        "(LoadGen's mirror test at 99%, or a growing backlog), so the capacity lies in it at "
+        "99% either side; hi None: nothing above lo was proven missed. The search itself "
+        "converges on the lowest rate not met, which may lie below hi."
     )
     probes: list[ProbeRecord]
     stop_reason: StopReason
@@ -159,6 +196,12 @@ class CapacityResult(_Record):
         0, description="Pairs of probes out of monotone order (a met rate above a missed one)."
     )
     flagged_probes: int = Field(0, description="Probes undecided on two seeds.")
+    stop_detail: str | None = Field(
+        None,
+        description="The evidence behind the stop reason, in a sentence (the unloaded "
+        "percentile that proves `infeasible`, the budget that would decide an `undecidable`).",
+    )
+    spent_s: float | None = Field(None, description="Wall time of every probe, in seconds.")
     estimate_method: str = Field(
         "PAVA isotonic fit of over_slo/queries on log rate; 95% interval: block bootstrap",
         description="How the estimate and its interval were computed.",
