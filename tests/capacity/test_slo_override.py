@@ -1,7 +1,8 @@
 """One SLO everywhere: `capacity --slo-ms X --percentile Q` judges every searched pipeline by X at
 Q in each place that judges or reports a probe: the probe's spec (so the live over-SLO count
-that stops a probe early), its manifest, the verdicts, capacity.json and the warehouse. The
-spec's own slo_ms (5 ms on a 5 ms sleep: every query over it) would abort every probe."""
+that stops a probe early), its manifest, the verdicts, capacity.json, the warehouse and the
+plot's labels. The spec's own slo_ms (5 ms on a 5 ms sleep: every query over it) would abort
+every probe."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from typing import Any
 import duckdb
 import pytest
 import yaml
+from matplotlib import pyplot
 
+from analysis import capacity_plots
+from analysis.capacity_files import read_search
 from analysis.run_summary import verdict_latencies
 from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.controller import ProbeRequest
@@ -24,6 +28,7 @@ from stages.capacity.probe_spec import probe_spec
 from stages.contracts.capacity_files import CapacityResult, ProbeKind, SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule
 from stages.spec.loading import LoadedSpec, validate_document
+from tests.analysis.capacity_dirs import classify_search
 
 SPEC_SLO_MS = 5.0
 SEARCH_SLO_MS = 50.0
@@ -93,6 +98,21 @@ def test_the_executor_judges_each_pipeline_by_the_slo_its_probe_counts_by(
     running = probe_slos(loaded, ProbeRequest("search", 20.0, 0, False), search)
     judged = {name: executor._slo_ms(name) for name in running}  # inf: no SLO, no verdict
     assert judged == {name: slo or float("inf") for name, slo in running.items()}
+
+
+def test_the_search_plot_names_the_percentile_it_plots_and_the_one_searched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = classify_search().write(tmp_path)
+    result = json.loads((folder / "capacity.json").read_text())
+    (folder / "capacity.json").write_text(json.dumps(result | {"percentile": 0.9}))
+    drawn: list[Any] = []
+    monkeypatch.setattr(capacity_plots, "_save", lambda figure, path: drawn.append(figure))
+    capacity_plots.plot_search(read_search(folder), folder / "plot.png")
+    (axis,) = drawn[0].axes
+    pyplot.close(drawn[0])
+    assert axis.get_ylabel() == "p99 latency (ms, log)"  # the probes' p99_ms, as recorded
+    assert "SLO: p90 <= 50 ms" in [text.get_text() for text in axis.get_legend().get_texts()]
 
 
 def sleeper_spec(folder: Path) -> Path:
