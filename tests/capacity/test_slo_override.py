@@ -25,6 +25,7 @@ from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.probe_executor import ProbeExecutor
 from stages.capacity.probe_spec import probe_spec
+from stages.cli.mlflow_capacity import search_params
 from stages.contracts.capacity_files import CapacityResult, ProbeKind, SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule
 from stages.spec.loading import LoadedSpec, validate_document
@@ -81,6 +82,14 @@ def test_a_rays_pipelines_run_at_their_own_slos() -> None:
     assert probe_slos(loaded, request, ray) == {"target": 25, "busy": 90}
     without_own = ray.model_copy(update={"ray_slo_ms": {"target": 25.0}})
     assert probe_slos(loaded, request, without_own) == {"target": 25, "busy": 25}
+
+
+def test_mlflow_records_each_ray_pipelines_slo_and_the_searched_percentile() -> None:
+    ray = settings(pipeline="target+busy", slo_ms=25, percentile=0.9, **RAY)
+    params = search_params(ray)
+    assert (params["slo_ms"], params["percentile"]) == ("25.0", "0.9")
+    assert json.loads(params["ray_slo_ms"]) == {"target": 25.0, "busy": 90.0}
+    assert "ray_slo_ms" not in search_params(settings())
 
 
 @pytest.mark.parametrize(
