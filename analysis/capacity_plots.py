@@ -2,10 +2,11 @@
 backend) from the search's or region's JSON (read by analysis.capacity_warehouse).
 
 The search plot answers "where does the SLO break": each probe's p99 against its offered rate
-(log x), coloured by verdict, the SLO line, the bracket shaded, the certified rate and the
-estimate with its interval marked. The region plot puts each ray's certified and estimated
-point on normalised axes (rate / solo capacity) beside the line x + y = 1 that pure time
-sharing gives and the box that no interference at all would give.
+(log x), coloured by verdict (judged at the searched percentile, which the SLO line names), the
+SLO line, the bracket shaded, the certified rate and the estimate with its interval marked.
+The region plot puts each ray's certified and estimated point on normalised axes (rate / solo
+capacity) beside the line x + y = 1 that pure time sharing gives and the box that no
+interference at all would give.
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def plot_search(files: SearchFiles, path: Path) -> Path:
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
     _draw_probes(axis, files.probes, top_ms)
     _mark_answer(axis, result, slo_ms)
-    axis.axhline(slo_ms, color="black", linestyle="--", linewidth=1, label=f"SLO {slo_ms:g} ms")
+    slo_label = f"SLO: p{100 * percentile:g} <= {slo_ms:g} ms"
+    axis.axhline(slo_ms, color="black", linestyle="--", linewidth=1, label=slo_label)
     axis.set_xscale("log")
     axis.set_yscale("log")
     rates = [rate for probe in files.probes if (rate := _finite(probe.get("rate"))) and rate > 0]
@@ -134,7 +136,7 @@ def plot_search(files: SearchFiles, path: Path) -> Path:
     axis.set_ylim(bottom, top_ms * 1.2)
     is_ray = files.settings.get("ray") is not None
     axis.set_xlabel("ray scale s" if is_ray else "offered rate (queries/s, log)")
-    axis.set_ylabel(f"p{100 * percentile:g} latency (ms, log)")
+    axis.set_ylabel("p99 latency (ms, log)")  # p99_ms whatever the searched percentile
     axis.set_title(f"Capacity of {files.field('pipeline')}: {files.search_id}")
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     for ticks in (axis.xaxis, axis.yaxis):

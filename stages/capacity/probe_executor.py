@@ -16,7 +16,12 @@ from pathlib import Path
 from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.early_abort import AbortMonitor, WatchedPipeline, watch
-from stages.capacity.probe_spec import pipelines_of, probe_spec, probe_window_s
+from stages.capacity.probe_spec import (
+    judged_slo_ms,
+    pipelines_of,
+    probe_spec,
+    probe_window_s,
+)
 from stages.capacity.search_services import SearchServices
 from stages.collocation.launcher import (
     LauncherInterruptedWithResult,
@@ -108,11 +113,9 @@ class ProbeExecutor:
     def _slo_ms(self, name: str) -> float:
         """A ray's pipelines are judged by their own SLOs (`ray_slo_ms`), a single target by
         the search's (--slo-ms or the spec's); a co-runner keeps its own (inf: no verdict)."""
-        settings = self.settings
-        if settings.ray_slo_ms and name in settings.ray_slo_ms:
-            return settings.ray_slo_ms[name]
-        if pipelines_of(settings).get(name) is not None:
-            return settings.slo_ms
+        judged = judged_slo_ms(name, self.settings)
+        if judged is not None:
+            return judged
         spec = next(p for p in self.loaded.spec.pipelines if p.name == name)
         return spec.loadgen.slo_ms or math.inf
 

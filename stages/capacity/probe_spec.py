@@ -1,7 +1,8 @@
 """The spec of one probe: the searched spec cut down to the target and its co-runners (or a
 ray's pipelines), the target at the probe's rate, each co-runner at its fixed rate, one trial,
-one phase, the probe's seed and window. The result is validated like any spec file, so a probe
-is an ordinary run; the changes it made are recorded as the manifest's `overrides`."""
+one phase, the probe's seed and window, each searched pipeline's loadgen at the SLO its verdict
+is judged by (`judged_slo_ms`). The result is validated like any spec file, so a probe is an
+ordinary run; the changes it made are recorded as the manifest's `overrides`."""
 
 from __future__ import annotations
 
@@ -39,6 +40,15 @@ def pipelines_of(settings: SearchSettings) -> dict[str, float | None]:
     if settings.ray is not None:
         return {name: scale for name, scale in settings.ray.items()}
     return {settings.pipeline: 1.0, **{name: None for name in settings.with_rates}}
+
+
+def judged_slo_ms(name: str, settings: SearchSettings) -> float | None:
+    """The SLO pipeline `name`'s verdict in this search is judged against, so the one its
+    probes count live by too: a ray's pipeline its own (`ray_slo_ms`), a searched one the
+    search's (--slo-ms or the spec's); None for a co-runner (it keeps its spec's)."""
+    if settings.ray_slo_ms and name in settings.ray_slo_ms:
+        return settings.ray_slo_ms[name]
+    return settings.slo_ms if pipelines_of(settings).get(name) is not None else None
 
 
 def check_searchable(loaded: LoadedSpec, settings: SearchSettings) -> None:
@@ -99,6 +109,9 @@ def probe_spec(
             rate = request.rate * scale if scale is not None else settings.with_rates[name]
             pipeline["loadgen"] = _open_loop(pipeline["loadgen"], rate, window, minimum)
         overrides += [f"pipelines.{name}.loadgen.{k}={v}" for k, v in _shown(pipeline).items()]
+        if (slo_ms := judged_slo_ms(name, settings)) is not None:
+            pipeline["loadgen"]["slo_ms"] = slo_ms  # the live over-SLO count's, as the verdict's
+            overrides.append(f"pipelines.{name}.loadgen.slo_ms={slo_ms}")
     probe = validate_document(document, loaded.source)
     return dataclasses.replace(probe, overrides=tuple(overrides))
 

@@ -109,6 +109,8 @@ def search_params(settings: SearchSettings) -> dict[str, str]:
     }
     if settings.ray is not None:
         values["ray"] = settings.ray
+    if settings.ray_slo_ms is not None:  # each ray pipeline's SLO (slo_ms: the smallest)
+        values["ray_slo_ms"] = settings.ray_slo_ms
     return {key: param_value(value) for key, value in values.items()}
 
 
