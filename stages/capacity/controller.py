@@ -194,11 +194,19 @@ def _request(
     the minimum; both capped by the budget."""
     cap_s = probe_plan.max_window_s(settings)
     minimum = probe_plan.min_probe_queries(settings) if queries is None else queries
-    if kind == "search":
-        window = probe_plan.window_s(settings, rate, minimum)
-    else:  # one query at a time: as long as it takes to hold min_queries, within the cap
-        window = probe_plan.UNLOADED_MAX_WINDOWS * settings.probe_s
-    return ProbeRequest(kind, rate, seed, reprobe, min(window, cap_s), minimum)
+    if kind != "search":  # one query at a time: as long as min_queries take, within the cap
+        return ProbeRequest(
+            kind,
+            rate,
+            seed,
+            reprobe,
+            min(probe_plan.UNLOADED_MAX_WINDOWS * settings.probe_s, cap_s),
+            minimum,
+        )
+    window = min(probe_plan.window_s(settings, rate, minimum), cap_s)
+    # A window cut by the cap holds fewer queries (only a confirming probe's can be cut).
+    fitting = int(probe_plan.slowest_rate_qps(settings, rate) * window / probe_plan.QUERY_MARGIN)
+    return ProbeRequest(kind, rate, seed, reprobe, window, min(minimum, max(fitting, 1)))
 
 
 def _confirming(settings: SearchSettings, history: _History) -> ProbeRequest | None:
@@ -241,10 +249,31 @@ def next_probe(
         if isinstance(chosen, str):
             return chosen
         request = chosen
+    request = _room_to_confirm(settings, probes, history, request)
     if len(probes) >= settings.max_probes:
         return "max_probes"
     if not probe_plan.fits_budget(settings, probes, request.window_s or settings.probe_s):
         return "budget" if _bracket(history.outcomes)[0] is not None else "undecidable"
+    return request
+
+
+def _room_to_confirm(
+    settings: SearchSettings,
+    probes: Sequence[ProbeRecord],
+    history: _History,
+    request: ProbeRequest,
+) -> ProbeRequest:
+    """The confirming probe instead of `request` when, after `request`, there would be no
+    probe or no time left to confirm the certified rate: an answer that rests on one short
+    window is the one most likely to overstate the capacity."""
+    confirming = _confirming(settings, history)
+    if confirming is None or confirming == request:
+        return request
+    last_probe = len(probes) + 1 >= settings.max_probes
+    both_s = (request.window_s or settings.probe_s) + probe_plan.overhead_s(probes)
+    both_s += confirming.window_s or settings.probe_s
+    if last_probe or not probe_plan.fits_budget(settings, probes, both_s):
+        return confirming
     return request
 
 

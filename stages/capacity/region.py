@@ -32,10 +32,6 @@ from stages.spec.loading import LoadedSpec
 OPEN_LOOP_TYPES = ("server", "constant")
 """Load generators whose `rate` a search scales (capacity is an open-loop question)."""
 
-LARGEST_MIN_SCALE = 0.25
-"""A ray's lowest scale s before it calls the SLO infeasible is at most this (rays start at
-s = 0.5)."""
-
 _COMPARED_SETTINGS = (
     "pipeline",
     "slo_ms",
@@ -145,7 +141,6 @@ def ray_settings(
         raise RegionInputError(f"--ray {index} is not one of the rays 1..{rays}")
     direction = ray_direction(ray_angles_deg(rays)[index - 1], pipelines)
     ray = {name: direction[name] * solo_capacity_qps[name] for name in pipelines}
-    min_scale = min(LARGEST_MIN_SCALE, template.min_rate / max(ray.values()))
     return _from_template(
         template,
         loaded,
@@ -153,7 +148,7 @@ def ray_settings(
         pipeline="+".join(pipelines),
         slo_ms=min(slos.values()),
         with_rates={},
-        min_rate=min_scale,
+        min_rate=None,  # the time budget decides how low a ray goes (probe_plan)
         ray=ray,
         ray_slo_ms=dict(slos),
     )

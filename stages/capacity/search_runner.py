@@ -11,6 +11,7 @@ from pathlib import Path
 
 from stages.capacity.controller import run_search
 from stages.capacity.probe_executor import ProbeExecutor
+from stages.capacity.probe_plan import search_plan
 from stages.capacity.probe_spec import check_searchable
 from stages.capacity.search_services import SearchServices, search_services
 from stages.capacity.store import SearchStore
@@ -82,12 +83,20 @@ def _search(
         store.append_probe(probe)
         if options.progress is not None:
             options.progress(probe_line(probe))
+            if probe.kind == "ceiling":  # the rates, so the windows, are known now
+                options.progress(search_plan(settings, [*probes, probe]).line(settings))
+
+    if options.progress is not None:
+        plan = search_plan(settings, probes).line(settings)
+        options.progress(plan if not probes else f"resumed after {len(probes)} probes; {plan}")
 
     try:
         result = run_search(settings, executor, probes, on_probe)
     except LauncherInterruptedWithResult as interrupted:  # Ctrl-C or SIGTERM during a probe
         raise KeyboardInterrupt(f"{interrupted}; recorded probes kept") from interrupted
     store.write_result(result)
+    if options.progress is not None and result.spent_s is not None:
+        options.progress(f"spent: {len(result.probes)} probes, {result.spent_s / 60:.1f} min")
     return result
 
 
@@ -117,14 +126,23 @@ def probe_line(probe: ProbeRecord) -> str:
     if probe.kind == "ceiling":
         throughput = "-" if probe.throughput_qps is None else f"{probe.throughput_qps:.1f} q/s"
         head = f"probe {probe.index}: ceiling (closed loop) seed {probe.seed}: {throughput}"
+    elif probe.kind == "unloaded":
+        head = (
+            f"probe {probe.index}: unloaded (one query at a time): {probe.verdict}, "
+            f"p99 {_ms(probe.p99_ms)}, {probe.over_slo}/{probe.queries} over SLO"
+        )
     else:
         flag = " (flagged: undecided twice)" if probe.flagged else ""
         head = (
-            f"probe {probe.index}: {probe.rate:.2f} q/s seed {probe.seed}: "
+            f"probe {probe.index}: {probe.rate:.2f} q/s seed {probe.seed}{_window(probe)}: "
             f"{probe.verdict}{flag}, p99 {_ms(probe.p99_ms)}, "
             f"{probe.over_slo}/{probe.queries} over SLO"
         )
     return head + (f" [{probe.abort_reason}]" if probe.abort_reason else "")
+
+
+def _window(probe: ProbeRecord) -> str:
+    return "" if probe.window_s is None else f" ({probe.window_s:.0f} s window)"
 
 
 def _ms(value: float | None) -> str:

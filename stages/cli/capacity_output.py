@@ -82,8 +82,13 @@ def print_result(result: Any, search_dir: Path, report: Path | None) -> None:
 
         plot = report.with_name(SEARCH_PLOT)
         lines.append(f"plot: {plot}" if plot.exists() else "plot: - (none was drawn)")
-    if result.stop_reason == "infeasible":
-        lines.insert(2, "infeasible: even the lowest rate tried missed the SLO")
+    if result.stop_detail:
+        lines.insert(5, f"{result.stop_reason}: {result.stop_detail}")
+    if result.spent_s is not None:
+        lines.insert(
+            6 if result.stop_detail else 5,
+            f"spent: {len(result.probes)} probes, {result.spent_s / 60:.1f} min",
+        )
     for line in lines:
         out.print(line, highlight=False, markup=False)
 
@@ -94,7 +99,7 @@ def probe_table(probes: list[Any]) -> Table:
         table.add_column(column)
     for probe in probes:
         verdict = (probe.verdict or "-") + (" (flagged)" if probe.flagged else "")
-        rate = "-" if probe.kind == "ceiling" else f"{probe.rate:.2f}"
+        rate = f"{probe.rate:.2f}" if probe.kind == "search" else "-"
         if probe.kind == "ceiling" and probe.throughput_qps is not None:
             verdict = f"{probe.throughput_qps:.1f} q/s"
         table.add_row(

@@ -123,7 +123,7 @@ class SearchSettings(_Record):
     slo_ms: float = Field(gt=0, description="The latency objective.")
     percentile: float = Field(0.99, gt=0, lt=1, description="The percentile the SLO bounds.")
     precision: float = Field(0.05, gt=0, description="Stop when hi / lo <= 1 + precision.")
-    max_probes: int = Field(14, ge=1, description="Probe budget, the ceiling probe included.")
+    max_probes: int = Field(20, ge=1, description="Probe budget, the ceiling probe included.")
     probe_s: float = Field(gt=0, description="Each probe's measured window (duration_s).")
     with_rates: dict[str, float] = Field(
         default_factory=dict,

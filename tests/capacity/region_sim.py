@@ -111,7 +111,7 @@ class SimulatedSearch:
             _start(self, settings),
             settings.precision,
             settings.max_probes,
-            settings.min_rate,
+            settings.min_rate or 1e-3,
         )
         result = CapacityResult.model_validate(
             {

@@ -44,26 +44,36 @@ def _record(
         p99_ms=None,
         run_dir=None,
         throughput_qps=throughput,
+        duration_s=request.window_s,  # no start-up: the window is the whole probe
+        window_s=request.window_s,
     )
 
 
 class Scripted:
     """An executor whose search probes meet the SLO below `capacity` (ceiling: `ceiling`);
-    `undecided` rates answer undecided (on every seed, or on the first only)."""
+    `undecided` rates answer undecided (on every seed, or on the first only); the unloaded
+    probe answers `unloaded`."""
 
     def __init__(
         self,
         capacity: float,
         ceiling: float = 200.0,
         undecided: Callable[[ProbeRequest], bool] = lambda request: False,
+        unloaded: Verdict = "met",
     ) -> None:
         self.capacity, self.ceiling, self.undecided = capacity, ceiling, undecided
+        self.unloaded = unloaded
         self.requests: list[ProbeRequest] = []
+
+    def searched(self) -> list[ProbeRequest]:
+        return [request for request in self.requests if request.kind == "search"]
 
     def __call__(self, request: ProbeRequest) -> ProbeRecord:
         self.requests.append(request)
         if request.kind == "ceiling":
             return _record(request, None, self.ceiling)
+        if request.kind == "unloaded":
+            return _record(request, self.unloaded)
         if self.undecided(request):
             return _record(request, "undecided")
         return _record(request, "met" if request.rate <= self.capacity else "missed")
@@ -71,9 +81,12 @@ class Scripted:
 
 def test_first_request_is_the_ceiling_probe_and_search_starts_at_half_of_it() -> None:
     settings = _settings(base_seed=7)
-    assert next_probe(settings, []) == ProbeRequest("ceiling", 0.0, 7, reprobe=False)
+    assert next_probe(settings, []) == ProbeRequest("ceiling", 0.0, 7, False, window_s=10.0)
     ceiling = _record(ProbeRequest("ceiling", 0.0, 7, False), None, 180.0)
-    assert next_probe(settings, [ceiling]) == ProbeRequest("search", 90.0, 7, reprobe=False)
+    first = next_probe(settings, [ceiling])
+    assert isinstance(first, ProbeRequest)
+    assert (first.kind, first.rate, first.seed, first.reprobe) == ("search", 90.0, 7, False)
+    assert first.min_queries == 459 and first.window_s == 10.0  # 505 queries take 5.6 s
 
 
 def test_brackets_up_to_the_ceiling_then_bisects_at_geometric_midpoints() -> None:
@@ -91,8 +104,9 @@ def test_brackets_up_to_the_ceiling_then_bisects_at_geometric_midpoints() -> Non
 def test_brackets_down_by_halving_until_a_probe_meets() -> None:
     executor = Scripted(capacity=60.0, ceiling=1000.0)
     result = run_search(_settings(precision=0.05), executor)
-    rates = [request.rate for request in executor.requests[1:6]]
+    rates = [request.rate for request in executor.searched()[:5]]
     assert rates == pytest.approx([500.0, 250.0, 125.0, 62.5, 31.25])
+    assert executor.requests[2].kind == "unloaded"  # once the first rate missed
     assert result.stop_reason == "converged"
     assert result.certified_qps is not None and result.certified_qps <= 60.0
 
@@ -102,15 +116,49 @@ def test_meeting_the_slo_at_the_ceiling_stops_with_ceiling() -> None:
     result = run_search(_settings(), executor)
     assert result.stop_reason == "ceiling"
     assert result.certified_qps == 200.0 and result.bracket == (200.0, None)
-    assert len(result.probes) == 3  # ceiling, 100, 200
+    assert len(result.probes) == 4  # ceiling, 100, 200, 200 confirmed on the next seed
+    confirming = executor.requests[-1]
+    assert (confirming.rate, confirming.seed) == (200.0, 1)
+    assert confirming.min_queries == 4 * executor.requests[-2].min_queries
 
 
-def test_missing_down_to_the_minimum_rate_is_infeasible() -> None:
-    executor = Scripted(capacity=0.5, ceiling=20.0)
-    result = run_search(_settings(min_rate=2.0), executor)
-    assert result.stop_reason == "infeasible"
-    assert [r.rate for r in executor.requests[1:]] == pytest.approx([10.0, 5.0, 2.5, 2.0])
-    assert result.certified_qps is None and result.bracket == (0.0, 2.0)
+def test_an_unloaded_miss_is_the_evidence_for_infeasible() -> None:
+    executor = Scripted(capacity=0.0, ceiling=20.0, unloaded="missed")
+    result = run_search(_settings(), executor)
+    assert [r.kind for r in executor.requests] == ["ceiling", "search", "unloaded"]
+    assert result.stop_reason == "infeasible" and result.certified_qps is None
+    assert result.stop_detail is not None
+    assert "unloaded p99 misses the SLO" in result.stop_detail and "50 ms" in result.stop_detail
+
+
+def test_missing_down_to_what_the_budget_decides_is_undecidable_naming_a_budget() -> None:
+    """A 60 s budget caps a probe at 10 s: p99 needs 505 queries, so 50.5 q/s is the lowest
+    rate it decides. The unloaded probe met, so the SLO is not infeasible."""
+    executor = Scripted(capacity=20.0, ceiling=400.0)
+    result = run_search(_settings(budget_s=60.0, probe_s=1.0), executor)
+    assert [r.rate for r in executor.searched()] == pytest.approx([200.0, 100.0, 50.49])
+    assert result.stop_reason == "undecidable" and result.certified_qps is None
+    detail = result.stop_detail or ""
+    assert "nothing met down to 50.5 q/s" in detail and "the unloaded probe met" in detail
+    assert "--budget-min 2 would probe down to 25.2 q/s" in detail, detail
+
+
+def test_no_rate_floor_comes_from_the_probe_window() -> None:
+    """Capacity 2 q/s with 10 s probes: below 459 / 10 = 45.9 q/s, yet found."""
+    executor = Scripted(capacity=2.0, ceiling=100.0)
+    result = run_search(_settings(min_rate=None), executor)
+    assert result.stop_reason == "converged" and result.certified_qps is not None
+    assert 1.9 < result.certified_qps <= 2.0
+    slow = [r for r in executor.searched() if r.rate < 45.9]
+    assert slow and all(r.window_s is not None and r.window_s * r.rate >= 459 for r in slow)
+
+
+def test_the_time_budget_stops_a_search_before_a_probe_that_would_end_past_it() -> None:
+    executor = Scripted(capacity=150.0)
+    settings = _settings(budget_s=45.0, precision=0.001)
+    result = run_search(settings, executor)
+    assert result.stop_reason == "budget" and result.certified_qps is not None
+    assert result.spent_s is not None and result.spent_s <= 45.0
 
 
 def test_the_probe_budget_counts_the_ceiling_probe() -> None:
@@ -123,7 +171,7 @@ def test_undecided_is_reprobed_with_the_next_seed_and_twice_undecided_is_flagged
     executor = Scripted(capacity=150.0, undecided=lambda request: request.rate == 200.0)
     result = run_search(_settings(base_seed=3), executor)
     reprobe = executor.requests[3]
-    assert reprobe == ProbeRequest("search", 200.0, 4, reprobe=True)
+    assert (reprobe.rate, reprobe.seed, reprobe.reprobe) == (200.0, 4, True)
     assert result.probes[3].flagged and result.flagged_probes == 1
     assert result.bracket[1] is not None and result.bracket[1] <= 200.0  # counted as not met
 
@@ -131,7 +179,8 @@ def test_undecided_is_reprobed_with_the_next_seed_and_twice_undecided_is_flagged
 def test_undecided_then_decided_uses_the_second_verdict() -> None:
     executor = Scripted(capacity=150.0, undecided=lambda r: r.rate == 100.0 and not r.reprobe)
     result = run_search(_settings(), executor)
-    assert executor.requests[2] == ProbeRequest("search", 100.0, 1, reprobe=True)
+    again = executor.requests[2]
+    assert (again.rate, again.seed, again.reprobe) == (100.0, 1, True)
     assert result.flagged_probes == 0 and result.certified_qps is not None
     assert result.certified_qps > 100.0
 
@@ -151,8 +200,10 @@ def test_ray_searches_skip_the_ceiling_probe_and_stop_at_the_largest_scale() -> 
     executor = Scripted(capacity=1e9)
     settings = _settings(ray={"A": 100.0, "B": 50.0}, pipeline="A+B", min_rate=0.01)
     result = run_search(settings, executor)
-    assert [r.kind for r in executor.requests] == ["search"] * 5
-    assert [r.rate for r in executor.requests] == [0.5, 1.0, 2.0, 4.0, RAY_MAX_SCALE]
+    assert [r.kind for r in executor.requests] == ["search"] * 6
+    assert [r.rate for r in executor.requests] == [0.5, 1.0, 2.0, 4.0, RAY_MAX_SCALE] * 1 + [
+        RAY_MAX_SCALE
+    ]  # the largest scale confirmed on a second seed
     assert result.stop_reason == "ceiling" and result.ceiling_qps is None
 
 
@@ -172,4 +223,21 @@ def test_result_counts_monotonicity_violations_and_certifies_below_the_lowest_mi
     result = result_of(_settings(), history, "max_probes")
     assert result.monotonicity_violations == 2  # 150 and 120 met above the miss at 100
     assert result.certified_qps == 80 and result.bracket == (80, 100)
+
+
+def test_the_bracket_ends_at_the_lowest_rate_proven_missed() -> None:
+    """A probe stopped because it cannot pass is not met, yet not proven missed: the search
+    bisects below it, and the bracket's high end stays at the proven miss above."""
+    ceiling = _record(ProbeRequest("ceiling", 0.0, 0, False), None, 300.0)
+    met = _record(ProbeRequest("search", 100, 0, False), "met")
+    proven = _record(ProbeRequest("search", 150, 0, False), "missed")
+    stopped = _record(ProbeRequest("search", 120, 0, False), "undecided").model_copy(
+        update={"cannot_pass": True, "abort_reason": "cannot pass: 1 over SLO > 0 allowed"}
+    )
+    history = [ceiling, met, proven, stopped]
+    request = next_probe(_settings(), history)
+    assert isinstance(request, ProbeRequest) and not request.reprobe
+    assert request.rate == pytest.approx(math.sqrt(100 * 120))  # no re-probe of 120
+    result = result_of(_settings(), history, "max_probes")
+    assert result.certified_qps == 100 and result.bracket == (100, 150)
     assert result.ceiling_qps == 300.0 and result.stop_reason == "max_probes"

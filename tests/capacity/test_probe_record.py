@@ -67,13 +67,27 @@ def test_a_met_probe_has_its_counts_blocks_and_p99() -> None:
     assert record.abort_reason is None and record.run_dir == "/runs/r"
 
 
-def test_an_early_stop_reads_missed_with_its_reason() -> None:
-    record = executor({"a": [10.0] * 100 + [80.0] * 20}).record(
+def test_an_early_stop_reads_missed_with_its_reason_when_its_counts_prove_it() -> None:
+    record = executor({"a": ([10.0] * 25 + [80.0]) * 20}).record(
         0, ProbeRequest("search", 100, 0, False), run("interrupted"), "cannot pass: x", 3.0
     )
     assert record.verdict == "missed" and record.abort_reason == "cannot pass: x"
+    assert not record.cannot_pass  # proven missed: 20 scattered of 520 over a p99 SLO
     assert record.throughput_qps is None  # the window was cut short: no rate from it
-    assert sum(queries for queries, _ in record.batches) == 120
+    assert sum(queries for queries, _ in record.batches) == 520
+
+
+def test_an_early_stop_that_proves_nothing_is_undecided_and_cannot_pass() -> None:
+    """One query over the SLO among 40 stops a probe planned for 459 (none may be over), yet
+    1 in 40 does not prove a p99 above the SLO: not met, not missed."""
+    record = executor({"a": [10.0] * 39 + [80.0]}).record(
+        0, ProbeRequest("search", 46, 0, False), run("interrupted"), "cannot pass: y", 1.0
+    )
+    assert record.verdict == "undecided" and record.cannot_pass
+    backlog = executor({"a": [10.0] * 39 + [80.0]}).record(
+        0, ProbeRequest("search", 46, 0, False), run("interrupted"), "backlog grows", 1.0, True
+    )
+    assert backlog.verdict == "missed" and not backlog.cannot_pass
 
 
 def test_a_crashed_run_is_recorded_not_lost() -> None:
@@ -144,7 +158,9 @@ def test_blocks_split_in_order_and_add_up() -> None:
 def test_the_pipeline_that_stopped_a_ray_probe_reads_missed() -> None:
     latencies = {"a": [10.0] * 1000, "b": [10.0] * 990 + [80.0] * 10}
     ray = executor(latencies, pipeline="a+b", ray={"a": 200.0, "b": 100.0})
-    stopped = ray.record(0, ProbeRequest("search", 0.5, 0, False), run(), "b: cannot pass", 1)
+    stopped = ray.record(
+        0, ProbeRequest("search", 0.5, 0, False), run(), "b: backlog grows", 1, True
+    )
     record = probe_executor._missed_by(stopped, "b")
     assert record.verdict == "missed"
     assert (record.pipelines["a"].verdict, record.pipelines["b"].verdict) == ("met", "missed")

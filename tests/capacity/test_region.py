@@ -91,7 +91,7 @@ def test_ray_settings_scale_each_pipeline_by_its_solo_capacity() -> None:
     assert settings.with_rates == {}
     assert settings.precision == 0.1  # the template's knobs carry over
     assert settings.spec_hash == loaded.spec_hash
-    assert 0 < settings.min_rate <= 0.25
+    assert settings.min_rate is None  # the time budget decides how low a ray goes
     with pytest.raises(RegionInputError, match="--ray 3"):
         ray_settings(template(), loaded, "r1", ("a", "b"), slos, 3, 2, {"a": 1.0, "b": 1.0})
 

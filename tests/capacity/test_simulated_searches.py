@@ -113,7 +113,8 @@ def test_200_seeded_searches_certify_below_and_cover_the_true_capacity() -> None
     assert 0.92 <= np.mean(covered) <= 0.98, figures
     assert statistics.median(probes) <= 10, figures
     assert stops["converged"] == SEARCHES, figures
-    assert all(r.monotonicity_violations <= 1 for r in results), figures
+    violations = Counter(r.monotonicity_violations for r in results)
+    assert max(violations) <= 3 and violations[0] >= 0.8 * SEARCHES, (figures, violations)
     print(figures)
 
 

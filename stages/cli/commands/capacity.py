@@ -60,7 +60,27 @@ MaxProbesOption = Annotated[
 ]
 ProbeSecondsOption = Annotated[
     float | None,
-    typer.Option("--probe-s", help="Each probe's window (default: the pipeline's duration_s)."),
+    typer.Option(
+        "--probe-s",
+        help="Each probe's shortest window (default: the pipeline's duration_s); a probe at a "
+        "low rate runs longer, until it holds --probe-queries measured queries.",
+    ),
+]
+BudgetOption = Annotated[
+    float,
+    typer.Option(
+        "--budget-min",
+        help="The search's time budget in minutes: no probe starts that would end past it, "
+        "and none measures longer than a sixth of it.",
+    ),
+]
+ProbeQueriesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--probe-queries",
+        help="Measured queries a probe holds at least (default: the fewest with which "
+        "LoadGen's rule can pass the percentile: 459 at p99, 90 at p95, 44 at p90).",
+    ),
 ]
 OutOption = Annotated[
     Path | None,
@@ -84,8 +104,10 @@ def capacity(
     slo_ms: SloOption = None,
     percentile: PercentileOption = 0.99,
     precision: PrecisionOption = 0.05,
-    max_probes: MaxProbesOption = 14,
+    max_probes: MaxProbesOption = 20,
     probe_s: ProbeSecondsOption = None,
+    budget_min: BudgetOption = 15.0,
+    probe_queries: ProbeQueriesOption = None,
     with_: WithOption = None,
     out_dir: OutOption = None,
     resume: ResumeOption = None,
@@ -105,6 +127,7 @@ def capacity(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     mlflow_uri = settings.mlflow_tracking_uri() if mlflow else None
     asked = SearchQuestion(pipeline, slo_ms, percentile, precision, max_probes, probe_s)
+    asked.budget_s, asked.probe_queries = budget_min * 60, probe_queries
     if region is not None:
         refuse_region_conflicts(pipeline, slo_ms, with_)
         where = RegionWhere(spec, parent, resume or search_id, db or settings.duckdb_path())
@@ -138,6 +161,8 @@ class SearchQuestion:
         self.precision = precision
         self.max_probes = max_probes
         self.probe_s = probe_s
+        self.budget_s: float | None = None
+        self.probe_queries: int | None = None
 
 
 def new_settings(
@@ -174,7 +199,8 @@ def new_settings(
         "probe_s": probe_s,
         "with": rates,
         "base_seed": loaded.spec.seed,
-        "min_rate": min_rate_qps(probe_s, asked.percentile),
+        "budget_s": asked.budget_s,
+        "min_queries": asked.probe_queries,
     }
     search = _validated(SearchSettings, fields)
     check_searchable(loaded, search)  # a ProbeSpecError: exit 2 (stages.cli.errors)
@@ -246,21 +272,17 @@ def resumed_settings(loaded: LoadedSpec, parent: Path, search_id: str) -> Any:
     return recorded
 
 
-def min_rate_qps(probe_s: float, percentile: float) -> float:
-    """The lowest rate a probe of `probe_s` can be met at: below it, a window holds too few
-    queries for LoadGen's rule even with none over the SLO (459 for p99)."""
-    from stages.contracts.slo_verdict import DEFAULT_CONFIDENCE, min_passing_queries
-
-    if not (probe_s > 0 and 0 < percentile < 1):
-        return 1.0  # the settings' own validation names the bad flag
-    return min_passing_queries(0, percentile, DEFAULT_CONFIDENCE) / probe_s
-
-
 def _validated(model: Any, fields: dict[str, Any]) -> Any:
     """The model from `fields`, or exit 2 naming the first bad flag."""
     from pydantic import ValidationError
 
-    flags = {"probe_s": "--probe-s", "max_probes": "--max-probes", "with": "--with"}
+    flags = {
+        "probe_s": "--probe-s",
+        "max_probes": "--max-probes",
+        "with": "--with",
+        "budget_s": "--budget-min",
+        "min_queries": "--probe-queries",
+    }
     try:
         return model.model_validate(fields)
     except ValidationError as error:
@@ -311,7 +333,8 @@ def capacity_region(
         "max_probes": asked.max_probes,
         "probe_s": probe_s,
         "base_seed": loaded.spec.seed,
-        "min_rate": min_rate_qps(probe_s, asked.percentile),
+        "budget_s": asked.budget_s,
+        "min_queries": asked.probe_queries,
     }
     options = SearchRunOptions(
         out_dir=where.parent,
