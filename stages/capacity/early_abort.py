@@ -1,6 +1,7 @@
 """Stopping a probe early, from the launcher's live progress events, once it is certain not to
 be met: its over-SLO count already exceeds what LoadGen's rule allows for its planned size, or
-its backlog grows with certainty. A stopped probe is recorded `missed` with the reason."""
+its backlog grows with certainty. A growing backlog proves the miss; a probe that merely cannot
+pass is recorded `missed` only when its counts prove it (else `undecided`, `cannot_pass`)."""
 
 from __future__ import annotations
 
@@ -75,10 +76,15 @@ class AbortMonitor:
         pipeline = self.watched.get(event.pipeline or "")
         if pipeline is None:
             return
-        reason = cannot_pass(pipeline, int(event.data.get("measured_over_slo", 0)))
+        # The backlog rule first: it is the evidence that proves a miss (an overloaded queue's
+        # over-SLO queries are one growing burst, which the counts alone never prove). So a
+        # probe that can no longer pass runs on until the backlog rule had its BACKLOG_MIN_S.
+        reason = self._backlog_reason(pipeline, event.data)
+        self.overloaded = reason is not None
         if reason is None:
-            reason = self._backlog_reason(pipeline, event.data)
-            self.overloaded = reason is not None
+            reason = cannot_pass(pipeline, int(event.data.get("measured_over_slo", 0)))
+            if reason is not None and not _backlog_had_its_time(pipeline):
+                return
         if reason is not None:
             if len(self.watched) > 1:
                 reason = f"{event.pipeline}: {reason}"
@@ -92,6 +98,12 @@ class AbortMonitor:
             return None
         pipeline.backlog.append((self._clock(), int(str(data.get("inflight", 0)))))
         return growing_backlog(pipeline.backlog, pipeline.rate_qps * pipeline.slo_ms / 1000)
+
+
+def _backlog_had_its_time(pipeline: WatchedPipeline) -> bool:
+    """Whether the backlog rule has seen BACKLOG_MIN_S of reports (it needs no more)."""
+    samples = pipeline.backlog
+    return len(samples) >= 2 and samples[-1][0] - samples[0][0] >= BACKLOG_MIN_S
 
 
 def cannot_pass(pipeline: WatchedPipeline, over_slo: int) -> str | None:

@@ -25,6 +25,16 @@ def progress(pipeline: str, **counts: int) -> ProgressEvent:
     return ProgressEvent("progress", 0, "solo", pipeline, data=counts)
 
 
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
 def test_the_count_rule_fires_just_past_what_a_met_probe_allows() -> None:
     pipeline = watch(100, 50, 30, RULE, 0.99)  # 3000 planned
     allowed = pipeline.max_over_slo
@@ -62,22 +72,49 @@ def test_a_stable_queue_is_left_alone() -> None:
 
 def test_the_monitor_raises_once_as_an_interruption_and_passes_events_on() -> None:
     seen: list[ProgressEvent] = []
-    monitor = AbortMonitor({"target": watch(100, 50, 30, RULE, 0.99)}, then=seen.append)
+    clock = Clock()
+    monitor = AbortMonitor(
+        {"target": watch(100, 50, 30, RULE, 0.99)}, then=seen.append, clock=clock
+    )
     monitor(progress("co-runner", measured_over_slo=500, issued=10))  # not watched
     monitor(progress("target", measured_over_slo=17, issued=10))
     assert monitor.abort_reason is None
+    clock.now_s = 2.0
+    monitor(progress("target", measured_over_slo=18, issued=10))  # cannot pass, but at 2 s
+    assert monitor.abort_reason is None  # the backlog rule has not had its 5 s yet
+    clock.now_s = 5.0
     with pytest.raises(ProbeAborted) as raised:
         monitor(progress("target", measured_over_slo=18, issued=10))
     assert isinstance(raised.value, LauncherInterrupted)
-    assert str(raised.value) == monitor.abort_reason
+    assert str(raised.value) == monitor.abort_reason and not monitor.overloaded
     monitor(progress("target", measured_over_slo=99, issued=10))  # the shutdown's reports
-    assert len(seen) == 4
+    assert len(seen) == 5
+
+
+def test_an_overloaded_probe_is_stopped_by_its_backlog_as_a_proven_miss() -> None:
+    """The count rule fires first, yet waits for the backlog rule, which proves the miss."""
+    clock = Clock()
+    monitor = AbortMonitor({"target": watch(100, 50, 30, RULE, 0.99)}, clock=clock)
+    raised: ProbeAborted | None = None
+    for step in range(20):
+        clock.now_s = step / 2
+        counts = {"measured_over_slo": 40 * step, "issued": 50 * step + 1, "inflight": 30 * step}
+        try:
+            monitor(progress("target", **counts))
+        except ProbeAborted as stopped:
+            raised = stopped
+            break
+    assert raised is not None and str(raised).startswith("backlog grows")
+    assert monitor.overloaded and clock.now_s >= 5.0
 
 
 def test_a_ray_names_the_pipeline_that_cannot_pass() -> None:
+    clock = Clock()
     monitor = AbortMonitor(
-        {"a": watch(100, 50, 30, RULE, 0.99), "b": watch(100, 50, 30, RULE, 0.99)}
+        {"a": watch(100, 50, 30, RULE, 0.99), "b": watch(100, 50, 30, RULE, 0.99)}, clock=clock
     )
+    monitor(progress("b", measured_over_slo=18, issued=10))
+    clock.now_s = 6.0
     with pytest.raises(ProbeAborted, match=r"^b: cannot pass: 18 over SLO"):
         monitor(progress("b", measured_over_slo=18, issued=10))
     assert monitor.aborted_pipeline == "b"

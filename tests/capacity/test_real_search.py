@@ -60,10 +60,9 @@ def search_settings(loaded: LoadedSpec) -> SearchSettings:
         pipeline="sleeper",
         slo_ms=SLO_MS,
         precision=0.1,
-        max_probes=9,
+        max_probes=12,
         probe_s=PROBE_S,
         base_seed=loaded.spec.seed,
-        min_rate=min_passing_queries(0, 0.99, 0.99) / PROBE_S,
     )
 
 
@@ -161,7 +160,7 @@ def test_a_real_search_brackets_the_m_d_1_capacity_and_resumes_losing_nothing(
     # The verdict at the boundary turns on one or two queries over the SLO, and D is known
     # only as a mean (the sleep's timer slack varies per query; the hand-off between queries
     # is not in the stage rows): the capacity is bracketed by D within 2% either way.
-    lowest, highest = 1.1 * settings.min_rate, 1000 / service_ms
+    lowest, highest = 1.1 * min_passing_queries(0, 0.99, 0.99) / PROBE_S, 1000 / service_ms
     capacity = lindley_capacity(service_ms, loaded.spec.seed, lowest, highest)
     slower = lindley_capacity(service_ms * 1.02, loaded.spec.seed, lowest, highest)
     faster = lindley_capacity(service_ms * 0.98, loaded.spec.seed, lowest, highest)
