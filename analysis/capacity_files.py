@@ -157,6 +157,11 @@ def search_row(files: SearchFiles) -> dict[str, Any]:
         "estimate_method": result.get("estimate_method"),
         "complete": files.result is not None,
         "search_dir": str(files.search_dir.resolve()),
+        # capacity II: absent (NULL) from a search written before its endings and budget
+        "stop_detail": result.get("stop_detail"),
+        "spent_s": _number(result.get("spent_s")),
+        "budget_s": _number(files.settings.get("budget_s")),
+        "min_queries": files.settings.get("min_queries"),
     }
 
 
@@ -180,6 +185,9 @@ def probe_row(search_id: str, probe: Mapping[str, Any]) -> dict[str, Any]:
         # helper "core"'s ProbeRecord.design_effect (None: the verdict used the raw counts)
         "design_effect": _number(probe.get("design_effect")),
         "pipelines": json.dumps(probe.get("pipelines") or {}, sort_keys=True),
+        # capacity II: absent from an older record (window NULL, cannot_pass false)
+        "window_s": _number(probe.get("window_s")),
+        "cannot_pass": bool(probe.get("cannot_pass", False)),
     }
 
 

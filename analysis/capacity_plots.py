@@ -1,9 +1,11 @@
 """PNG plots of a capacity search and a capacity region, drawn headless (matplotlib's Agg
 backend) from the search's or region's JSON (read by analysis.capacity_warehouse).
 
-The search plot answers "where does the SLO break": each probe's p99 against its offered rate
-(log x), coloured by verdict (judged at the searched percentile, which the SLO line names), the
-SLO line, the bracket shaded, the certified rate and the estimate with its interval marked.
+The search plot answers "where does the SLO break": each search probe's p99 against its offered
+rate (log x), coloured by verdict (judged at the searched percentile, which the SLO line names),
+the SLO line, the bracket shaded, the certified rate and the estimate with its interval marked.
+The unloaded probe has no rate (one query at a time): it is a horizontal line at its p99, the
+latency floor no rate gets under.
 The region plot puts each ray's certified and estimated point on normalised axes (rate / solo
 capacity) beside the line x + y = 1 that pure time sharing gives and the box that no
 interference at all would give.
@@ -47,17 +49,19 @@ def _finite(value: Any) -> float | None:
 def _draw_probes(axis: Axes, probes: Sequence[Mapping[str, Any]], top_ms: float) -> None:
     """One marker per search probe at (rate, p99), coloured by verdict; a p99 that is infinite
     or missing (failures counted as +inf) sits on the top edge as a triangle; an aborted probe
-    is a cross, a flagged one is ringed."""
+    is a cross (labelled `cannot pass` when the count rule stopped it unproven), a flagged one
+    is ringed. The ceiling and unloaded probes (rate 0, closed loop) are not search probes."""
     labelled: set[str] = set()
     for probe in probes:
         rate = _finite(probe.get("rate"))
-        if probe.get("kind") == "ceiling" or rate is None or rate <= 0:
+        if (probe.get("kind") or "search") != "search" or rate is None or rate <= 0:
             continue
         verdict = probe.get("verdict") or "no verdict"
         p99 = _finite(probe.get("p99_ms"))
         aborted = probe.get("abort_reason") is not None
         marker = "x" if aborted else ("o" if p99 is not None else "^")
-        label = f"{verdict}{' (aborted)' if aborted else ''}"
+        stopped = " (cannot pass)" if probe.get("cannot_pass") else " (aborted)"
+        label = f"{verdict}{stopped if aborted else ''}"
         axis.scatter(
             [rate],
             [p99 if p99 is not None else top_ms],
@@ -79,6 +83,24 @@ def _draw_probes(axis: Axes, probes: Sequence[Mapping[str, Any]], top_ms: float)
                 zorder=2,
             )
             labelled.add("flagged")
+
+
+def _draw_unloaded(axis: Axes, probes: Sequence[Mapping[str, Any]]) -> None:
+    """The unloaded probe (no rate: one query at a time) as a dashed horizontal line at its
+    p99, coloured by its verdict; left out when it has no finite p99."""
+    for probe in probes:
+        p99 = _finite(probe.get("p99_ms"))
+        if probe.get("kind") != "unloaded" or p99 is None or p99 <= 0:
+            continue
+        verdict = probe.get("verdict") or "no verdict"
+        axis.axhline(
+            p99,
+            color=VERDICT_COLOUR.get(verdict, NO_VERDICT_COLOUR),
+            linestyle=(0, (6, 3)),
+            linewidth=1.2,
+            label=f"unloaded p99 ({verdict})",
+            zorder=1,
+        )
 
 
 def _mark_answer(axis: Axes, result: Mapping[str, Any], slo_ms: float) -> None:
@@ -124,6 +146,7 @@ def plot_search(files: SearchFiles, path: Path) -> Path:
     top_ms = max([slo_ms * 4, *(value * 1.5 for value in finite)])
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
     _draw_probes(axis, files.probes, top_ms)
+    _draw_unloaded(axis, files.probes)
     _mark_answer(axis, result, slo_ms)
     slo_label = f"SLO: p{100 * percentile:g} <= {slo_ms:g} ms"
     axis.axhline(slo_ms, color="black", linestyle="--", linewidth=1, label=slo_label)

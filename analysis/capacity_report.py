@@ -1,7 +1,7 @@
 """A capacity search's and a capacity region's report.md, written into its directory with the
 plot beside it (analysis.capacity_plots): the headline (certified capacity, estimate with its
-95% interval, bracket, stop reason), the probe or ray table, and the image link. Read from the
-directory's JSON alone, so a report needs no warehouse."""
+95% interval, bracket, stop reason with its evidence, time spent), the probe or ray table, and
+the image link. Read from the directory's JSON alone, so a report needs no warehouse."""
 
 from __future__ import annotations
 
@@ -35,6 +35,20 @@ def _with_interval(value: Any, low: Any, high: Any) -> str:
     return f"{_cell(value)} [{_cell(low)}, {_cell(high)}]"
 
 
+def _stop_reason(row: Mapping[str, Any]) -> str:
+    """The stop reason and, when the search recorded it, the evidence behind it."""
+    reason = str(row["stop_reason"] or "unfinished")
+    return f"{reason}: {row['stop_detail']}" if row["stop_detail"] else reason
+
+
+def _spent(row: Mapping[str, Any]) -> str:
+    """The probes' wall time in minutes, and of what budget ('-' before capacity II)."""
+    if row["spent_s"] is None:
+        return "-"
+    budget = f" of a {row['budget_s'] / 60:g} min budget" if row["budget_s"] else ""
+    return f"{row['spent_s'] / 60:.1f} min{budget}"
+
+
 def search_summary(files: SearchFiles) -> list[tuple[str, str]]:
     """(label, text) lines of a search's headline: the answer, how it stopped, the probes."""
     row = search_row(files)
@@ -58,7 +72,8 @@ def search_summary(files: SearchFiles) -> list[tuple[str, str]]:
             ),
         ),
         ("bracket", bracket),
-        ("stop reason", str(row["stop_reason"] or "unfinished")),
+        ("stop reason", _stop_reason(row)),
+        ("spent", _spent(row)),
         ("probes", str(row["probes"])),
         ("flagged probes", _cell(row["flagged_probes"])),
         ("monotonicity violations", _cell(row["monotonicity_violations"])),
@@ -70,6 +85,7 @@ _PROBE_COLUMNS = (
     ("#", "index"),
     ("kind", "kind"),
     ("rate", "rate"),
+    ("window s", "window_s"),
     ("seed", "seed"),
     ("queries", "queries"),
     ("over SLO", "over_slo"),
@@ -95,6 +111,8 @@ def probe_table(probes: Sequence[Mapping[str, Any]]) -> str:
                 value = Path(str(value)).name
             if name == "flagged":
                 value = "yes" if value else ""
+            if name == "verdict" and probe.get("cannot_pass"):
+                value = f"{value} (cannot pass)"
             cells.append(_cell(value).replace("|", "/"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -24,7 +24,7 @@ import duckdb
 from analysis.db import WarehouseError, sql_text
 
 # The schema version this collobench writes and reads: the highest migration's number.
-CURRENT_VERSION = 6
+CURRENT_VERSION = 7
 # The version of a warehouse that has tables but no schema_info (written before issue 10).
 UNVERSIONED = 1
 # The migration that moves raw rows out to Parquet: its SQL file, then Python

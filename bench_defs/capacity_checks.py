@@ -1,10 +1,14 @@
 """The `capacity` asset's checks and metadata, computed from a search's capacity.json.
 
-- `capacity_bracket_within_precision`: the bracket [lo, hi] is within the search's precision
-  (hi / lo <= 1 + precision). A search that stopped for a reason that leaves no closed bracket
-  says why and passes (`infeasible`: even the lowest rate missed; `ceiling`: the pipeline met
-  the SLO up to its measured ceiling); one that ran out of probes (`max_probes`) with a wider
-  bracket fails with severity WARN (a longer budget or a coarser precision closes it).
+- `capacity_bracket_within_precision`: the bracket [lo, hi] (the certified rate and the lowest
+  rate proven missed above it) is within the search's precision (hi / lo <= 1 + precision).
+  Otherwise the stop reason says why, with capacity.json's `stop_detail` when it has one:
+  `infeasible` (the SLO is missed even without queueing: no rate meets it) and `ceiling` (met up
+  to the measured ceiling) pass, having answered the question; `converged` passes when the
+  lowest rate not met is within the precision (the rate above lo was merely not proven missed,
+  so the proven bracket is wider); `max_probes`, `budget` and `undecidable` fail with severity
+  WARN: the question was not answered to the precision (a larger budget, or a coarser
+  precision, answers it); any other wide bracket is an ERROR.
 - `capacity_probes_monotone`: at most one pair of probes out of monotone order (a met rate
   above a missed one, `monotonicity_violations`); more means the verdicts are noisier than the
   bracket assumes (probe window too short, or interference that varies between probes).
@@ -26,6 +30,18 @@ BRACKET_CHECK = "capacity_bracket_within_precision"
 MONOTONE_CHECK = "capacity_probes_monotone"
 MAX_MONOTONICITY_VIOLATIONS = 1
 DEFAULT_PRECISION = 0.05
+_TOLERANCE = 1e-12
+
+UNANSWERED = ("max_probes", "budget", "undecidable")
+"""Stop reasons that leave the question open: a wide bracket is a WARN, not an ERROR."""
+_MEANING = {
+    "infeasible": "the SLO is missed even without queueing (the unloaded probe missed it, or "
+    "the ceiling probe completed nothing), so no rate meets it",
+    "undecidable": "nothing met down to the lowest rate the time budget decides the percentile at",
+    "budget": "the time budget ran out with the bracket wider than the precision",
+    "max_probes": "the probe budget ran out with the bracket wider than the precision",
+}
+"""What a stop reason means, said when capacity.json has no stop_detail (an older search)."""
 
 
 def capacity_check_specs(asset: Any) -> list[dg.AssetCheckSpec]:
@@ -34,7 +50,8 @@ def capacity_check_specs(asset: Any) -> list[dg.AssetCheckSpec]:
             BRACKET_CHECK,
             asset=asset,
             description="hi / lo <= 1 + precision, or the stop reason says why there is no "
-            "closed bracket (infeasible, ceiling: pass; max_probes: WARN).",
+            "closed bracket (infeasible, ceiling, converged on a rate not proven missed: "
+            "pass; max_probes, budget, undecidable: WARN).",
         ),
         dg.AssetCheckSpec(
             MONOTONE_CHECK,
@@ -52,40 +69,78 @@ def _ratio(bracket: tuple[float, float | None]) -> float | None:
     return hi / lo
 
 
+def _evidence(result: CapacityResult) -> str | None:
+    """Why the search stopped: capacity.json's stop_detail, else what the reason means."""
+    return result.stop_detail or _MEANING.get(result.stop_reason)
+
+
+def lowest_not_met(result: CapacityResult) -> float | None:
+    """The lowest search rate above the certified one that was not met: where a converged
+    search stopped (bracket hi, the lowest rate proven missed, may lie above it)."""
+    lo = result.bracket[0]
+    rates = [
+        probe.rate
+        for probe in result.probes
+        if probe.kind == "search" and probe.verdict != "met" and probe.rate > lo
+    ]
+    return min(rates, default=None)
+
+
+def _open_bracket(result: CapacityResult, precision: float) -> str | None:
+    """Why a search that answered its question has no bracket within the precision (the
+    check passes, saying so); None when it did not answer it."""
+    lo = result.bracket[0]
+    if result.stop_reason == "infeasible":
+        return f"infeasible: {_evidence(result)}; no bracket"
+    if result.stop_reason == "ceiling":
+        return (
+            f"ceiling: met the SLO up to the measured ceiling "
+            f"({result.ceiling_qps or lo:.4g} q/s); nothing above it can be "
+            "offered, so the bracket stays open"
+        )
+    stopped = lowest_not_met(result)
+    if result.stop_reason != "converged" or stopped is None or lo <= 0:
+        return None
+    if stopped / lo > 1 + precision + _TOLERANCE:
+        return None
+    hi = result.bracket[1]
+    proven = (
+        "no rate above it was proven missed"
+        if hi is None
+        else f"the lowest rate proven missed is {hi:.4g} (hi/lo = {hi / lo:.4g})"
+    )
+    return (
+        f"converged: the lowest rate not met ({stopped:.4g}) is within 1 + {precision:g} of "
+        f"lo ({lo:.4g}), but was not proven missed; {proven}"
+    )
+
+
 def bracket_check(result: CapacityResult, precision: float) -> dg.AssetCheckResult:
     """`capacity_bracket_within_precision` of one search (see the module docstring)."""
     ratio = _ratio(result.bracket)
     metadata = {
         "stop_reason": result.stop_reason,
+        "stop_detail": result.stop_detail or dg.MetadataValue.null(),
         "precision": precision,
         "hi_over_lo": ratio if ratio is not None else dg.MetadataValue.null(),
     }
-    within = ratio is not None and ratio <= 1 + precision + 1e-12
-    if within:
+    if ratio is not None and ratio <= 1 + precision + _TOLERANCE:
         return dg.AssetCheckResult(
             check_name=BRACKET_CHECK,
             passed=True,
             metadata=metadata,
             description=f"hi/lo = {ratio:.4g} <= 1 + {precision:g}",
         )
-    if result.stop_reason == "infeasible":
-        description = "infeasible: even the lowest rate probed missed the SLO; no bracket"
+    answered = _open_bracket(result, precision)
+    if answered is not None:
         return dg.AssetCheckResult(
-            check_name=BRACKET_CHECK, passed=True, metadata=metadata, description=description
-        )
-    if result.stop_reason == "ceiling":
-        description = (
-            f"ceiling: met the SLO up to the measured ceiling "
-            f"({result.ceiling_qps or result.bracket[0]:.4g} q/s); nothing above it can be "
-            "offered, so the bracket stays open"
-        )
-        return dg.AssetCheckResult(
-            check_name=BRACKET_CHECK, passed=True, metadata=metadata, description=description
+            check_name=BRACKET_CHECK, passed=True, metadata=metadata, description=answered
         )
     shown = "open (no missed rate)" if ratio is None else f"{ratio:.4g}"
+    evidence = _evidence(result)
     severity = (
         dg.AssetCheckSeverity.WARN
-        if result.stop_reason == "max_probes"
+        if result.stop_reason in UNANSWERED
         else dg.AssetCheckSeverity.ERROR
     )
     return dg.AssetCheckResult(
@@ -94,7 +149,7 @@ def bracket_check(result: CapacityResult, precision: float) -> dg.AssetCheckResu
         severity=severity,
         metadata=metadata,
         description=f"{result.stop_reason} after {len(result.probes)} probes with hi/lo "
-        f"{shown} > 1 + {precision:g}",
+        f"{shown} > 1 + {precision:g}" + (f": {evidence}" if evidence else ""),
     )
 
 
@@ -115,16 +170,19 @@ def _optional_float(value: float | None) -> Any:
 
 
 def probes_markdown(result: CapacityResult) -> str:
-    """One row per probe: kind, rate, seed, queries, over-SLO, verdict, p99 and abort reason."""
+    """One row per probe: kind, rate, planned window, seed, queries, over-SLO, verdict (and
+    whether it was flagged or could not pass), p99 and abort reason."""
     lines = [
-        "| # | kind | rate | seed | queries | over SLO | verdict | p99 ms | abort |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| # | kind | rate | window s | seed | queries | over SLO | verdict | p99 ms | abort |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for probe in result.probes:
         p99 = "-" if probe.p99_ms is None else f"{probe.p99_ms:.4g}"
+        window = "-" if probe.window_s is None else f"{probe.window_s:.4g}"
         verdict = (probe.verdict or "-") + (" (flagged)" if probe.flagged else "")
+        verdict += " (cannot pass)" if probe.cannot_pass else ""
         lines.append(
-            f"| {probe.index} | {probe.kind} | {probe.rate:.4g} | {probe.seed} "
+            f"| {probe.index} | {probe.kind} | {probe.rate:.4g} | {window} | {probe.seed} "
             f"| {probe.queries} | {probe.over_slo} | {verdict} | {p99} "
             f"| {probe.abort_reason or ''} |"
         )
@@ -142,6 +200,8 @@ def result_metadata(result: CapacityResult, search_dir: Path) -> dict[str, Any]:
         "estimate_ci95": dg.MetadataValue.json(list(ci)) if ci else dg.MetadataValue.null(),
         "bracket": dg.MetadataValue.json(list(result.bracket)),
         "stop_reason": result.stop_reason,
+        "stop_detail": result.stop_detail or dg.MetadataValue.null(),
+        "spent_s": _optional_float(result.spent_s),
         "probes": len(result.probes),
         "slo_ms": result.slo_ms,
         "percentile": result.percentile,

@@ -49,22 +49,25 @@ CREATE TABLE IF NOT EXISTS run_files (
 -- Capacity searches (`collobench capacity`, stages/capacity): one row per search directory
 -- `<out>/<search_id>/`, from its search.json (what was asked) and capacity.json (the answer;
 -- the answer's columns are NULL while a search is unfinished). Loaded by
--- analysis.capacity.load_search, idempotently: delete-then-insert by search_id in one
+-- analysis.capacity_warehouse.load_search, idempotently: delete-then-insert by search_id in one
 -- transaction, together with the search's rows in capacity_probes. Rates are offered queries
 -- per second of the target pipeline; for a region ray (`ray` set, pipeline 'A+B') they are the
--- ray's scale s instead (pipeline i offered s * ray[i]).
+-- ray's scale s instead (pipeline i offered s * ray[i]). The columns after loaded_at came with
+-- version 7 (migrations/007_capacity_endings.sql adds them last, where ADD COLUMN puts them).
 CREATE TABLE IF NOT EXISTS capacity_searches (
     search_id VARCHAR PRIMARY KEY,
     pipeline VARCHAR NOT NULL,      -- the target pipeline ('A+B' for a region ray)
     slo_ms DOUBLE NOT NULL,         -- the latency objective
     percentile DOUBLE NOT NULL,     -- the percentile it bounds (0.99)
-    precision DOUBLE,               -- stop when bracket_hi / bracket_lo <= 1 + precision
+    precision DOUBLE,               -- converged when the lowest rate not met above
+                                    -- bracket_lo is within 1 + precision of it
     max_probes INTEGER,             -- the probe budget, the ceiling probe included
     probe_s DOUBLE,                 -- each probe's measured window
     with_rates JSON,                -- capacity.json `with`: co-runner -> fixed offered rate (q/s)
     ray JSON,                       -- region rays only: pipeline -> its rate per unit of s
     base_seed INTEGER,              -- the first probe's seed
-    min_rate DOUBLE,                -- below this the search calls the SLO infeasible
+    min_rate DOUBLE,                -- a floor the search does not probe below; NULL: the
+                                    -- lowest rate the time budget decides is the floor
     spec_source VARCHAR,
     spec_hash VARCHAR,              -- sha256 of the normalised spec
     certified_qps DOUBLE,           -- the highest met rate below the lowest not-met one
@@ -72,8 +75,11 @@ CREATE TABLE IF NOT EXISTS capacity_searches (
     estimate_ci95_low DOUBLE,       -- estimate_ci95[0]
     estimate_ci95_high DOUBLE,      -- estimate_ci95[1]
     bracket_lo DOUBLE,              -- bracket[0] (the certified rate)
-    bracket_hi DOUBLE,              -- bracket[1]; NULL when nothing above bracket_lo failed
-    stop_reason VARCHAR,            -- converged | max_probes | infeasible | ceiling; NULL: running
+    bracket_hi DOUBLE,              -- the lowest rate proven missed above bracket_lo; NULL
+                                    -- when none was (the search stops on the lowest rate
+                                    -- not met, which may lie below it)
+    -- converged | max_probes | infeasible | ceiling | undecidable | budget; NULL: still running
+    stop_reason VARCHAR,
     ceiling_qps DOUBLE,             -- the ceiling probe's throughput
     monotonicity_violations INTEGER, -- pairs of probes out of monotone order
     flagged_probes INTEGER,         -- probes undecided on two seeds
@@ -81,36 +87,49 @@ CREATE TABLE IF NOT EXISTS capacity_searches (
     estimate_method VARCHAR,        -- how the estimate and its interval were computed
     complete BOOLEAN NOT NULL,      -- capacity.json was there (the search ended)
     search_dir VARCHAR NOT NULL,    -- where the search directory was when it was loaded
-    loaded_at TIMESTAMPTZ NOT NULL
+    loaded_at TIMESTAMPTZ NOT NULL,
+    stop_detail VARCHAR,            -- the evidence behind stop_reason, a sentence; NULL: none
+    spent_s DOUBLE,                 -- wall time of every probe (s); NULL: running, or older
+    budget_s DOUBLE,                -- the search's time budget (s, --budget-min); NULL: unbounded
+    min_queries INTEGER             -- measured queries a probe holds at least; NULL: LoadGen's
+                                    -- minimum for the percentile (459 at p99)
 );
 
 -- One row per probe of a search (capacity.json's `probes`, or probes.jsonl while the search is
--- unfinished): a run of the spec at one offered rate, or the closed-loop ceiling probe.
+-- unfinished): a run of the spec at one offered rate, the closed-loop ceiling probe, or the
+-- unloaded probe (one query at a time; it has a verdict, but is not a search probe). The
+-- columns after pipelines came with version 7 (007_capacity_endings.sql adds them last).
 CREATE TABLE IF NOT EXISTS capacity_probes (
     search_id VARCHAR NOT NULL,
     probe_index INTEGER NOT NULL,   -- the probe's `index`: 0, 1, ... in the order they ran
-    kind VARCHAR NOT NULL,          -- ceiling | search
-    rate DOUBLE NOT NULL,           -- offered q/s of the target (a ray: the scale s)
+    kind VARCHAR NOT NULL,          -- ceiling | search | unloaded
+    rate DOUBLE NOT NULL,           -- offered q/s of the target (a ray: the scale s); 0:
+                                    -- the ceiling and unloaded probes (closed loop)
     seed INTEGER NOT NULL,          -- the spec seed it ran with (a re-probe takes the next)
     queries BIGINT NOT NULL,        -- the target's measured queries, failures included
     over_slo BIGINT NOT NULL,       -- of them over the SLO, failures counted as over
     over_slo_share DOUBLE,          -- over_slo / queries; NULL when no query was measured
-    verdict VARCHAR,                -- met | missed | undecided; NULL for the ceiling probe
+    verdict VARCHAR,                -- met | missed | undecided; NULL: the ceiling probe, a failure
     p99_ms DOUBLE,                  -- the target's p99 over every measured query
-    abort_reason VARCHAR,           -- why the probe stopped early (it could no longer pass)
+    abort_reason VARCHAR,           -- why it stopped early (could no longer pass: see
+                                    -- cannot_pass; a growing backlog: missed), or failed
     run_dir VARCHAR,                -- the probe's run directory; NULL when simulated
     flagged BOOLEAN NOT NULL,       -- undecided on two seeds: counted as not met
     throughput_qps DOUBLE,          -- the target's completed ok queries per second
     duration_s DOUBLE,              -- wall time of the probe
     design_effect DOUBLE,           -- variance inflation from bursts the verdict divided by
-    pipelines JSON                  -- every pipeline's figures in the probe, by name
+    pipelines JSON,                 -- every pipeline's figures in the probe, by name
+    window_s DOUBLE,                -- the measured window planned (s); NULL: recorded before
+                                    -- windows were sized by rate
+    cannot_pass BOOLEAN DEFAULT false -- stopped early by the count rule without proof of a
+                                    -- miss: verdict undecided, counted as not met
 );
 
 -- One row per ray of a capacity region (`collobench capacity --region A,B`, region.json in
 -- `<out>/<region_id>/`): along the ray, pipeline A is offered s * direction_a * solo_capacity_a
 -- and B s * direction_b * solo_capacity_b (direction = (cos, sin) of angle_deg); s is the
--- ray's searched scale. Loaded by analysis.capacity.load_region, delete-then-insert by
--- region_id.
+-- ray's searched scale. Loaded by analysis.capacity_warehouse.load_region, delete-then-insert
+-- by region_id.
 CREATE TABLE IF NOT EXISTS capacity_region_rays (
     region_id VARCHAR NOT NULL,
     ray_index INTEGER NOT NULL,     -- the ray's index k = 1..rays, from the A axis towards B

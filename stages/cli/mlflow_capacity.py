@@ -1,9 +1,11 @@
 """Record a capacity search directory in MLflow: one parent run per search (its settings as
-params, the answer as metrics, capacity.json and the plot as artifacts) and one nested child
-per probe (rate, seed and kind as params; queries, over-SLO count and p99 as metrics; the
-verdict as a tag). Same conventions as stages/cli/mlflow_log.py, through the same helpers
-(stages/cli/mlflow_client.py: experiment, tags, quiet MLflow, never failing the caller: any
-MLflow error is one warning and None).
+params, the answer and the time spent as metrics, the stop reason and its evidence as tags,
+capacity.json and the plot as artifacts) and one nested child per probe (rate, seed and kind as
+params; queries, over-SLO count, p99 and the planned window as metrics; the verdict and
+cannot_pass as tags; the ceiling and unloaded probes are children too, at rate 0). Same
+conventions as stages/cli/mlflow_log.py, through the same helpers (stages/cli/mlflow_client.py:
+experiment, tags, quiet MLflow, never failing the caller: any MLflow error is one warning and
+None).
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ def search_params(settings: SearchSettings) -> dict[str, str]:
         "with": settings.with_rates,
         "base_seed": settings.base_seed,
         "min_rate": settings.min_rate,
+        "min_queries": settings.min_queries,  # null: LoadGen's minimum for the percentile
+        "budget_s": settings.budget_s,  # null: unbounded
     }
     if settings.ray is not None:
         values["ray"] = settings.ray
@@ -132,6 +136,7 @@ def search_metrics(result: CapacityResult | None, probes: list[ProbeRecord]) -> 
             "probes": len(probes),
             "flagged_probes": result.flagged_probes,
             "monotonicity_violations": result.monotonicity_violations,
+            "spent_s": result.spent_s,
         }
     )
 
@@ -147,6 +152,7 @@ def probe_metrics(probe: ProbeRecord) -> dict[str, float]:
             "p99_ms": probe.p99_ms,
             "throughput_qps": probe.throughput_qps,
             "duration_s": probe.duration_s,
+            "window_s": probe.window_s,
         }
     )
 
@@ -169,10 +175,13 @@ def _log_probe(
             "verdict": probe.verdict or "none",
             "abort_reason": probe.abort_reason,
             "flagged": str(probe.flagged).lower(),
+            "cannot_pass": str(probe.cannot_pass).lower(),
             "run_dir": probe.run_dir,
         }
     )
-    name = f"probe {probe.index}: {probe.kind} at {probe.rate:g}"
+    # the ceiling and unloaded probes run closed loop: their rate (0) names nothing
+    at = f" at {probe.rate:g}" if probe.kind == "search" else ""
+    name = f"probe {probe.index}: {probe.kind}{at}"
     child = client.create_run(experiment_id, tags=tags, run_name=name)
     child_id = str(child.info.run_id)
     params = {"rate": probe.rate, "seed": probe.seed, "kind": probe.kind, "index": probe.index}
@@ -231,6 +240,7 @@ def _log(search_dir: Path, tracking_uri: str, experiment: str) -> str:
         TAG_SEARCH_ID: settings.search_id,
         TAG_CONTENT: content,
         "stop_reason": result.stop_reason if result is not None else "unfinished",
+        "stop_detail": result.stop_detail if result is not None else None,
         "pipeline": settings.pipeline,
         "spec_hash": settings.spec_hash,
         "spec_source": settings.spec_source,

@@ -36,6 +36,8 @@ class Probe:
     flagged: bool = False
     abort_reason: str | None = None
     duration_s: float | None = 20.0
+    window_s: float | None = None
+    cannot_pass: bool = False
 
 
 @dataclass
@@ -55,6 +57,10 @@ class Search:
     ceiling_qps: float | None = 300.0
     monotonicity_violations: int = 0
     ray: dict[str, float] | None = None
+    stop_detail: str | None = None
+    spent_s: float | None = None
+    budget_s: float | None = None
+    min_queries: int | None = None
 
     def settings(self) -> SearchSettings:
         return SearchSettings.model_validate(
@@ -67,6 +73,8 @@ class Search:
                 "with": self.with_rates,
                 "min_rate": 1.0,
                 "ray": self.ray,
+                "budget_s": self.budget_s,
+                "min_queries": self.min_queries,
             }
         )
 
@@ -86,6 +94,8 @@ class Search:
                 flagged=probe.flagged,
                 throughput_qps=probe.rate * 0.99,
                 duration_s=probe.duration_s,
+                window_s=probe.window_s,
+                cannot_pass=probe.cannot_pass,
             )
             for index, probe in enumerate(self.probes)
         ]
@@ -108,6 +118,8 @@ class Search:
                 "ceiling_qps": self.ceiling_qps,
                 "monotonicity_violations": self.monotonicity_violations,
                 "flagged_probes": sum(probe.flagged for probe in self.probes),
+                "stop_detail": self.stop_detail,
+                "spent_s": self.spent_s,
             }
         )
 
@@ -144,6 +156,48 @@ def classify_search(search_id: str = "classify-50ms") -> Search:
         estimate_ci95=(168.0, 185.0),
         bracket=(170.8, 178.4),
         stop_reason="converged",
+    )
+
+
+UNDECIDABLE_DETAIL = (
+    "nothing met down to 3.4 q/s, the lowest rate whose p99 this time budget decides (459 "
+    "queries a probe); the unloaded probe met the SLO; --budget-min 30 would probe down to "
+    "1.7 q/s"
+)
+
+
+def slow_search(search_id: str = "slow-llm") -> Search:
+    """An `undecidable` search of a slow pipeline (capacity II): ceiling probe, a missed rate,
+    a rate stopped by the count rule without proof (cannot_pass, undecided), then the unloaded
+    probe (rate 0, one query at a time), which met; windows sized by rate, a 15 min budget."""
+    return Search(
+        search_id=search_id,
+        probes=[
+            Probe(0.0, None, 600, 0, 900.0, kind="ceiling", window_s=20.0),
+            Probe(6.8, "missed", 300, 120, 4000.0, window_s=74.3, abort_reason="backlog grows"),
+            Probe(
+                3.4,
+                "undecided",
+                40,
+                6,
+                2100.0,
+                window_s=148.5,
+                abort_reason="6 over the SLO: more than 459 queries may have and be met",
+                cannot_pass=True,
+            ),
+            Probe(0.0, "met", 459, 0, 1300.0, kind="unloaded", window_s=150.0, duration_s=600.0),
+        ],
+        certified_qps=None,
+        estimate_qps=None,
+        estimate_ci95=None,
+        bracket=(0.0, 6.8),
+        stop_reason="undecidable",
+        slo_ms=2000.0,
+        ceiling_qps=13.6,
+        stop_detail=UNDECIDABLE_DETAIL,
+        spent_s=840.5,
+        budget_s=900.0,
+        min_queries=459,
     )
 
 

@@ -1,7 +1,10 @@
 """The capacity warehouse (analysis.capacity_warehouse): loading a search twice leaves one copy, the
 `capacity` view's figures follow from the probes, an unfinished search loads from probes.jsonl,
 the `capacity_region` view normalises each ray by the solo capacities, a version-2 warehouse
-migrates, and the reports write their plots and link them."""
+migrates, and the reports write their plots and link them. Capacity II: the endings' evidence,
+the time spent, the planned windows, cannot-pass and unloaded probes load (and an older search
+without them still does), the unloaded probe's verdict is no search verdict, a version-6
+warehouse gains the columns, and the plot draws the unloaded probe as a line."""
 
 from __future__ import annotations
 
@@ -26,13 +29,17 @@ from analysis.report_entries import ReportCatalogueError
 from analysis.views_not_per_run import CAPACITY_CATALOGUE
 from tests.analysis.capacity_dirs import (
     SOLO_QPS,
+    UNDECIDABLE_DETAIL,
     Probe,
     Search,
     classify_search,
     ray,
+    slow_search,
     write_region,
 )
 from tests.analysis.runs import single_pipeline_run
+from tests.analysis.test_migrations import table_columns
+from tests.helpers import REPO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -242,7 +249,7 @@ def test_search_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
     assert "embed at 12.5 q/s" in text and "converged" in text
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(table) == 1 + len(search.probes)  # header + one line per probe
-    assert "| 5 | search | 178.4 | 5 | 3000 | 29 | undecided | 51 | yes |" in text
+    assert "| 5 | search | 178.4 | - | 5 | 3000 | 29 | undecided | 51 | yes |" in text
 
 
 def test_an_unfinished_or_infeasible_search_still_plots(tmp_path: Path) -> None:
@@ -290,3 +297,163 @@ def test_a_probe_s_design_effect_is_kept(tmp_path: Path) -> None:
         "SELECT probe_index, design_effect FROM capacity_probes WHERE design_effect IS NOT NULL"
     ).fetchall()
     assert found == [(1, 2.5)]
+
+
+# ---------------------------------------------------------------- capacity II
+
+
+def documented_capacity_columns() -> list[str]:
+    """The `capacity` view's columns as docs/contracts.md lists them (the output contract)."""
+    text = (REPO / "docs" / "contracts.md").read_text()
+    section = text[text.index("#### `capacity`\n") :]
+    line = next(row for row in section.splitlines() if row.startswith("Columns: "))
+    return [name.strip("`.") for name in line.removeprefix("Columns: ").split(", ")]
+
+
+def test_a_slow_search_loads_its_ending_windows_and_unloaded_probe(tmp_path: Path) -> None:
+    search = slow_search()
+    connection = duckdb.connect(str(tmp_path / "w.duckdb"))
+    load_search(connection, search.write(tmp_path))
+    searched = connection.execute(
+        "SELECT stop_reason, stop_detail, spent_s, budget_s, min_queries, bracket_lo, bracket_hi "
+        "FROM capacity_searches"
+    ).fetchall()
+    assert searched == [("undecidable", UNDECIDABLE_DETAIL, 840.5, 900.0, 459, 0.0, 6.8)]
+    probes = connection.execute(
+        "SELECT kind, rate, verdict, window_s, cannot_pass FROM capacity_probes "
+        "ORDER BY probe_index"
+    ).fetchall()
+    assert probes == [(p.kind, p.rate, p.verdict, p.window_s, p.cannot_pass) for p in search.probes]
+    frame = connection.execute("SELECT * FROM capacity").df()
+    # The view's columns are the documented contract: the new ones last, none reordered.
+    assert list(frame.columns) == documented_capacity_columns()
+    assert list(frame.columns)[-2:] == ["stop_detail", "spent_s"]
+    row = frame.iloc[0]
+    assert (row["stop_detail"], row["spent_s"]) == (UNDECIDABLE_DETAIL, 840.5)
+    # The unloaded probe met, but it is no rate of the search: no met search probe.
+    expected = {
+        "probes": 4,
+        "search_probes": 2,
+        "met_probes": 0,
+        "missed_probes": 1,
+        "undecided_probes": 1,
+        "aborted_probes": 2,
+        "flagged_probes": 0,
+    }
+    assert {key: int(row[key]) for key in expected} == expected
+    assert row["probe_time_s"] == pytest.approx(sum(p.duration_s or 0 for p in search.probes))
+
+
+def _strip(document: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {key: value for key, value in document.items() if key not in names}
+
+
+def test_a_search_written_before_capacity_ii_still_loads_and_reports(tmp_path: Path) -> None:
+    folder = classify_search().write(tmp_path)
+    new_probe_fields = ("window_s", "cannot_pass")
+    settings = json.loads((folder / capacity_warehouse.SEARCH_FILE).read_text())
+    old_settings = _strip(settings, ("budget_s", "min_queries"))
+    (folder / capacity_warehouse.SEARCH_FILE).write_text(json.dumps(old_settings))
+    result = _strip(
+        json.loads((folder / capacity_warehouse.CAPACITY_FILE).read_text()),
+        ("stop_detail", "spent_s"),
+    )
+    result["probes"] = [_strip(probe, new_probe_fields) for probe in result["probes"]]
+    (folder / capacity_warehouse.CAPACITY_FILE).write_text(json.dumps(result))
+    lines = [json.dumps(probe) for probe in result["probes"]]
+    (folder / capacity_warehouse.PROBES_FILE).write_text("\n".join(lines) + "\n")
+    assert "window_s" not in (folder / capacity_warehouse.CAPACITY_FILE).read_text()
+
+    connection = duckdb.connect(str(tmp_path / "w.duckdb"))
+    load_search(connection, folder)
+    assert connection.execute(
+        "SELECT stop_detail, spent_s, budget_s, min_queries FROM capacity_searches"
+    ).fetchall() == [(None, None, None, None)]
+    assert connection.execute(
+        "SELECT count(*), count(window_s), bool_or(cannot_pass) FROM capacity_probes"
+    ).fetchall() == [(len(result["probes"]), 0, False)]
+    assert connection.execute("SELECT stop_detail, spent_s FROM capacity").fetchall() == [
+        (None, None)
+    ]
+    text = capacity_warehouse.write_search_report(folder).read_text()
+    assert "- **stop reason**: converged\n- **spent**: -\n" in text
+
+
+def test_a_version_6_warehouse_gains_the_capacity_ii_columns(tmp_path: Path, db_path: Path) -> None:
+    load_capacity_dirs([classify_search().write(tmp_path / "out")], db_path)
+    connection = duckdb.connect(str(db_path))
+    try:  # back to version 6: the capacity tables without the columns of version 7
+        for table, column in (
+            ("capacity_searches", "stop_detail"),
+            ("capacity_searches", "spent_s"),
+            ("capacity_searches", "budget_s"),
+            ("capacity_searches", "min_queries"),
+            ("capacity_probes", "window_s"),
+            ("capacity_probes", "cannot_pass"),
+        ):
+            connection.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        connection.execute("DELETE FROM schema_info WHERE version = 7")
+        connection.execute("INSERT INTO schema_info VALUES (6, 'collobench 6', now())")
+        connection.execute("UPDATE summaries_version SET views_sha256 = 'version 6'")
+    finally:
+        connection.close()
+    said: list[str] = []
+    load_runs([single_pipeline_run(tmp_path / "runs").write()], db_path, notify=said.append)
+    assert said == [f"{db_path}: upgraded the warehouse schema from version 6 to 7"]
+    fresh = tmp_path / "fresh.duckdb"
+    load_capacity_dirs([slow_search().write(tmp_path / "out")], fresh)
+    assert table_columns(db_path) == table_columns(fresh)
+    # The search loaded before: new columns NULL, cannot_pass false, the view answers.
+    _, probes = run_query(db_path, "SELECT count(*), count(window_s), bool_or(cannot_pass) "
+                          "FROM capacity_probes")  # fmt: skip
+    assert probes == [(len(classify_search().probes), 0, False)]
+    _, view = run_query(db_path, "SELECT met_probes, stop_detail, spent_s FROM capacity")
+    assert view == [(3, None, None)]
+
+
+def test_the_plot_draws_the_unloaded_probe_as_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unloaded probe (rate 0) is a dashed line at its p99, not a point at x = 0 on the log
+    axis; a search with no search probe at all (infeasible at once) still plots."""
+    from analysis import capacity_plots
+
+    drawn: list[Any] = []
+    save = capacity_plots._save
+
+    def keep_axis(figure: Any, path: Path) -> Path:
+        drawn.append(figure.axes[0])
+        return save(figure, path)
+
+    monkeypatch.setattr(capacity_plots, "_save", keep_axis)
+    search = slow_search()
+    report = capacity_warehouse.write_search_report(search.write(tmp_path)).read_text()
+    axis = drawn[-1]
+    points = [offset for group in axis.collections for offset in group.get_offsets()]
+    assert points and all(x > 0 for x, _ in points)  # every marker has a rate
+    assert sorted(x for x, _ in points) == [3.4, 6.8]  # the two search probes
+    unloaded = [line for line in axis.get_lines() if line.get_label() == "unloaded p99 (met)"]
+    assert len(unloaded) == 1 and list(unloaded[0].get_ydata()) == [1300.0, 1300.0]
+    assert f"undecidable: {UNDECIDABLE_DETAIL}" in report
+    assert "- **spent**: 14.0 min of a 15 min budget" in report
+    assert "| 3 | unloaded | 0 | 150 | 3 | 459 | 0 | met | 1300 |" in report
+    assert "| undecided (cannot pass) |" in report
+
+    hopeless = Search(
+        search_id="hopeless-unloaded",
+        probes=[
+            Probe(0.0, None, 0, 0, None, kind="ceiling"),
+            Probe(0.0, "missed", 459, 459, 86.0, kind="unloaded", window_s=60.0),
+        ],
+        certified_qps=None,
+        estimate_qps=None,
+        estimate_ci95=None,
+        bracket=(0.0, None),
+        stop_reason="infeasible",
+        ceiling_qps=None,
+        stop_detail="the unloaded p99 misses the SLO",
+    )
+    capacity_warehouse.write_search_report(hopeless.write(tmp_path))
+    assert not drawn[-1].collections  # no probe point at all
+    labels = [line.get_label() for line in drawn[-1].get_lines()]
+    assert labels == ["unloaded p99 (missed)", "SLO: p99 <= 50 ms"]

@@ -157,16 +157,17 @@ def test_a_newer_warehouse_is_refused_by_loader_readers_and_cli(
 ) -> None:
     single = single_pipeline_run(tmp_path).write()
     load_runs([single], db_path)
-    set_version(db_path, 7)
+    newer = CURRENT_VERSION + 1
+    set_version(db_path, newer)
     expected = (
-        f"{db_path}: warehouse schema version 7 is newer than this collobench "
+        f"{db_path}: warehouse schema version {newer} is newer than this collobench "
         f"({CURRENT_VERSION}); upgrade collobench or load into a new file"
     )
     colloc = collocated_run(tmp_path).write()
     with pytest.raises(SchemaMismatch) as caught:
         load_runs([colloc], db_path)
     assert str(caught.value) == expected
-    with pytest.raises(SchemaMismatch, match="version 7 is newer"):
+    with pytest.raises(SchemaMismatch, match=f"version {newer} is newer"):
         connect_read_only(db_path)
 
     loaded = runner.invoke(app, ["load", str(colloc), "--db", str(db_path)])

@@ -1,6 +1,7 @@
 """log_search against a real MLflow sqlite store: a parent run per search with its settings,
-answer, tags and artifacts, a nested child per probe, idempotent re-logging, and a resumed
-search replacing its earlier record."""
+answer, tags and artifacts, a nested child per probe, idempotent re-logging, a resumed
+search replacing its earlier record, and a capacity II search (budget, time spent, stop detail,
+windows, an unloaded and a cannot-pass probe)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from mlflow.entities import Run
 from stages.cli.mlflow_capacity import log_search
 from stages.contracts.capacity_files import CAPACITY_FILE
 from stages.settings import default_tracking_uri
-from tests.analysis.capacity_dirs import Search, classify_search
+from tests.analysis.capacity_dirs import UNDECIDABLE_DETAIL, Search, classify_search, slow_search
 
 pytestmark = pytest.mark.slow  # the sqlite store's migrations take about ten seconds
 
@@ -119,3 +120,27 @@ def test_a_failure_is_one_warning_and_none(
     with caplog.at_level(logging.WARNING):
         assert log_search(broken, logged.tracking_uri) is None
     assert "could not log capacity search" in caplog.text
+
+
+def test_a_slow_search_logs_its_budget_spent_time_and_unloaded_probe(
+    tmp_path: Path, logged: Logged
+) -> None:
+    search = slow_search()
+    parent_id = log_search(search.write(tmp_path), logged.tracking_uri)
+    assert parent_id is not None
+    parent = logged.client.get_run(parent_id)
+    assert parent.info.status == "FINISHED"
+    params, metrics, tags = parent.data.params, parent.data.metrics, parent.data.tags
+    assert (params["budget_s"], params["min_queries"]) == ("900.0", "459")
+    assert metrics["spent_s"] == 840.5 and "certified_qps" not in metrics
+    assert (tags["stop_reason"], tags["stop_detail"]) == ("undecidable", UNDECIDABLE_DETAIL)
+    children = _children(logged.client, parent)
+    assert [child.data.params["kind"] for child in children] == [p.kind for p in search.probes]
+    unloaded = children[-1]
+    assert unloaded.info.run_name == "probe 3: unloaded"
+    assert unloaded.data.tags["verdict"] == "met" and unloaded.data.metrics["window_s"] == 150.0
+    assert [child.data.tags["cannot_pass"] for child in children] == [
+        str(probe.cannot_pass).lower() for probe in search.probes
+    ]
+    # the settings of an older search (no budget, no minimum) are logged as null
+    assert logged.parent.data.params["budget_s"] == "null"

@@ -1,17 +1,25 @@
 -- capacity: one row per loaded capacity search (capacity_searches, capacity_probes; loaded by
--- analysis.capacity.load_search), the answer beside how it was reached.
+-- analysis.capacity_warehouse.load_search), the answer beside how it was reached.
 --   certified_qps       the highest met rate below the lowest not-met one (conservative);
 --   estimate_qps        where the isotonic fit of the over-SLO share crosses 1 - percentile,
 --                       with its block-bootstrap 95% interval estimate_qps_ci_low/high;
---   bracket_lo/hi       the certified rate and the lowest not-met rate above it;
---   bracket_ratio       bracket_hi / bracket_lo: the search converged once it is at most
---                       1 + precision (NULL while one end is missing);
+--   bracket_lo/hi       the certified rate and the lowest rate proven missed above it (NULL
+--                       when none was: the search stops on the lowest rate not met, which
+--                       may lie below bracket_hi);
+--   bracket_ratio       bracket_hi / bracket_lo, the width the capacity is known to at 99%
+--                       either side (NULL while one end is missing);
 --   within_precision    bracket_ratio <= 1 + precision;
---   probes ...          probes recorded, of them search probes (not the ceiling probe), met,
---                       missed, undecided (a re-probe follows an undecided one), flagged
---                       (undecided on two seeds), aborted (stopped early: abort_reason set);
---   probe_time_s        the probes' summed wall time;
---   monotonicity_violations, stop_reason, ceiling_qps as capacity.json says.
+--   probes ...          probes recorded (every kind), of them search probes (not the ceiling
+--                       or the unloaded probe), and of the search probes: met, missed,
+--                       undecided (a re-probe follows an undecided one, unless it could not
+--                       pass), flagged (undecided on two seeds), aborted (stopped early:
+--                       abort_reason set). The unloaded probe's verdict is not counted: it
+--                       is not a rate of the search;
+--   probe_time_s        the probes' summed wall time (every kind);
+--   monotonicity_violations, stop_reason, ceiling_qps as capacity.json says;
+--   stop_detail         the evidence behind stop_reason, a sentence (NULL: none, or a search
+--                       written before capacity II);
+--   spent_s             capacity.json's wall time of every probe (NULL while running).
 -- For a region ray (pipeline 'A+B') every rate is the ray's scale s (see capacity_region).
 CREATE OR REPLACE VIEW capacity AS
 WITH counted AS (
@@ -19,11 +27,11 @@ WITH counted AS (
         search_id,
         count(*) AS probes,
         count(*) FILTER (WHERE kind = 'search') AS search_probes,
-        count(*) FILTER (WHERE verdict = 'met') AS met_probes,
-        count(*) FILTER (WHERE verdict = 'missed') AS missed_probes,
-        count(*) FILTER (WHERE verdict = 'undecided') AS undecided_probes,
-        count(*) FILTER (WHERE flagged) AS flagged,
-        count(*) FILTER (WHERE abort_reason IS NOT NULL) AS aborted_probes,
+        count(*) FILTER (WHERE kind = 'search' AND verdict = 'met') AS met_probes,
+        count(*) FILTER (WHERE kind = 'search' AND verdict = 'missed') AS missed_probes,
+        count(*) FILTER (WHERE kind = 'search' AND verdict = 'undecided') AS undecided_probes,
+        count(*) FILTER (WHERE kind = 'search' AND flagged) AS flagged,
+        count(*) FILTER (WHERE kind = 'search' AND abort_reason IS NOT NULL) AS aborted_probes,
         sum(duration_s) AS probe_time_s
     FROM capacity_probes
     GROUP BY search_id
@@ -58,7 +66,9 @@ SELECT
     s.complete,
     s.spec_hash,
     s.search_dir,
-    s.loaded_at
+    s.loaded_at,
+    s.stop_detail,
+    s.spent_s
 FROM capacity_searches AS s
 LEFT JOIN counted AS c ON c.search_id = s.search_id;
 
