@@ -13,11 +13,12 @@ is the only evidence for `infeasible`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from stages.capacity import probe_plan
+from stages.capacity import confirmation, probe_plan
 from stages.capacity.estimate import estimate_capacity
 from stages.contracts.capacity_files import (
     CapacityResult,
@@ -32,10 +33,6 @@ RAY_START_SCALE = 0.5
 RAY_MAX_SCALE = 8.0
 """A ray's ceiling: met at s = 8 stops the ray with `ceiling` (no closed-loop probe on rays)."""
 _RELATIVE_TOLERANCE = 1e-9
-CONFIRMING_SEEDS = 2
-"""A search stops `converged` or `ceiling` only once its certified rate met the SLO on this
-many seeds: a short probe at a rate a little above capacity often holds no over-SLO burst at
-all and passes; a second, independent window at the same rate rarely does too."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +48,7 @@ class ProbeRequest:
     reprobe: bool
     window_s: float | None = None
     min_queries: int = 0
+    confirming: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,9 +57,6 @@ class _Outcome:
 
     rate: float
     met: bool
-    seed: int
-    missed: bool = False
-    """Proven missed (the mirror test, or a growing backlog), not merely not met."""
 
 
 @dataclass(frozen=True)
@@ -83,19 +78,18 @@ def _read_history(probes: Sequence[ProbeRecord]) -> _History:
     pending: ProbeRecord | None = None
     flagged = 0
     for probe in probes:
-        if probe.kind != "search":
+        if probe.kind != "search" or probe.confirming:
             continue
         second_try = pending is not None and _same_rate(pending.rate, probe.rate)
         pending = None  # a first try never re-probed (another rate came next) decides nothing
         twice_undecided = probe.flagged or (second_try and probe.verdict == "undecided")
         if twice_undecided:
             flagged += 1
-            outcomes.append(_Outcome(probe.rate, met=False, seed=probe.seed))
+            outcomes.append(_Outcome(probe.rate, met=False))
         elif probe.verdict == "undecided" and not probe.cannot_pass:
             pending = probe
         else:  # met, missed, cannot pass, or None (failed): only met counts as met
-            met, missed = probe.verdict == "met", probe.verdict == "missed"
-            outcomes.append(_Outcome(probe.rate, met, probe.seed, missed))
+            outcomes.append(_Outcome(probe.rate, met=probe.verdict == "met"))
     return _History(outcomes, pending, flagged)
 
 
@@ -107,10 +101,15 @@ def _bracket(outcomes: Sequence[_Outcome]) -> tuple[float | None, float | None]:
     return (max(met) if met else None), high
 
 
-def _lowest_missed(outcomes: Sequence[_Outcome], above: float | None) -> float | None:
-    """The lowest rate proven missed above `above` (the certified rate): the bracket's high
-    end, which the capacity lies below at 99% (a rate merely not met may lie below it)."""
-    missed = [o.rate for o in outcomes if o.missed and (above is None or o.rate > above)]
+def _lowest_missed(probes: Sequence[ProbeRecord], above: float | None) -> float | None:
+    """The lowest rate a search probe proved missed above `above` (the certified rate): the
+    bracket's high end, which the capacity lies below at 99% (a rate merely not met may lie
+    below it)."""
+    missed = [
+        p.rate
+        for p in probes
+        if p.kind == "search" and p.verdict == "missed" and (above is None or p.rate > above)
+    ]
     return min(missed) if missed else None
 
 
@@ -129,15 +128,15 @@ def _search_ceiling(settings: SearchSettings, probes: Sequence[ProbeRecord]) -> 
 
 
 def _next_request(
-    settings: SearchSettings, ceiling: float, history: _History
+    settings: SearchSettings, ceiling: float, probes: Sequence[ProbeRecord], history: _History
 ) -> ProbeRequest | StopReason:
     """The next search probe: bracket on log rate, then bisect at the geometric midpoint;
-    before the search stops `converged` or `ceiling`, its certified rate is confirmed."""
+    before the search stops `converged` or `ceiling`, its rate is confirmed (second phase)."""
     rate = _next_rate(settings, ceiling, history)
     if isinstance(rate, float):
         return _request(settings, "search", rate, settings.base_seed)
     if rate in ("converged", "ceiling"):
-        return _confirming(settings, history) or rate
+        return _confirming(settings, probes, history) or rate
     return rate
 
 
@@ -203,23 +202,26 @@ def _request(
             min(probe_plan.UNLOADED_MAX_WINDOWS * settings.probe_s, cap_s),
             minimum,
         )
-    window = min(probe_plan.window_s(settings, rate, minimum), cap_s)
-    # A window cut by the cap holds fewer queries (only a confirming probe's can be cut).
-    fitting = int(probe_plan.slowest_rate_qps(settings, rate) * window / probe_plan.QUERY_MARGIN)
-    return ProbeRequest(kind, rate, seed, reprobe, window, min(minimum, max(fitting, 1)))
+    wanted_s = probe_plan.window_s(settings, rate, minimum)
+    if wanted_s > cap_s:  # a window cut by the cap holds fewer queries
+        fitting = probe_plan.slowest_rate_qps(settings, rate) * cap_s / probe_plan.QUERY_MARGIN
+        minimum = min(minimum, max(int(fitting), 1))
+    return ProbeRequest(kind, rate, seed, reprobe, min(wanted_s, cap_s), minimum)
 
 
-def _confirming(settings: SearchSettings, history: _History) -> ProbeRequest | None:
-    """The probe that confirms the certified rate on one more seed, with a longer window
-    (probe_plan.confirming_queries), until it met on CONFIRMING_SEEDS seeds; None then."""
-    certified = _bracket(history.outcomes)[0]
-    if certified is None:
+def _confirming(
+    settings: SearchSettings, probes: Sequence[ProbeRecord], history: _History
+) -> ProbeRequest | None:
+    """The next confirming probe (stages.capacity.confirmation), each on a new seed; None once
+    a confirming probe met, or with nothing to confirm."""
+    found = _bracket(history.outcomes)[0]
+    if found is None or confirmation.confirmed_rate(probes) is not None:
         return None
-    seeds = [o.seed for o in history.outcomes if o.met and _same_rate(o.rate, certified)]
-    if len(seeds) >= CONFIRMING_SEEDS:
-        return None
+    rate = confirmation.next_confirming_rate(probes, found)
+    seed = settings.base_seed + 1 + len(confirmation.confirming_probes(probes))
     queries = probe_plan.confirming_queries(settings)
-    return _request(settings, "search", certified, max(seeds) + 1, queries=queries)
+    request = _request(settings, "search", rate, seed, queries=queries)
+    return dataclasses.replace(request, confirming=True)
 
 
 def next_probe(
@@ -245,13 +247,15 @@ def next_probe(
     elif _wants_unloaded(settings, probes, history):
         request = _request(settings, "unloaded", 0.0, settings.base_seed)
     else:
-        chosen = _next_request(settings, ceiling, history)
+        chosen = _next_request(settings, ceiling, probes, history)
         if isinstance(chosen, str):
             return chosen
         request = chosen
     request = _room_to_confirm(settings, probes, history, request)
     if len(probes) >= settings.max_probes:
         return "max_probes"
+    if request.confirming and request.rate < _floor_rate(settings):
+        return "budget"  # the next confirmation lies below what the budget decides
     if not probe_plan.fits_budget(settings, probes, request.window_s or settings.probe_s):
         return "budget" if _bracket(history.outcomes)[0] is not None else "undecidable"
     return request
@@ -266,8 +270,8 @@ def _room_to_confirm(
     """The confirming probe instead of `request` when, after `request`, there would be no
     probe or no time left to confirm the certified rate: an answer that rests on one short
     window is the one most likely to overstate the capacity."""
-    confirming = _confirming(settings, history)
-    if confirming is None or confirming == request:
+    confirming = _confirming(settings, probes, history)
+    if confirming is None or confirming == request or request.confirming:
         return request
     last_probe = len(probes) + 1 >= settings.max_probes
     both_s = (request.window_s or settings.probe_s) + probe_plan.overhead_s(probes)
@@ -291,8 +295,8 @@ def result_of(
     """capacity.json: the certified rate and bracket, the isotonic estimate with its interval,
     the monotonicity violations and flagged re-probes, from the probes so far."""
     history = _read_history(probes)
-    certified = _bracket(history.outcomes)[0]
-    lowest_missed = _lowest_missed(history.outcomes, certified)
+    certified = confirmation.certified_rate(probes, _bracket(history.outcomes)[0])
+    lowest_missed = _lowest_missed(probes, certified)
     ceiling = _ceiling_probe(probes)
     # `budget` needs a bracket to narrow; with nothing met the budget could not decide.
     if stop_reason == "budget" and certified is None:
@@ -351,20 +355,29 @@ def stop_detail(
 
 
 def _undecidable_detail(settings: SearchSettings, probes: Sequence[ProbeRecord], label: str) -> str:
-    """Nothing met down to the lowest rate the budget decides: name it and the budget that
-    would decide the next rate down."""
+    """Nothing certified: down to the lowest rate the budget decides (name it and the budget
+    that would decide the next rate down), or the time ran out first (name the time)."""
     _low, high = _bracket(_read_history(probes).outcomes)
-    lowest = high if high is not None else probe_plan.lowest_decidable_rate(settings)
-    wanted = lowest / 2
+    floor = probe_plan.lowest_decidable_rate(settings)
     unloaded = _unloaded_probe(probes)
     feasible = (
         f"; the unloaded probe {unloaded.verdict} the SLO"
         if unloaded is not None and unloaded.verdict is not None
         else ""
     )
+    queries = probe_plan.min_probe_queries(settings)
+    if high is not None and high > floor * (1 + 1e-6):
+        budget = (settings.budget_s or 0.0) / 60
+        return (
+            f"the time budget ({budget:g} min) ran out before any rate was certified; the "
+            f"lowest rate not met is {high:.3g} q/s ({queries} queries a probe){feasible}; "
+            f"resume with a larger --budget-min"
+        )
+    lowest = high if high is not None else floor
+    wanted = lowest / 2
     return (
         f"nothing met down to {lowest:.3g} q/s, the lowest rate whose {label} this time "
-        f"budget decides ({probe_plan.min_probe_queries(settings)} queries a probe){feasible}; "
+        f"budget decides ({queries} queries a probe){feasible}; "
         f"--budget-min {math.ceil(probe_plan.budget_minutes_for(settings, wanted))} would "
         f"probe down to {wanted:.3g} q/s"
     )
@@ -374,7 +387,8 @@ def _as_recorded(request: ProbeRequest, record: ProbeRecord, index: int) -> Prob
     """The executor's record with the controller's bookkeeping: its index, and flagged when a
     re-probe is undecided again."""
     flagged = record.flagged or (request.reprobe and record.verdict == "undecided")
-    return record.model_copy(update={"index": index, "flagged": flagged})
+    update = {"index": index, "flagged": flagged, "confirming": request.confirming}
+    return record.model_copy(update=update)
 
 
 def run_search(

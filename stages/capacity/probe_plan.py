@@ -31,7 +31,10 @@ UNLOADED_MAX_WINDOWS = 10
 """The unloaded probe (one query at a time) runs until it holds the minimum count, at most
 this many probe_s (and the per-probe cap)."""
 CONFIRMING_FACTOR = 4
-"""The confirming probe holds this many times N queries (1836 at p99)."""
+"""A confirming probe holds this many times N queries (1836 at p99). On the simulator (200
+searches each, 10 s probes) it makes the certified rate overstate the capacity less often than
+a second window of N: 0.5% against 3.5% of searches of a 20 ms server at p99 <= 100 ms, at 4.4
+against 2.7 minutes (median)."""
 DEFAULT_OVERHEAD_S = 5.0
 """A probe's start-up and drain beyond its window, until a probe of this search measured it."""
 _TYPICAL_SEARCH_PROBES = 7

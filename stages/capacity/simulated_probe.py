@@ -132,7 +132,9 @@ class SimulatedProbe:
         """One query at a time: every latency is the service time, for min_queries queries
         (at least probe_s of them)."""
         server = self.server
-        queries = max(request.min_queries, int(server.probe_s * 1e3 / server.service_ms))
+        per_s = 1e3 / server.service_ms
+        longest_s = server.probe_s if request.window_s is None else request.window_s
+        queries = min(max(request.min_queries, int(server.probe_s * per_s)), int(longest_s * per_s))
         over = queries if server.service_ms > server.slo_ms else 0
         verdict = self.rule.verdict(queries, over, server.percentile)
         figures = PipelineProbe(

@@ -63,7 +63,7 @@ class ProbeRecord(_Record):
     """One probe of a search: a real (or simulated) run at one offered load."""
 
     index: int = Field(description="0, 1, ... in the order the probes ran.")
-    kind: ProbeKind = Field("search", description="ceiling | search")
+    kind: ProbeKind = Field("search", description="ceiling | search | unloaded")
     rate: float = Field(
         description="The searched variable: the target's offered rate in queries/s, or for a "
         "region ray the scale s (pipeline i offered s * direction_i * solo capacity_i)."
@@ -82,6 +82,11 @@ class ProbeRecord(_Record):
     run_dir: str | None = Field(description="The probe's run directory; None when simulated.")
     flagged: bool = Field(
         False, description="Undecided twice (two seeds): counted as not met and flagged."
+    )
+    confirming: bool = Field(
+        False,
+        description="The second phase: a probe with the longer window that confirms the "
+        "certified rate (stages.capacity.confirmation); the bisection ignores it.",
     )
     cannot_pass: bool = Field(
         False,

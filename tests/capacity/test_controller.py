@@ -119,7 +119,7 @@ def test_meeting_the_slo_at_the_ceiling_stops_with_ceiling() -> None:
     assert len(result.probes) == 4  # ceiling, 100, 200, 200 confirmed on the next seed
     confirming = executor.requests[-1]
     assert (confirming.rate, confirming.seed) == (200.0, 1)
-    assert confirming.min_queries == 4 * executor.requests[-2].min_queries
+    assert confirming.min_queries == executor.requests[-2].min_queries == 459
 
 
 def test_an_unloaded_miss_is_the_evidence_for_infeasible() -> None:

@@ -17,6 +17,21 @@ import typer
 
 from stages import settings
 from stages.cli.capacity_output import print_result, publish_search
+from stages.cli.commands.capacity_options import (
+    BudgetOption,
+    MaxProbesOption,
+    MlflowOption,
+    OutOption,
+    PercentileOption,
+    PipelineOption,
+    PrecisionOption,
+    ProbeQueriesOption,
+    ProbeSecondsOption,
+    ResumeOption,
+    SearchIdOption,
+    SloOption,
+    WithOption,
+)
 from stages.cli.commands.capacity_region import (
     RayOption,
     RaysOption,
@@ -31,71 +46,6 @@ from stages.spec.loading import LoadedSpec, load_spec
 
 SEARCH_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 WITH_PATTERN = re.compile(r"(?P<name>[^=\s]+)=(?P<rate>[^=\s]+)")
-
-WithOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--with",
-        help="A co-runner at a fixed offered rate, OTHER=RATE (queries/s), run next to the "
-        "target in every probe; repeat for more. Default: the target alone.",
-    ),
-]
-
-
-PipelineOption = Annotated[
-    str | None, typer.Option("--pipeline", help="The pipeline whose capacity is searched.")
-]
-SloOption = Annotated[
-    float | None,
-    typer.Option("--slo-ms", help="Latency objective (default: the pipeline's slo_ms)."),
-]
-PercentileOption = Annotated[
-    float, typer.Option("--percentile", help="The percentile the SLO bounds.")
-]
-PrecisionOption = Annotated[
-    float, typer.Option("--precision", help="Stop when the bracket's hi / lo <= 1 + this.")
-]
-MaxProbesOption = Annotated[
-    int, typer.Option("--max-probes", help="Probe budget, the ceiling probe included.")
-]
-ProbeSecondsOption = Annotated[
-    float | None,
-    typer.Option(
-        "--probe-s",
-        help="Each probe's shortest window (default: the pipeline's duration_s); a probe at a "
-        "low rate runs longer, until it holds --probe-queries measured queries.",
-    ),
-]
-BudgetOption = Annotated[
-    float,
-    typer.Option(
-        "--budget-min",
-        help="The search's time budget in minutes: no probe starts that would end past it, "
-        "and none measures longer than a sixth of it.",
-    ),
-]
-ProbeQueriesOption = Annotated[
-    int | None,
-    typer.Option(
-        "--probe-queries",
-        help="Measured queries a probe holds at least (default: the fewest with which "
-        "LoadGen's rule can pass the percentile: 459 at p99, 90 at p95, 44 at p90).",
-    ),
-]
-OutOption = Annotated[
-    Path | None,
-    typer.Option("--out", help="Parent folder of the search (default: <results dir>/capacity)."),
-]
-ResumeOption = Annotated[
-    str | None,
-    typer.Option("--resume", help="Continue this search (or region) from what it recorded."),
-]
-SearchIdOption = Annotated[
-    str | None, typer.Option("--search-id", help="Name of a new search's (or region's) folder.")
-]
-MlflowOption = Annotated[
-    bool, typer.Option("--mlflow/--no-mlflow", help="Record the search in MLflow.")
-]
 
 
 def capacity(
