@@ -118,7 +118,7 @@ def fits_budget(settings: SearchSettings, probes: Sequence[ProbeRecord], window:
 
 
 @dataclass(frozen=True)
-class SearchPlan:
+class SpendingPlan:
     """What a search expects to spend, printed before it starts and after its ceiling probe."""
 
     probes: int
@@ -142,7 +142,7 @@ class SearchPlan:
         )
 
 
-def search_plan(settings: SearchSettings, probes: Sequence[ProbeRecord]) -> SearchPlan:
+def search_plan(settings: SearchSettings, probes: Sequence[ProbeRecord]) -> SpendingPlan:
     """The expected probes and minutes: from the ceiling probe's throughput once it ran (the
     search starts at half of it and mostly probes within a factor of two), else from probe_s."""
     ceiling = next((p.throughput_qps for p in probes if p.kind == "ceiling"), None)
@@ -154,4 +154,4 @@ def search_plan(settings: SearchSettings, probes: Sequence[ProbeRecord]) -> Sear
     seconds = ceiling_s + (count - 1) * window + count * overhead_s(probes)
     if settings.budget_s is not None:
         seconds = min(seconds, settings.budget_s)
-    return SearchPlan(count, seconds / 60, window, min_probe_queries(settings))
+    return SpendingPlan(count, seconds / 60, window, min_probe_queries(settings))

@@ -119,7 +119,7 @@ def test_meeting_the_slo_at_the_ceiling_stops_with_ceiling() -> None:
     assert len(result.probes) == 4  # ceiling, 100, 200, 200 confirmed on the next seed
     confirming = executor.requests[-1]
     assert (confirming.rate, confirming.seed) == (200.0, 1)
-    assert confirming.min_queries == executor.requests[-2].min_queries == 459
+    assert confirming.confirming and confirming.min_queries == 4 * 459
 
 
 def test_an_unloaded_miss_is_the_evidence_for_infeasible() -> None:
@@ -241,3 +241,26 @@ def test_the_bracket_ends_at_the_lowest_rate_proven_missed() -> None:
     result = result_of(_settings(), history, "max_probes")
     assert result.certified_qps == 100 and result.bracket == (100, 150)
     assert result.ceiling_qps == 300.0 and result.stop_reason == "max_probes"
+
+
+def test_a_confirmation_not_met_sends_the_next_one_ten_percent_lower() -> None:
+    """Short windows meet up to 150 q/s; the longer confirming windows only up to 125: the
+    certified rate is the highest a confirming probe met, and the bisection ignores them."""
+
+    class Confirming(Scripted):
+        def __call__(self, request: ProbeRequest) -> ProbeRecord:
+            if request.confirming:
+                self.requests.append(request)
+                return _record(request, "met" if request.rate <= 125.0 else "undecided")
+            return super().__call__(request)
+
+    executor = Confirming(capacity=150.0)
+    result = run_search(_settings(), executor)
+    confirming = [r for r in executor.requests if r.confirming]
+    found = confirming[0].rate
+    assert 145.0 < found <= 150.0
+    assert [r.rate for r in confirming] == pytest.approx([found, 0.9 * found, 0.81 * found])
+    assert [r.seed for r in confirming] == [1, 2, 3]
+    assert result.stop_reason == "converged"
+    assert result.certified_qps == pytest.approx(0.81 * found)
+    assert next_probe(_settings(), result.probes) == "converged"  # resuming changes nothing
