@@ -5,7 +5,8 @@ by reloading its history; the probe executor (real runs or the simulator) is pas
 algorithm: a closed-loop ceiling probe (throughput X), then open-loop probes from X/2, bracketing
 on log rate (x2 after a met, /2 after a missed, capped at X above and below at the lowest rate
 the time budget can decide: stages.capacity.probe_plan), then bisection at the geometric midpoint
-until hi / lo <= 1 + precision. An undecided probe is run once more with the next seed;
+until hi / lo <= 1 + precision, and the rate found confirmed on a longer window
+(stages.capacity.confirmation). An undecided probe is run once more with the next seed;
 undecided twice counts as not met and is flagged. Once a probe has missed and none has met, one
 `unloaded` probe (one query at a time) asks whether the SLO holds without queueing: a miss there
 is the only evidence for `infeasible`.
@@ -213,13 +214,14 @@ def _request(
 def _confirming(
     settings: SearchSettings, probes: Sequence[ProbeRecord], history: _History
 ) -> ProbeRequest | None:
-    """The next confirming probe (stages.capacity.confirmation), each on a new seed; None once
-    a confirming probe met, or with nothing to confirm."""
+    """The next confirming probe (stages.capacity.confirmation), each on a seed no probe has
+    used; None once a confirming probe met, or with nothing to confirm."""
     found = _bracket(history.outcomes)[0]
     if found is None or confirmation.confirmed_rate(probes) is not None:
         return None
     rate = confirmation.next_confirming_rate(probes, found)
-    seed = settings.base_seed + 1 + len(confirmation.confirming_probes(probes))
+    # A seed no probe has used: a confirmation on a re-probe's seed would replay its arrivals.
+    seed = 1 + max((p.seed for p in probes if p.kind == "search"), default=settings.base_seed)
     queries = probe_plan.confirming_queries(settings)
     request = _request(settings, "search", rate, seed, queries=queries)
     return dataclasses.replace(request, confirming=True)

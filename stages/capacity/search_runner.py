@@ -95,8 +95,6 @@ def _search(
     except LauncherInterruptedWithResult as interrupted:  # Ctrl-C or SIGTERM during a probe
         raise KeyboardInterrupt(f"{interrupted}; recorded probes kept") from interrupted
     store.write_result(result)
-    if options.progress is not None and result.spent_s is not None:
-        options.progress(f"spent: {len(result.probes)} probes, {result.spent_s / 60:.1f} min")
     return result
 
 
@@ -142,7 +140,8 @@ def probe_line(probe: ProbeRecord) -> str:
 
 
 def _window(probe: ProbeRecord) -> str:
-    return "" if probe.window_s is None else f" ({probe.window_s:.0f} s window)"
+    confirming = ", confirming" if probe.confirming else ""
+    return "" if probe.window_s is None else f" ({probe.window_s:.0f} s window{confirming})"
 
 
 def _ms(value: float | None) -> str:
