@@ -237,11 +237,10 @@ def next_probe(
         window = min(settings.probe_s, probe_plan.CEILING_PROBE_MAX_S)
         return ProbeRequest("ceiling", 0.0, settings.base_seed, False, window)
     ceiling = _search_ceiling(settings, probes)
-    if ceiling is None:
-        return "infeasible"  # the pipeline completed nothing (next to its co-runners)
-    unloaded = _unloaded_probe(probes)
-    if unloaded is not None and unloaded.verdict == "missed":
-        return "infeasible"
+    ending = _ending_before_search(settings, probes, ceiling)
+    if ending is not None:
+        return ending
+    assert ceiling is not None
     history = _read_history(probes)
     if history.pending is not None:  # the same window again, on the next seed
         pending = history.pending
@@ -262,6 +261,21 @@ def next_probe(
     if not probe_plan.fits_budget(settings, probes, request.window_s or settings.probe_s):
         return "budget" if _bracket(history.outcomes)[0] is not None else "undecidable"
     return request
+
+
+def _ending_before_search(
+    settings: SearchSettings, probes: Sequence[ProbeRecord], ceiling: float | None
+) -> StopReason | None:
+    """An ending that needs no search probe: the pipeline completed nothing (next to its
+    co-runners), the unloaded probe missed, or the budget decides no rate it can sustain."""
+    if ceiling is None:
+        return "infeasible"
+    unloaded = _unloaded_probe(probes)
+    if unloaded is not None and unloaded.verdict == "missed":
+        return "infeasible"
+    if settings.ray is None and _floor_rate(settings) >= ceiling:
+        return "undecidable"
+    return None
 
 
 def _room_to_confirm(
@@ -323,7 +337,12 @@ def result_of(
         flagged_probes=history.flagged,
         estimate_method=estimate.method,
         stop_detail=stop_detail(
-            settings, probes, stop_reason, _bracket(history.outcomes), _unloaded_probe(probes)
+            settings,
+            probes,
+            stop_reason,
+            _bracket(history.outcomes),
+            _unloaded_probe(probes),
+            ceiling.throughput_qps if ceiling is not None else None,
         ),
         spent_s=round(probe_plan.spent_s(probes), 3),
     )

@@ -17,10 +17,12 @@ def stop_detail(
     stop_reason: StopReason,
     bisection: tuple[float | None, float | None],
     unloaded: ProbeRecord | None,
+    ceiling_qps: float | None = None,
 ) -> str | None:
     """The evidence behind `infeasible` and `undecidable` (and what would decide it), and
     what `budget` left open; None for the other endings. `bisection`: the bisection's (highest
-    met, lowest not met) rates; `unloaded`: the unloaded probe, if one ran."""
+    met, lowest not met) rates; `unloaded`: the unloaded probe, if one ran; `ceiling_qps`:
+    the most the pipeline completes (the ceiling probe's throughput)."""
     label = f"p{settings.percentile * 100:g}"
     if stop_reason == "infeasible" and unloaded is not None:
         figure = unloaded.pipelines.get(settings.pipeline)
@@ -34,7 +36,7 @@ def stop_detail(
     if stop_reason == "infeasible":
         return "the ceiling probe completed no query: the pipeline serves nothing"
     if stop_reason == "undecidable":
-        return _undecidable_detail(settings, bisection[1], unloaded, label)
+        return _undecidable_detail(settings, bisection[1], unloaded, label, ceiling_qps)
     if stop_reason == "budget":
         low, high = bisection
         return (
@@ -45,19 +47,34 @@ def stop_detail(
     return None
 
 
+_UNLOADED_SAYS = {"met": "met the SLO", "missed": "missed it", "undecided": "left it undecided"}
+
+
 def _undecidable_detail(
-    settings: SearchSettings, high: float | None, unloaded: ProbeRecord | None, label: str
+    settings: SearchSettings,
+    high: float | None,
+    unloaded: ProbeRecord | None,
+    label: str,
+    ceiling_qps: float | None,
 ) -> str:
     """Nothing certified: down to the lowest rate the budget decides (name it and the budget
-    that would decide the next rate down), or the time ran out first (name the time). `high`:
-    the lowest rate not met."""
+    that would decide the next rate down), or the time ran out first (name the time), or the
+    budget decides no rate below the ceiling at all. `high`: the lowest rate not met."""
     floor = probe_plan.lowest_decidable_rate(settings)
     feasible = (
-        f"; the unloaded probe {unloaded.verdict} the SLO"
+        f"; the unloaded probe {_UNLOADED_SAYS[unloaded.verdict]}"
         if unloaded is not None and unloaded.verdict is not None
         else ""
     )
     queries = probe_plan.min_probe_queries(settings)
+    if high is None and ceiling_qps is not None and floor >= ceiling_qps:
+        wanted = ceiling_qps / 2
+        minutes = math.ceil(probe_plan.budget_minutes_for(settings, wanted))
+        return (
+            f"{label} needs {queries} queries a probe: this time budget decides no rate below "
+            f"{floor:.3g} q/s, and the pipeline completes at most {ceiling_qps:.3g} q/s; "
+            f"--budget-min {minutes} would probe down to {wanted:.3g} q/s"
+        )
     if high is not None and high > floor * (1 + 1e-6):
         budget = (settings.budget_s or 0.0) / 60
         return (

@@ -275,3 +275,16 @@ def test_a_confirmation_never_replays_a_seed_already_run() -> None:
     used = {(r.rate, r.seed) for r in executor.requests if not r.confirming}
     assert confirming and all((r.rate, r.seed) not in used for r in confirming)
     assert any(r.reprobe for r in executor.requests)
+
+
+def test_a_budget_that_decides_no_rate_below_the_ceiling_ends_undecidable_at_once() -> None:
+    """A served LLM completing 2 q/s at p99: 505 queries take 252 s at 2 q/s, more than the
+    150 s a 15-minute budget gives one probe."""
+    executor = Scripted(capacity=1.0, ceiling=2.0)
+    result = run_search(_settings(budget_s=900.0, probe_s=15.0), executor)
+    assert [r.kind for r in executor.requests] == ["ceiling"]
+    assert result.stop_reason == "undecidable"
+    assert result.stop_detail == (
+        "p99 needs 459 queries a probe: this time budget decides no rate below 3.37 q/s, and "
+        "the pipeline completes at most 2 q/s; --budget-min 51 would probe down to 1 q/s"
+    )
