@@ -91,7 +91,7 @@ def test_a_solo_partition_runs_the_cli_and_reports_its_result(
     assert metadata["certified_qps"] == SOLO_QPS["a"] and metadata["stop_reason"] == "converged"
     assert metadata["bracket"] == [120.0, pytest.approx(124.8)] and metadata["probes"] == 2
     assert metadata["estimate_ci95"] == [120.0, pytest.approx(124.8)]
-    assert "| 1 | search | 124.8 | 1 | 1000 | 40 | missed |" in metadata["probes_table"]
+    assert "| 1 | search | 124.8 | - | 1 | 1000 | 40 | missed |" in metadata["probes_table"]
     search_dir = Path(str(metadata["search_dir"]))
     assert search_dir.parent == home / "capacity"
     assert search_dir.name == f"pair-a-{result.run_id[:8]}" == metadata["search_id"]
