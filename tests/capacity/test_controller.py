@@ -269,7 +269,7 @@ def test_a_confirmation_not_met_sends_the_next_one_ten_percent_lower() -> None:
 def test_a_confirmation_never_replays_a_seed_already_run() -> None:
     """The rate found was undecided on seed 0 and met on seed 1: its confirmation takes seed 2
     (the same seed would replay the same arrivals, common random numbers)."""
-    executor = Scripted(capacity=150.0, undecided=lambda r: r.seed == 0 and 140.0 < r.rate)
+    executor = Scripted(capacity=150.0, undecided=lambda r: r.seed == 0 and r.rate > 140.0)
     run_search(_settings(), executor)
     confirming = [r for r in executor.requests if r.confirming]
     used = {(r.rate, r.seed) for r in executor.requests if not r.confirming}
