@@ -295,7 +295,8 @@ def _real_resources(resources: dict[str, Any], specs_dir: Path) -> dict[str, Any
 TINY_SEARCH = {"probe_s": 5, "max_probes": 4, "precision": 0.5}
 """5 s probes: LoadGen's rule needs 459 queries to call p99 met, so a 3 s probe cannot pass
 below 153 q/s, which is about the 5 ms sleeper's capacity (3 s probes read `infeasible` on a
-busy machine). The ceiling probe, then ~97 q/s (met), ~194 (missed), ~137: about 40 s."""
+busy machine). The ceiling probe, ~97 q/s (met), ~194 (missed), then the confirmation of ~97
+q/s on a window of 4 x 459 queries (the last probe confirms): about 45 s."""
 
 
 @pytest.mark.spawns
