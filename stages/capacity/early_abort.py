@@ -78,13 +78,12 @@ class AbortMonitor:
             return
         # The backlog rule first: it is the evidence that proves a miss (an overloaded queue's
         # over-SLO queries are one growing burst, which the counts alone never prove). So a
-        # probe that can no longer pass while its queue is long runs on until the backlog rule
-        # had its BACKLOG_MIN_S; with a short queue it stops at once.
+        # probe that can no longer pass runs on until the backlog rule had its BACKLOG_MIN_S.
         reason = self._backlog_reason(pipeline, event.data)
         self.overloaded = reason is not None
         if reason is None:
             reason = cannot_pass(pipeline, int(event.data.get("measured_over_slo", 0)))
-            if reason is not None and _backlog_may_prove_it(pipeline):
+            if reason is not None and not _backlog_had_its_time(pipeline):
                 return
         if reason is not None:
             if len(self.watched) > 1:
@@ -101,13 +100,10 @@ class AbortMonitor:
         return growing_backlog(pipeline.backlog, pipeline.rate_qps * pipeline.slo_ms / 1000)
 
 
-def _backlog_may_prove_it(pipeline: WatchedPipeline) -> bool:
-    """Whether the backlog rule may still fire: it has seen less than BACKLOG_MIN_S of reports
-    and the queue now holds more than rate x SLO (its first condition)."""
+def _backlog_had_its_time(pipeline: WatchedPipeline) -> bool:
+    """Whether the backlog rule has seen BACKLOG_MIN_S of reports (it needs no more)."""
     samples = pipeline.backlog
-    if not samples or samples[-1][1] <= pipeline.rate_qps * pipeline.slo_ms / 1000:
-        return False
-    return samples[-1][0] - samples[0][0] < BACKLOG_MIN_S
+    return len(samples) >= 2 and samples[-1][0] - samples[0][0] >= BACKLOG_MIN_S
 
 
 def cannot_pass(pipeline: WatchedPipeline, over_slo: int) -> str | None:
