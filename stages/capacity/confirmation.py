@@ -53,13 +53,9 @@ def certified_rate(probes: Sequence[ProbeRecord], found: float | None) -> float 
     if not confirming:
         return found
     candidate = next_confirming_rate(probes, found)
-    met = [p.rate for p in probes if p.kind == "search" and not p.confirming]
-    met = [rate for rate in met if rate <= candidate and _met_at(probes, rate)]
-    return max(met) if met else None
-
-
-def _met_at(probes: Sequence[ProbeRecord], rate: float) -> bool:
-    return any(
-        p.kind == "search" and not p.confirming and p.verdict == "met" and p.rate == rate
+    met = [
+        p.rate
         for p in probes
-    )
+        if p.kind == "search" and not p.confirming and p.verdict == "met" and p.rate <= candidate
+    ]
+    return max(met) if met else None

@@ -76,8 +76,9 @@ def capacity(
     parent = out_dir or settings.capacity_dir()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     mlflow_uri = settings.mlflow_tracking_uri() if mlflow else None
-    asked = SearchQuestion(pipeline, slo_ms, percentile, precision, max_probes, probe_s)
-    asked.budget_s, asked.probe_queries = budget_min * 60, probe_queries
+    asked = SearchQuestion(
+        pipeline, slo_ms, percentile, precision, max_probes, probe_s, budget_min * 60, probe_queries
+    )
     if region is not None:
         refuse_region_conflicts(pipeline, slo_ms, with_)
         where = RegionWhere(spec, parent, resume or search_id, db or settings.duckdb_path())
@@ -104,6 +105,8 @@ class SearchQuestion:
         precision: float,
         max_probes: int,
         probe_s: float | None,
+        budget_s: float | None = None,
+        probe_queries: int | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.slo_ms = slo_ms
@@ -111,8 +114,8 @@ class SearchQuestion:
         self.precision = precision
         self.max_probes = max_probes
         self.probe_s = probe_s
-        self.budget_s: float | None = None
-        self.probe_queries: int | None = None
+        self.budget_s = budget_s
+        self.probe_queries = probe_queries
 
 
 def new_settings(
