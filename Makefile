@@ -118,6 +118,7 @@ perf: install
 	$(BIN)/python -m perf.fidelity
 	$(BIN)/python -m perf.analysis_speed
 	$(BIN)/python -m perf.capacity_search_cost
+	$(BIN)/python -m perf.verdicts
 	$(BIN)/python -m perf.http_client
 	$(BIN)/python -m perf.cluster_launch
 

@@ -1,7 +1,8 @@
 """Report assets (group `reports`): one per view the report catalogue gives an asset
 (analysis.report_catalogue: throughput, latency, perf_per_watt, contention) for a partition's
 latest run, as Markdown tables read from the warehouse views (analysis.report, read-only) and
-the report's PNG plots.
+the report's PNG plots; and `history`, the partition's runs judged across runs
+(analysis.history) with the plot of the series.
 
 Dagster has no image metadata type: each plot is inlined in Markdown metadata as a base64
 `data:` URI (the UI renders it) and its file is given as a path. The plots are the ones
@@ -78,6 +79,55 @@ def _report_asset(view: str, description: str) -> dg.AssetsDefinition:
     return report_asset
 
 
+HISTORY_PLOT = "history.png"
+
+
+@dg.asset(
+    name="history",
+    partitions_def=spec_partitions,
+    deps=[warehouse],
+    group_name=REPORTS_GROUP,
+    kinds={"duckdb"},
+    description="The benchmark's runs in time order on each machine class, every figure judged "
+    "against the runs before it (regressed, improved, no change, undecided), change points, "
+    "causes and the smallest change the history can see; with the plot of the series.",
+)
+def history(
+    context: dg.AssetExecutionContext, duckdb_warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    from analysis.history import history_connection
+    from analysis.history_plot import plot_history
+    from analysis.report_file import markdown_table
+    from bench_defs.history_checks import VERDICT_MARKDOWN
+
+    run = latest_run(context)
+    with duckdb_warehouse.reader() as connection:
+        found = connection.execute(
+            "SELECT spec_hash FROM runs WHERE run_id = ?", [run.run_id]
+        ).fetchone()
+        spec_hash = str(found[0]) if found and found[0] else ""
+        frame = history_connection(connection, spec_hash)
+    latest = frame[frame["run_id"] == run.run_id]
+    latest = latest.assign(
+        change_low=[c[0] if c else None for c in latest["change_ci95"]],
+        change_high=[c[1] if c else None for c in latest["change_ci95"]],
+    )
+    metadata: dict[str, Any] = {
+        "run_id": dg.MetadataValue.text(run.run_id),
+        "runs": dg.MetadataValue.int(int(frame["run_id"].nunique())),
+        "change_points": dg.MetadataValue.int(int(frame["change_point"].sum())),
+        "latest_run": dg.MetadataValue.md(
+            markdown_table(latest, VERDICT_MARKDOWN) if not latest.empty else "no figures"
+        ),
+    }
+    path = plot_history(frame, run.run_dir / HISTORY_PLOT, f"{context.partition_key}: history")
+    if path is not None:
+        metadata["plot_history"] = dg.MetadataValue.md(image_markdown(path, "history"))
+        metadata["plot_history_path"] = dg.MetadataValue.path(str(path))
+    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(run.run_id))
+
+
 report_assets: list[dg.AssetsDefinition] = [
-    _report_asset(view, asset.description) for view, asset in ASSET_VIEWS.items()
+    *(_report_asset(view, asset.description) for view, asset in ASSET_VIEWS.items()),
+    history,
 ]

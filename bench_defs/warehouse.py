@@ -3,9 +3,11 @@
 The run directory comes from the `benchmark_run` materialisation of the same Dagster run when
 there is one (on a cluster another host's run of the same partition may finish in between),
 else the latest of the partition (its `run_dir` metadata); the one before it, when there is one,
-is what the regression and reproducibility checks compare with (loaded too if the warehouse
-lacks it). Loading goes through `analysis.loader.load_runs` (idempotent, one writer at a time);
-the checks and the report files read through read-only connections.
+is whose arrival schedule the reproducibility check compares with (loaded too if the
+warehouse lacks it); both it and the regression check judge the run against the benchmark's
+history in the warehouse (bench_defs.history_checks). Loading goes through
+`analysis.loader.load_runs` (idempotent, one writer at a time); the checks and the report files
+read through read-only connections.
 """
 
 from dataclasses import dataclass
@@ -14,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from bench_defs import warehouse_checks
+from bench_defs import history_checks, warehouse_checks
 from bench_defs.benchmark import BENCHMARK_GROUP, benchmark_run
 from bench_defs.resources import WarehouseResource
 from bench_defs.specs import spec_partitions
@@ -94,8 +96,7 @@ def latest_run(context: dg.AssetExecutionContext) -> MaterialisedRun:
     check_specs=warehouse_checks.check_specs("warehouse"),
     description="The partition's latest benchmark run loaded into the DuckDB warehouse "
     "(idempotent), with report.md, its plots and trace.json written beside the run; checks: "
-    "validity, SLO verdicts, regression and reproducibility against the previous "
-    "materialisation.",
+    "validity, SLO verdicts, regression and reproducibility against the benchmark's history.",
 )
 def warehouse(
     context: dg.AssetExecutionContext, duckdb_warehouse: WarehouseResource
@@ -116,7 +117,7 @@ def warehouse(
         results = [
             warehouse_checks.validity_result(connection, current.run_id),
             warehouse_checks.slo_result(connection, current.run_id),
-            *warehouse_checks.comparison_results(connection, previous_id, current.run_id),
+            *history_checks.history_results(connection, previous_id, current.run_id),
         ]
     return dg.MaterializeResult(
         metadata={

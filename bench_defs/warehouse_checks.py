@@ -4,17 +4,12 @@
   `min_queries` (and at least one), telemetry without gaps longer than 3 sampling periods in
   any load window, no foreign compute process on the GPU, and no harness start-up work (the
   environment probe) overlapping a load window.
-- `regression`: throughput or latency worse than the previous materialisation of the same
-  partition, decided by `analysis.compare` (ratio intervals, not a bare threshold).
-- `reproducibility`: a rerun of the same spec hash and seeds issued the same arrival schedule
-  (offsets from each phase's first arrival, per query id) and its metrics agree within their
-  intervals (no headline comparison is 'faster' or 'slower'; one without an interval, such as
-  the p99 of too few queries, cannot disagree).
+- `regression` and `reproducibility`: judged against the benchmark's history (between-run
+  spread and change points, not one run's interval), in bench_defs.history_checks.
 - `slo`: each pipeline's verdict on its SLO (the `slo_verdicts` view): a warning when any is
   `missed`; `undecided` ones (too few queries to tell) are listed as such, not failed.
 
-Each function takes a read-only DuckDB connection and returns an AssetCheckResult; a check with
-nothing to compare with (first run, another spec) passes and says so.
+Each function takes a read-only DuckDB connection and returns an AssetCheckResult.
 """
 
 from __future__ import annotations
@@ -52,14 +47,16 @@ def check_specs(asset: Any) -> list[dg.AssetCheckSpec]:
         dg.AssetCheckSpec(
             REGRESSION,
             asset=asset,
-            description="Throughput or p50/p99 worse than the previous materialisation of "
-            "this partition (analysis.compare: ratio interval entirely on the bad side).",
+            description="A figure (throughput, p50, p99) regressed against the benchmark's "
+            "history on this machine class: a persistent shift beyond the between-run band "
+            "(analysis.history); a short history passes as undecided.",
         ),
         dg.AssetCheckSpec(
             REPRODUCIBILITY,
             asset=asset,
-            description="A rerun of the same spec hash and seeds: same arrival schedule, "
-            "metrics within their intervals.",
+            description="A rerun of the same spec hash and seeds: the same arrival schedule as "
+            "the previous run, and no figure moved beyond the between-run band (with its "
+            "likely cause when one did).",
         ),
         dg.AssetCheckSpec(
             SLO,
@@ -91,14 +88,14 @@ def loaded_run(connection: Any, run_id: str) -> LoadedRun | None:
     return LoadedRun(str(row[0]), row[1], str(row[2]), manifest)
 
 
-def _markdown(lines: list[str]) -> dg.MetadataValue:
+def markdown_lines(lines: list[str]) -> dg.MetadataValue:
     return dg.MetadataValue.md("\n".join(f"- {line}" for line in lines) or "none")
 
 
 # ----------------------------------------------------------------------------- validity
 
 
-def _sql(name: str) -> str:
+def sql_file(name: str) -> str:
     """The text of `bench_defs/sql/<name>` (works from a wheel as from a checkout)."""
     return resources.files("bench_defs").joinpath("sql", name).read_text(encoding="utf-8")
 
@@ -150,7 +147,7 @@ def _telemetry_gaps(connection: Any, run_id: str, manifest: Manifest) -> list[st
     """Telemetry gaps longer than GAP_PERIODS sampling periods inside a load window."""
     telemetry = manifest.spec.telemetry
     gaps = connection.execute(
-        _sql("telemetry_gaps.sql"),
+        sql_file("telemetry_gaps.sql"),
         {
             "run": run_id,
             "host_period_ms": telemetry.host.period_ms,
@@ -193,7 +190,7 @@ def validity_result(connection: Any, run_id: str) -> dg.AssetCheckResult:
         passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,
         description="valid" if not problems else f"{len(problems)} problem(s): {problems[0]}",
-        metadata={"run_id": run_id, "problems": _markdown(problems)},
+        metadata={"run_id": run_id, "problems": markdown_lines(problems)},
     )
 
 
@@ -203,7 +200,7 @@ def validity_result(connection: Any, run_id: str) -> dg.AssetCheckResult:
 def slo_result(connection: Any, run_id: str) -> dg.AssetCheckResult:
     """Every (trial, phase, pipeline)'s SLO verdict from the `slo_verdicts` view; fails (WARN)
     when any is missed. A run without an SLO passes and says so."""
-    rows = connection.execute(_sql("slo_verdicts.sql"), {"run": run_id}).fetchall()
+    rows = connection.execute(sql_file("slo_verdicts.sql"), {"run": run_id}).fetchall()
     lines: dict[str, list[str]] = {verdict: [] for verdict in ("missed", "undecided", "met")}
     for trial, phase, pipeline, slo_ms, percentile, queries, over_slo, verdict in rows:
         lines.setdefault(verdict, []).append(
@@ -227,134 +224,6 @@ def slo_result(connection: Any, run_id: str) -> dg.AssetCheckResult:
         metadata={
             "run_id": run_id,
             **{verdict: len(found) for verdict, found in lines.items()},
-            "verdicts": _markdown([line for found in lines.values() for line in found]),
+            "verdicts": markdown_lines([line for found in lines.values() for line in found]),
         },
-    )
-
-
-# ----------------------------------------------------------------------------- comparisons
-
-
-def _comparison(connection: Any, previous: str, current: str) -> Any:
-    from analysis.compare import compare_connection
-
-    return compare_connection(connection, previous, current)
-
-
-def _rows_markdown(frame: Any) -> dg.MetadataValue:
-    from analysis.compare import COMPARISON_MARKDOWN
-    from analysis.report_file import markdown_table
-
-    if frame.empty:
-        return dg.MetadataValue.md("none")
-    return dg.MetadataValue.md(markdown_table(frame, COMPARISON_MARKDOWN))
-
-
-def _not_comparable(
-    name: str, connection: Any, previous: str | None, current: str
-) -> dg.AssetCheckResult | None:
-    """A passing result saying why there is nothing to compare, or None when there is."""
-    if previous is None or previous == current:
-        reason = "no previous materialisation of this partition"
-    else:
-        a, b = loaded_run(connection, previous), loaded_run(connection, current)
-        if a is None or b is None:
-            reason = f"run {previous if a is None else current} is not in the warehouse"
-        elif a.spec_hash != b.spec_hash:
-            reason = (
-                f"the previous run {previous} used another spec (hash {str(a.spec_hash)[:12]}, "
-                f"now {str(b.spec_hash)[:12]}): not comparable"
-            )
-        else:
-            return None
-    return dg.AssetCheckResult(
-        check_name=name, passed=True, description=reason, metadata={"compared_with": "none"}
-    )
-
-
-def comparison_results(
-    connection: Any, previous: str | None, current: str
-) -> list[dg.AssetCheckResult]:
-    """`regression` and `reproducibility`, both read from one comparison of the two runs."""
-    comparable = _not_comparable(REGRESSION, connection, previous, current) is None
-    comparison = None
-    if comparable and previous is not None:
-        comparison = _comparison(connection, previous, current)
-    return [
-        regression_result(connection, previous, current, comparison),
-        reproducibility_result(connection, previous, current, comparison),
-    ]
-
-
-def regression_result(
-    connection: Any, previous: str | None, current: str, comparison: Any = None
-) -> dg.AssetCheckResult:
-    """Fails when `analysis.compare.regressions` finds a headline row 'slower'; `comparison`
-    is `compare`'s frame of the two runs when the caller has it already."""
-    from analysis.compare import regressions
-
-    skipped = _not_comparable(REGRESSION, connection, previous, current)
-    if skipped is not None:
-        return skipped
-    assert previous is not None
-    if comparison is None:
-        comparison = _comparison(connection, previous, current)
-    found = regressions(comparison)
-    return dg.AssetCheckResult(
-        check_name=REGRESSION,
-        passed=found.empty,
-        severity=dg.AssetCheckSeverity.WARN,
-        description="no regression" if found.empty else f"{len(found)} figure(s) got worse",
-        metadata={"compared_with": previous, "regressions": _rows_markdown(found)},
-    )
-
-
-def reproducibility_problems(
-    connection: Any, previous: str, current: str, comparison: Any = None
-) -> list[str]:
-    """Why `current` does not reproduce `previous` (same spec hash assumed); empty: it does."""
-    a, b = loaded_run(connection, previous), loaded_run(connection, current)
-    assert a is not None and b is not None
-    problems = []
-    if a.manifest.seeds != b.manifest.seeds:
-        problems.append("the seeds differ")
-    row = connection.execute(
-        _sql("schedule_agreement.sql"),
-        {"a": previous, "b": current, "tolerance": SCHEDULE_TOLERANCE_NS},
-    ).fetchone()
-    arrivals, differing = (int(row[0]), int(row[1])) if row else (0, 0)
-    if differing:
-        problems.append(f"{differing} of {arrivals} scheduled arrivals differ from {previous}")
-    if comparison is None:
-        comparison = _comparison(connection, previous, current)
-    if not comparison.empty:
-        over_trials = comparison["trial"].isna()
-        headline = comparison[over_trials] if over_trials.any() else comparison
-        # 'faster' or 'slower' is a disagreement; no verdict (no interval, e.g. a p99 of
-        # too few queries) cannot be one.
-        changed = headline[headline["verdict"].isin(["faster", "slower"])]
-        for _, row_ in changed.iterrows():
-            problems.append(
-                f"trial {row_['trial'] if row_['trial'] == row_['trial'] else 'all'} "
-                f"{row_['phase']} {row_['pipeline']} {row_['metric']}: {row_['verdict']} "
-                f"(ratio {row_['ratio']:.3g} [{row_['ratio_ci_low']:.3g}, "
-                f"{row_['ratio_ci_high']:.3g}])"
-            )
-    return problems
-
-
-def reproducibility_result(
-    connection: Any, previous: str | None, current: str, comparison: Any = None
-) -> dg.AssetCheckResult:
-    skipped = _not_comparable(REPRODUCIBILITY, connection, previous, current)
-    if skipped is not None:
-        return skipped
-    assert previous is not None
-    problems = reproducibility_problems(connection, previous, current, comparison)
-    return dg.AssetCheckResult(
-        check_name=REPRODUCIBILITY,
-        passed=not problems,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description="reproduced" if not problems else problems[0],
-        metadata={"compared_with": previous, "problems": _markdown(problems)},
     )

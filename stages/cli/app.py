@@ -16,7 +16,7 @@ from typing import Any
 import typer
 import typer.core
 
-from stages.cli.commands import capacity, report, run, spec, warehouse
+from stages.cli.commands import capacity, history, report, run, spec, warehouse
 from stages.cli.commands.artifacts import artifacts_app
 from stages.cli.console import err
 from stages.cli.errors import report_error
@@ -81,6 +81,7 @@ for command in (
     report.report,
     warehouse.sql,
     warehouse.compare,
+    history.history,
 ):
     app.command()(command)
 

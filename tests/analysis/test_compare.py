@@ -221,6 +221,9 @@ def test_different_specs_are_refused_unless_allowed(tmp_path: Path, db_path: Pat
     )
     assert shown.exit_code == 0, shown.output
     assert "slower" in shown.output and "0.5 [0.5, 0.5]" in shown.output
+    # The intervals are one run's: the output says so and points to the verdict across runs.
+    assert "within-run only" in shown.output
+    assert "collobench history " in shown.output
 
 
 def test_unknown_run_is_one_line_exit_2(tmp_path: Path, db_path: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from analysis.db import connect_read_only
 from analysis.loader import load_runs
-from bench_defs import warehouse_checks
+from bench_defs import history_checks, warehouse_checks
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
@@ -155,75 +155,93 @@ def test_validity_fails_on_a_crafted_bad_run(
     assert expected in str(result.metadata["problems"].value)
 
 
-# every latency three times as long (completion moved away from the scheduled arrival)
-_SLOWER = """
-SELECT * REPLACE (
-    scheduled_ns + 3 * (completed_ns - scheduled_ns) AS completed_ns
-) FROM t
-"""
 # every other arrival moved by 1 ms: another schedule
 _RESCHEDULED = """
 SELECT * REPLACE (
     CASE WHEN query_id % 2 = 1 THEN scheduled_ns + 1000000 ELSE scheduled_ns END AS scheduled_ns
 ) FROM t
 """
+# A quiet history's run-to-run wobble of latency (factors), then a step to three times as long.
+_WOBBLE = (1.02, 0.97, 1.01, 1.035, 0.98, 1.0, 0.975, 1.015)
+_SLOWER = 3.0
+
+
+def _latency_times(factor: float) -> str:
+    """Every latency `factor` times as long (completion moved away from the arrival)."""
+    return (
+        f"SELECT * REPLACE (scheduled_ns + CAST({factor} * (completed_ns - scheduled_ns) "
+        "AS BIGINT) AS completed_ns) FROM t"
+    )
+
+
+def _history(good_run: Path, tmp_path: Path, factors: list[float]) -> list[Path]:
+    """Copies of the good run, one per factor, an hour apart: its history on this machine."""
+
+    def at_hour(hour: int) -> Callable[[dict[str, Any]], None]:
+        return lambda manifest: manifest.update(started_at=f"2026-02-01T{hour:02d}:00:00+00:00")
+
+    return [
+        clone(good_run, f"h{i:02d}-{tmp_path.name}", at_hour(i), {"queries": _latency_times(f)})
+        for i, f in enumerate(factors)
+    ]
 
 
 @pytest.mark.spawns
-def test_regression_and_reproducibility_pass_on_a_rerun_that_agrees(
+def test_a_short_history_passes_as_undecided_and_a_rerun_reproduces(
     good_run: Path, tmp_path: Path
 ) -> None:
-    twin = clone(good_run, f"twin-{tmp_path.name}")
-    with warehouse(tmp_path, good_run, twin) as connection:
-        regression = warehouse_checks.regression_result(connection, "good", twin.name)
-        reproduced = warehouse_checks.reproducibility_result(connection, "good", twin.name)
-        first = warehouse_checks.regression_result(connection, None, "good")
-    assert regression.passed and regression.metadata["compared_with"].value == "good"
+    first, twin = _history(good_run, tmp_path, [1.0, 1.0])
+    with warehouse(tmp_path, first, twin) as connection:
+        regression, reproduced = history_checks.history_results(connection, first.name, twin.name)
+        (alone, _) = history_checks.history_results(connection, None, first.name)
+    assert regression.passed
+    assert regression.description == (
+        "undecided: 2 run(s) in the history; a verdict needs 8 on one machine class"
+    )
     assert reproduced.passed, reproduced.metadata["problems"]
-    assert first.passed and "no previous" in str(first.description)
+    assert alone.passed and "1 run(s) in the history" in str(alone.description)
 
 
 @pytest.mark.spawns
-def test_regression_fails_when_latency_got_worse(
-    good_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_regression_and_reproducibility_fail_on_a_persistent_slowdown(
+    good_run: Path, tmp_path: Path
 ) -> None:
-    import analysis.compare
-
-    comparisons: list[str] = []
-    compare_connection = analysis.compare.compare_connection
-
-    def counted(connection: Any, a: str, b: str) -> Any:
-        comparisons.append(b)
-        return compare_connection(connection, a, b)
-
-    monkeypatch.setattr(analysis.compare, "compare_connection", counted)
-    slow = clone(good_run, f"slow-{tmp_path.name}", select={"queries": _SLOWER})
-    with warehouse(tmp_path, good_run, slow) as connection:
-        result, reproduced = warehouse_checks.comparison_results(connection, "good", slow.name)
-    assert comparisons == [slow.name]  # both checks read one comparison
-    assert not result.passed
-    assert "latency" in str(result.metadata["regressions"].value)
-    assert "slower" in str(result.metadata["regressions"].value)
-    assert not reproduced.passed  # the metrics disagree beyond their intervals
+    runs = _history(good_run, tmp_path, [*_WOBBLE, _SLOWER, _SLOWER])
+    with warehouse(tmp_path, *runs) as connection:
+        quiet = history_checks.history_results(connection, runs[6].name, runs[7].name)
+        one_slow = history_checks.history_results(connection, runs[7].name, runs[8].name)
+        regression, reproduced = history_checks.history_results(
+            connection, runs[8].name, runs[9].name
+        )
+    assert all(result.passed for result in quiet)
+    assert "no regression against the history" in str(quiet[0].description)
+    # One slow run is off its band but decides nothing yet; the second makes it a change.
+    assert all(result.passed for result in one_slow)
+    assert not regression.passed
+    description = str(regression.description)
+    assert "figure(s) regressed: trial 0 solo " in description, description
+    table = str(regression.metadata["verdicts"].value)
+    assert "| latency_p50_ms |" in table and "| regressed |" in table
+    assert "cause: unexplained" in description
+    assert not reproduced.passed and "regressed" in str(reproduced.description)
 
 
 @pytest.mark.spawns
 def test_reproducibility_fails_on_another_schedule(good_run: Path, tmp_path: Path) -> None:
     moved = clone(good_run, f"moved-{tmp_path.name}", select={"queries": _RESCHEDULED})
     with warehouse(tmp_path, good_run, moved) as connection:
-        result = warehouse_checks.reproducibility_result(connection, "good", moved.name)
+        _, result = history_checks.history_results(connection, "good", moved.name)
     assert not result.passed
     assert "scheduled arrivals differ" in str(result.metadata["problems"].value)
 
 
 @pytest.mark.spawns
-def test_runs_of_another_spec_are_not_compared(good_run: Path, tmp_path: Path) -> None:
+def test_runs_of_another_spec_are_not_one_history(good_run: Path, tmp_path: Path) -> None:
     other = clone(good_run, f"other-{tmp_path.name}", lambda m: m.update(spec_hash="0" * 64))
     with warehouse(tmp_path, good_run, other) as connection:
-        regression = warehouse_checks.regression_result(connection, "good", other.name)
-        reproduced = warehouse_checks.reproducibility_result(connection, "good", other.name)
-    assert regression.passed and "not comparable" in str(regression.description)
-    assert reproduced.passed and "not comparable" in str(reproduced.description)
+        regression, reproduced = history_checks.history_results(connection, "good", other.name)
+    assert regression.passed and "1 run(s) in the history" in str(regression.description)
+    assert reproduced.passed, reproduced.metadata["problems"]
 
 
 def test_the_time_between_two_solo_baselines_is_not_a_telemetry_gap(tmp_path: Path) -> None:

@@ -148,7 +148,8 @@ def compare(
     ] = False,
 ) -> None:
     """Compare run B with run A per pipeline and phase: throughput and p50/p99 latency as
-    ratios B / A with 95% intervals, and a verdict (faster, slower, no measurable change)."""
+    ratios B / A with 95% intervals, and a verdict (faster, slower, no measurable change). The
+    intervals are within-run; `collobench history` judges a run against the runs before it."""
     from analysis.compare import (
         COMPARISON_TERMINAL,
         COMPARISON_TITLE,
@@ -172,6 +173,29 @@ def compare(
         run_a=run_a, run_b=run_b, host_a=_host(frame, "a_host"), host_b=_host(frame, "b_host")
     )
     out.print(compact_table(title, frame, COMPARISON_TERMINAL))
+    out.print(WITHIN_RUN_NOTE.format(spec=_spec_name(db_path, run_b)), highlight=False)
+
+
+WITHIN_RUN_NOTE = (
+    "These intervals are within-run only (batch means over each run's own queries): they do "
+    "not count how much whole runs differ on this machine, so two runs of unchanged code can "
+    "read 'faster' or 'slower'. For a verdict against the runs before B (between-run spread, "
+    "change points, likely cause): collobench history {spec}"
+)
+
+
+def _spec_name(db_path: Path, run_id: str) -> str:
+    """A loaded run's spec hash (12 characters; else its name), for `collobench history`."""
+    from analysis.db import connect_read_only
+
+    connection = connect_read_only(db_path)
+    try:
+        row = connection.execute(
+            "SELECT coalesce(left(spec_hash, 12), name) FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
+    finally:
+        connection.close()
+    return str(row[0]) if row and row[0] else "SPEC"
 
 
 def _host(frame: Any, column: str) -> str:

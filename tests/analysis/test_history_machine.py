@@ -1,0 +1,79 @@
+"""A real change found and attributed to the machine: the same spec run five times, then three
+times with a CPU hog sharing the pipeline's core. The history reports a regression of its
+latency and names the machine (the calibration score on the pipeline's core moved)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.db import connect_read_only
+from analysis.history import history_connection
+from analysis.loader import load_runs
+from tests.helpers import run
+
+CORE = 1
+QUIET_RUNS, HOG_RUNS = 5, 3
+
+
+def crunch_spec() -> dict[str, Any]:
+    """One CPU-bound pipeline on CORE: closed loop, 2 ms of work a query."""
+    return {
+        "name": "hog-test",
+        "seed": 3,
+        "telemetry": {"idle_baseline_s": 0},
+        "pipelines": [
+            {
+                "name": "crunch",
+                "placement": {"cpus": [CORE]},
+                "loadgen": {"type": "closed_loop", "concurrency": 1, "duration_s": 1.5},
+                "stages": [{"id": "work", "type": "busy", "config": {"ms": 2}}],
+            }
+        ],
+    }
+
+
+@contextmanager
+def cpu_hog(core: int) -> Iterator[None]:
+    """A busy loop pinned to `core` for the block's duration (stopped by process group)."""
+    hog = subprocess.Popen(
+        [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"],
+        start_new_session=True,
+    )
+    try:
+        yield
+    finally:
+        os.killpg(hog.pid, signal.SIGKILL)
+        hog.wait()
+
+
+@pytest.mark.spawns
+@pytest.mark.serial
+def test_a_cpu_hog_on_the_pipelines_core_is_a_regression_of_the_machine(tmp_path: Path) -> None:
+    runs = [run(crunch_spec(), tmp_path).run_dir for _ in range(QUIET_RUNS)]
+    with cpu_hog(CORE):
+        runs += [run(crunch_spec(), tmp_path).run_dir for _ in range(HOG_RUNS)]
+    db_path = tmp_path / "results.duckdb"
+    load_runs(runs, db_path)
+    connection = connect_read_only(db_path)
+    try:
+        spec_hash = connection.execute("SELECT any_value(spec_hash) FROM runs").fetchone()[0]
+        history = history_connection(connection, spec_hash, metric="latency_p50_ms")
+    finally:
+        connection.close()
+    assert len(history) == QUIET_RUNS + HOG_RUNS
+    flagged = history[history["verdict"] == "regressed"]
+    assert len(flagged) == 1, history[["run_seq", "value", "verdict", "detail"]]
+    change = flagged.iloc[0]
+    assert change["change_pct"] > 40  # the hog takes about half the core
+    assert change["cause"].startswith("machine: calibration score -"), change["cause"]
+    # The change started at the first run with the hog.
+    assert history["change_point"].tolist().index(True) == QUIET_RUNS
