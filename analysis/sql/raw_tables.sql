@@ -150,3 +150,23 @@ CREATE TABLE IF NOT EXISTS token_events (
     token_index INTEGER NOT NULL,   -- 0 = the first token of the visit
     ts_ns BIGINT NOT NULL           -- when the client read it (monotonic clock)
 );
+
+-- Machine speed (stages.telemetry.calibration): a short fixed reference workload before and
+-- after every phase, outside its load window, on each pipeline's cores (the pipeline's
+-- placement cpus, else every core the launcher may use) and, for a cuda pipeline, its GPU.
+-- Higher is faster: the median over short chunks of the work per second. Pipelines that share
+-- the same cores (or GPU) share one measurement (the same score and times). Empty for runs from
+-- before it existed or with telemetry.calibration.enabled false; a calibration that failed has
+-- no row (a warning of code calibration_failed instead).
+CREATE TABLE IF NOT EXISTS calibration (
+    run_id VARCHAR NOT NULL,
+    trial INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    pipeline VARCHAR,               -- whose cores (or GPU) were measured
+    position VARCHAR NOT NULL,      -- before | after (the phase)
+    workload VARCHAR NOT NULL,      -- cpu_loop | gpu_gemm | gpu_copy
+    score DOUBLE NOT NULL,          -- higher = faster
+    unit VARCHAR NOT NULL,          -- kloops_per_s | tflop_per_s | gb_per_s
+    start_ns BIGINT NOT NULL,       -- monotonic clock, like every table
+    end_ns BIGINT NOT NULL
+);

@@ -4,10 +4,21 @@ Every probe is best effort: a probe that fails yields None, and `capture_environ
 raises, because a missing detail must not cost a benchmark run. Torch is never imported in this
 process (importing it here could initialise CUDA next to Dagster); its build details come from a
 short-lived subprocess instead (stages.collocation.torch_probe).
+
+Fingerprints for comparing runs: `packages_sha256` is the sha256 of every installed
+distribution as sorted `name==version` lines (names normalised as PEP 503 does: lower case,
+runs of `-_.` as one `-`), with `packages_count` lines; it is read from each distribution's
+METADATA header, not through importlib's email parser (~10 ms instead of ~150 ms for 225
+distributions). `server_programs` maps the Python distribution each of the run's services runs
+(a service type's `distribution`: transformers.serve -> transformers, vllm.serve -> vllm,
+sglang.serve -> sglang) to its version in this interpreter, None when it is not installed here
+(vllm is started from PATH, which may be another installation; llama.cpp, external and
+command servers run no distribution of ours and are not listed).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import platform
@@ -16,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -164,6 +175,48 @@ def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str | N
     return versions
 
 
+_NAME_RUNS = re.compile(r"[-_.]+")
+
+
+def _header(text: str, key: str) -> str | None:
+    """A field of a METADATA (or PKG-INFO) header: the lines before the first blank one."""
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        name, _, value = line.partition(":")
+        if name == key:
+            return value.strip()
+    return None
+
+
+def _name_and_version(distribution: metadata.Distribution) -> str | None:
+    """`name==version` of one installed distribution, its name normalised (PEP 503)."""
+    text = distribution.read_text("METADATA") or distribution.read_text("PKG-INFO") or ""
+    name, version = _header(text, "Name"), _header(text, "Version")
+    if not name or not version:
+        return None
+    return f"{_NAME_RUNS.sub('-', name).lower()}=={version}"
+
+
+def packages_fingerprint() -> dict[str, object]:
+    """`packages_sha256` (every installed distribution as sorted `name==version` lines, joined
+    by newlines) and `packages_count` (how many lines)."""
+    lines = sorted(
+        {line for d in metadata.distributions() if (line := _name_and_version(d)) is not None}
+    )
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return {"packages_sha256": digest, "packages_count": len(lines)}
+
+
+def server_programs(service_types: Iterable[str]) -> dict[str, str | None]:
+    """The version of the distribution each service type runs (see the module docstring)."""
+    from stages.services.registry import default_service_registry
+
+    registry = default_service_registry()
+    programs = {registry.get(name).distribution for name in service_types}
+    return package_versions(tuple(sorted(name for name in programs if name is not None)))
+
+
 def _text(value: object) -> object:
     """Old pynvml releases return bytes; the manifest needs JSON strings."""
     return value.decode(errors="replace") if isinstance(value, bytes) else value
@@ -308,8 +361,9 @@ def _os() -> dict[str, object]:
     }
 
 
-def capture_environment(project_dir: Path) -> dict[str, object]:
-    """Versions, hardware, host, git state and relevant environment variables; never raises."""
+def capture_environment(project_dir: Path, service_types: Iterable[str] = ()) -> dict[str, object]:
+    """Versions, hardware, host, git state and relevant environment variables, and the programs
+    of the services of `service_types` (a spec's `services[].type`); never raises."""
     deadline_s = time.monotonic() + TORCH_PROBE_TIMEOUT_S
     torch_process = _probe("torch start", _start_torch_probe)
     environment: dict[str, object] = {
@@ -322,6 +376,8 @@ def capture_environment(project_dir: Path) -> dict[str, object]:
             },
         ),
         "packages": _probe("packages", package_versions),
+        **(_probe("packages fingerprint", packages_fingerprint) or {}),
+        "server_programs": _probe("server programs", lambda: server_programs(service_types)),
         "cpu": _probe("cpu", _cpu),
         "memory_total_bytes": _probe("memory", _memory_total_bytes),
         "hostname": _probe("hostname", socket.gethostname),

@@ -17,7 +17,6 @@ environment probe), `energy_notes` (idle baseline, energy sources), `manifest_wr
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import multiprocessing
 import os
 import secrets
@@ -31,6 +30,7 @@ from typing import Any
 
 from stages import settings
 from stages.collocation.barrier import start_together
+from stages.collocation.calibration_run import RunCalibration
 from stages.collocation.device_locks import DeviceBusy, held_devices
 from stages.collocation.energy_notes import (
     SAMPLER_READY_TIMEOUT_S,
@@ -51,6 +51,7 @@ from stages.collocation.results import (
     ProgressCallback,
     ProgressEvent,
     RunResult,
+    attach_figures,
 )
 from stages.collocation.services_run import RunServices
 from stages.collocation.supervision import Supervisor, WorkerHandle
@@ -83,8 +84,6 @@ __all__ = [
     "subset_phase_name",
     "subsets_of",
 ]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -141,6 +140,9 @@ class Launcher:
         self._energy_sources: dict[str, str | None] = {"gpu_source": None, "host_source": None}
         self._started: tuple[str, dict[str, int]] = ("", {})
         self._services = RunServices(self.spec, self.run_dir, self.timeline)
+        self._calibration = RunCalibration(
+            self.spec, self.run_dir, self.timeline, self.warnings, self._probe
+        )
 
     # ----------------------------------------------------------------- public
 
@@ -149,9 +151,9 @@ class Launcher:
         self.warnings += warnings
         if busy:
             self._refuse_busy(busy)
-        # Capturing the environment takes ~1.3 s (a torch import in a subprocess): do it while
-        # the workers spawn and prepare, not before them.
-        self._probe.start()
+        # Capturing the environment takes ~1.3 s (a torch import in a subprocess): do it beside
+        # the services' start, or the first phase's preparation when calibration is off.
+        self._probe.start([service.type for service in self.spec.services])
         self.run_dir.mkdir(parents=True, exist_ok=False)
         clock = {"monotonic_ns": time.monotonic_ns(), "wall_time_ns": time.time_ns()}
         self._started = (dt.datetime.now(dt.UTC).isoformat(), clock)
@@ -215,6 +217,7 @@ class Launcher:
         self, trial: int, phase: str, pipelines: list[PipelineSpec]
     ) -> list[PipelineOutcome]:
         names = [p.name for p in pipelines]
+        self._calibration.boundary(trial, phase, pipelines, "before")
         self._emit(ProgressEvent("phase_start", trial, phase, data={"pipelines": names}))
         workers = [
             self._supervisor.spawn(self._task(trial, phase, pipeline)) for pipeline in pipelines
@@ -242,10 +245,12 @@ class Launcher:
                 "end_ns": end_ns,
             }
         )
+        self._calibration.boundary(trial, phase, pipelines, "after")
         # The manifest on disk holds everything so far (a killed launcher leaves it), and the
         # environment the phase summary's host-load figures need.
         self._write_manifest("running", None)
-        self._summarize_phase(trial, phase, outcomes)
+        summarize = self.options.summarize_phase
+        self.warnings += attach_figures(summarize, self.run_dir, trial, phase, outcomes)
         self._emit(
             ProgressEvent("phase_end", trial, phase, data={"outcomes": [o.row() for o in outcomes]})
         )
@@ -302,24 +307,6 @@ class Launcher:
         window = measure_idle_baseline(samplers, idle_s, self.warnings)
         self._samplers = None
         self.timeline.append(window)
-
-    def _summarize_phase(self, trial: int, phase: str, outcomes: list[PipelineOutcome]) -> None:
-        """Attach the phase's figures, computed by the analysis views (the one definition of
-        every figure), to its outcomes; their warnings (foreign CPU load) join the manifest's."""
-        summarize = self.options.summarize_phase
-        if summarize is None:
-            return
-        try:
-            figures, warnings = summarize(self.run_dir, trial, phase)
-        except Exception as error:  # the run's data is on disk whatever happens here
-            log.warning("could not summarise trial %d %s: %s", trial, phase, error)
-            self.warnings.append(f"trial {trial} {phase}: no summary: {error}")
-            return
-        for outcome in outcomes:
-            mine = figures.get(outcome.pipeline)
-            outcome.summary = None if mine is None else mine.metrics
-            outcome.slo_verdict = None if mine is None else mine.slo_verdict
-        self.warnings += warnings
 
     # ----------------------------------------------------------------- interruption
 

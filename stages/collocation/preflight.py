@@ -1,12 +1,14 @@
 """Pre-flight: what must hold before a run starts (the collocation mode works here, trace files
 read, no foreign process on the GPU), and the environment probe the manifest records, which
-runs beside the first phase's model loading but never inside a load window."""
+runs beside the services' start (and, with calibration off, the first phase's model loading)
+but never inside a load window or beside a calibration."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +104,8 @@ def check_traces(spec: BenchmarkSpec) -> list[str]:
 
 class EnvironmentProbe:
     """Captures the environment (~1.3 s: a torch import in a subprocess) in a thread, so it
-    overlaps the workers' spawning and preparation; its span joins `timeline`."""
+    overlaps the services' start (and, with calibration off, the first phase's workers'
+    spawning and preparation); its span joins `timeline`."""
 
     def __init__(
         self,
@@ -112,11 +115,15 @@ class EnvironmentProbe:
     ) -> None:
         """`known`: an environment captured earlier on this machine, taken as is (no probe)."""
         self._project_dir = project_dir
+        self._service_types: tuple[str, ...] = ()
         self._timeline = timeline
         self.environment: dict[str, object] | None = known  # else filled in by the thread
         self._thread = threading.Thread(target=self._capture, name="environment-probe", daemon=True)
 
-    def start(self) -> None:
+    def start(self, service_types: Sequence[str] = ()) -> None:
+        """Start the probe; `service_types`: the spec's `services[].type` (the versions of
+        their programs are recorded)."""
+        self._service_types = tuple(service_types)
         if self.environment is None:
             self._thread.start()
 
@@ -125,15 +132,15 @@ class EnvironmentProbe:
 
         started_ns = time.monotonic_ns()
         try:
-            self.environment = capture_environment(self._project_dir)
+            self.environment = capture_environment(self._project_dir, self._service_types)
         finally:
             self._timeline.append(
                 {"what": "environment_probe", "start_ns": started_ns, "end_ns": time.monotonic_ns()}
             )
 
     def await_before_load(self, warnings: list[str]) -> None:
-        """Wait for the probe (it overlaps the first phase's model loading only); one still
-        running after PROBE_TIMEOUT_S is noted in `warnings`."""
+        """Wait for the probe (before the first calibration, else before the first load
+        window); one still running after PROBE_TIMEOUT_S is noted in `warnings`."""
         if not self._thread.is_alive():
             return
         self._thread.join(timeout=PROBE_TIMEOUT_S)

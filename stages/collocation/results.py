@@ -4,6 +4,7 @@ the run's result, the progress events a display receives, and the errors a run e
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 from stages.collocation.protocol import Done, Failed
 from stages.contracts.counters import QueryCounters
 from stages.contracts.errors import InvalidInputError, RunInterruptedError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -101,6 +104,30 @@ class PhaseFigures:
 
 # (run_dir, trial, phase) -> ({pipeline: figures}, warnings)
 PhaseSummarizer = Callable[[Path, int, str], tuple[dict[str, PhaseFigures], list[str]]]
+
+
+def attach_figures(
+    summarize: PhaseSummarizer | None,
+    run_dir: Path,
+    trial: int,
+    phase: str,
+    outcomes: list[PipelineOutcome],
+) -> list[str]:
+    """Attach the phase's figures, computed by the analysis views (the one definition of
+    every figure; `summarize`, injected: None attaches nothing), to its outcomes; returns the
+    warnings for the manifest (foreign CPU load, or why there is no summary)."""
+    if summarize is None:
+        return []
+    try:
+        figures, warnings = summarize(run_dir, trial, phase)
+    except Exception as error:  # the run's data is on disk whatever happens here
+        log.warning("could not summarise trial %d %s: %s", trial, phase, error)
+        return [f"trial {trial} {phase}: no summary: {error}"]
+    for outcome in outcomes:
+        mine = figures.get(outcome.pipeline)
+        outcome.summary = None if mine is None else mine.metrics
+        outcome.slo_verdict = None if mine is None else mine.slo_verdict
+    return warnings
 
 
 class LaunchError(InvalidInputError, RuntimeError):

@@ -18,6 +18,8 @@ class WarningCode(StrEnum):
     FOREIGN_COMPUTE_PROCESS = "foreign_compute_process"
     """A compute process that is not the run's own was on a GPU (on one of the run's devices:
     the run was refused as device_busy)."""
+    CALIBRATION_FAILED = "calibration_failed"
+    """A calibration before or after a phase could not run (no row for it; the run goes on)."""
     OTHER = "other"
     """Anything else: read the message."""
 
@@ -69,7 +71,8 @@ class WarningRecord(BaseModel):
     details: dict[str, Any] = Field(
         default_factory=dict,
         description="The figures behind it (foreign_compute_process: pid, "
-        "name, gpu, used_memory_mib).",
+        "name, gpu, used_memory_mib; calibration_failed: trial, phase, position, pipelines, "
+        "workload).",
     )
 
     @classmethod

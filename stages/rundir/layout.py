@@ -24,6 +24,7 @@ TABLES = (
     "gpu_process_samples",
     "operator_spans",
     "token_events",
+    "calibration",
 )
 """The run directory's tables, in the order they are merged and loaded; `<table>.parquet` once
 merged. Their columns: stages.rundir.schemas.SCHEMAS (same keys, same order)."""

@@ -115,6 +115,17 @@ class EnvironmentPart(_Open):
 
     hostname: str | None = None
     git: GitPart | None = None
+    packages_sha256: str | None = Field(
+        None,
+        description="sha256 of every installed distribution as sorted `name==version` lines "
+        "(names normalised); None in manifests from before it.",
+    )
+    packages_count: int | None = Field(None, description="How many lines that hash covers.")
+    server_programs: dict[str, str | None] | None = Field(
+        None,
+        description="The Python distribution each of the run's services runs -> its version "
+        "here (None: not installed here); services that run no distribution are not listed.",
+    )
 
 
 # ----------------------------------------------------------------------------- run records
@@ -135,17 +146,18 @@ class Clock(_Ours):
 
 class TimelineEntry(BaseModel):
     """A span of the run: a phase's load window, the idle baseline, or harness work (the
-    environment probe) that must not overlap a load window."""
+    environment probe, the services, calibrations) that must not overlap a load window."""
 
     model_config = ConfigDict(extra="forbid")
 
     what: str = Field(
         description="phase | idle | environment_probe | service_start | service_ready | "
-        "service_warmup | service_stop"
+        "service_warmup | service_stop | calibration (before or after a phase: its pipelines' "
+        "cores measured, stages.telemetry.calibration)"
     )
-    trial: int | None = Field(None, description="phase and idle entries only.")
-    phase: str | None = Field(None, description="phase and idle entries only.")
-    pipelines: list[str] | None = Field(None, description="phase entries only.")
+    trial: int | None = Field(None, description="phase, idle and calibration entries only.")
+    phase: str | None = Field(None, description="phase, idle and calibration entries only.")
+    pipelines: list[str] | None = Field(None, description="phase and calibration entries only.")
     service: str | None = Field(None, description="service entries only: the service's name.")
     start_ns: int = Field(description="Monotonic clock.")
     end_ns: int | None = Field(None, description="Monotonic clock; None: still running.")

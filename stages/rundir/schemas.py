@@ -132,4 +132,18 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("ts_ns", pa.int64(), nullable=False),
         ]
     ),
+    # Machine speed (stages.telemetry.calibration): a fixed reference workload before and after
+    # every phase, outside its load window, on each pipeline's cores (pipeline = whose cores or
+    # GPU were measured; pipelines sharing the same cores share one measurement).
+    "calibration": pa.schema(
+        [
+            *_KEY_FIELDS,
+            pa.field("position", pa.string(), nullable=False),  # before | after
+            pa.field("workload", pa.string(), nullable=False),  # cpu_loop | gpu_gemm | gpu_copy
+            pa.field("score", pa.float64(), nullable=False),  # higher = faster
+            pa.field("unit", pa.string(), nullable=False),  # kloops_per_s | tflop_per_s | gb_per_s
+            pa.field("start_ns", pa.int64(), nullable=False),  # monotonic clock, like the rest
+            pa.field("end_ns", pa.int64(), nullable=False),
+        ]
+    ),
 }

@@ -43,6 +43,7 @@ class TransformersServe(OpenAICompatible):
     `--continuous-batching` in `args` for continuous batching with paged attention."""
 
     name = "transformers.serve"
+    distribution = "transformers"
 
     def environment(self, spec: ServiceSpec, environ: Mapping[str, str]) -> dict[str, str]:
         """No PyPI update check at start-up and no hub access (the model is a local folder);
@@ -72,6 +73,7 @@ class VllmServe(OpenAICompatible):
     """vLLM's OpenAI-compatible server, `vllm serve MODEL` (GPU hosts)."""
 
     name = "vllm.serve"
+    distribution = "vllm"
 
     def command(self, spec: ServiceSpec, port: int, model: str | None) -> list[str]:
         argv = ["vllm", "serve", _model(model, self.name), "--host", LOOPBACK_HOST]
@@ -83,6 +85,7 @@ class SglangServe(OpenAICompatible):
     """SGLang's server, `python -m sglang.launch_server` (GPU hosts)."""
 
     name = "sglang.serve"
+    distribution = "sglang"
 
     def command(self, spec: ServiceSpec, port: int, model: str | None) -> list[str]:
         argv = [sys.executable, "-m", "sglang.launch_server", "--model-path"]

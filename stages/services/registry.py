@@ -39,6 +39,10 @@ class ServiceType(ABC):
     starts_process: ClassVar[bool] = True
     needs_model: ClassVar[bool] = True
     needs_opt_in: ClassVar[bool] = False
+    distribution: ClassVar[str | None] = None
+    """The Python distribution whose program the server runs, for the manifest's
+    `environment.server_programs` (its version there); None: not one (a binary, or nothing
+    started)."""
 
     @abstractmethod
     def command(self, spec: ServiceSpec, port: int, model: str | None) -> list[str]:

@@ -207,6 +207,34 @@ class PowerModelSpec(StrictModel):
     )
 
 
+class CalibrationSpec(StrictModel):
+    """The reference workload run before and after every phase, outside its load window
+    (stages.telemetry.calibration; rows in the run directory's `calibration` table)."""
+
+    enabled: bool = Field(
+        True,
+        description="Measure each pipeline's cores (a fixed CPU loop; a GEMM and a device copy "
+        "too on a cuda device) before and after every phase: the machine's speed, for "
+        "comparing runs.",
+    )
+    chunk_ms: float = Field(
+        25.0, ge=1, le=1000, description="Length of one chunk; the score is the chunks' median."
+    )
+    duration_ms: float = Field(
+        250.0,
+        ge=1,
+        le=10_000,
+        description="Time per workload, per pipeline with cores (or a GPU) of its own, per "
+        "boundary (a GPU calibration adds seconds: a subprocess imports torch).",
+    )
+
+    @model_validator(mode="after")
+    def _at_least_one_chunk(self) -> CalibrationSpec:
+        if self.duration_ms < self.chunk_ms:
+            raise ValueError("duration_ms must be at least chunk_ms (one chunk)")
+        return self
+
+
 class TelemetrySpec(StrictModel):
     gpu: GpuTelemetrySpec = Field(default_factory=GpuTelemetrySpec)
     host: HostTelemetrySpec = Field(default_factory=HostTelemetrySpec)
@@ -220,6 +248,22 @@ class TelemetrySpec(StrictModel):
         description="Before the first phase, sample the idle machine this long (phase `idle`), "
         "so energy views can subtract idle power; 0 = no idle baseline.",
     )
+    calibration: CalibrationSpec = Field(
+        default_factory=CalibrationSpec,
+        description="Machine speed measured before and after every phase. Left out of the "
+        "spec hash while it has its defaults.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_default_calibration(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, object]:
+        """Leave the default `calibration` out of the dump, so the spec hash of every spec
+        written before it existed is unchanged (`compare` matches hashes)."""
+        data: dict[str, object] = handler(self)
+        if self.calibration == CalibrationSpec():
+            data.pop("calibration", None)
+        return data
 
 
 class BenchmarkSpec(StrictModel):

@@ -278,3 +278,30 @@ def test_interrupted_run_missing_tables_loads_and_every_view_answers(
     assert rows == [("a", pytest.approx(0.5)), ("b", pytest.approx(1.0))]
     _, rows = run_query(db_path, "SELECT count(*) FROM stage_breakdown")
     assert rows == [(0,)]
+
+
+def test_runs_without_calibration_rows_read_as_an_empty_calibration_view(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """Runs from before the calibration (no calibration.parquet): `SELECT * FROM calibration`
+    still answers, with the table's columns (the contract's names and types) and no rows."""
+    load_runs([single_pipeline_run(tmp_path).write()], db_path)
+    connection = connect_read_only(db_path)
+    try:
+        columns = connection.execute("DESCRIBE SELECT * FROM calibration").fetchall()
+        rows = connection.execute("SELECT * FROM calibration").fetchall()
+    finally:
+        connection.close()
+    assert [(name, kind) for name, kind, *_ in columns] == [
+        ("run_id", "VARCHAR"),
+        ("trial", "INTEGER"),
+        ("phase", "VARCHAR"),
+        ("pipeline", "VARCHAR"),
+        ("position", "VARCHAR"),
+        ("workload", "VARCHAR"),
+        ("score", "DOUBLE"),
+        ("unit", "VARCHAR"),
+        ("start_ns", "BIGINT"),
+        ("end_ns", "BIGINT"),
+    ]
+    assert rows == []

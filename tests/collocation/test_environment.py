@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,8 @@ def test_capture_environment_reports_machine_and_filters_env(
     packages = env["packages"]
     assert isinstance(packages, dict)
     assert packages["pandas"] and packages["mlflow"] and packages["pyarrow"]
+    assert len(str(env["packages_sha256"])) == 64 and int(str(env["packages_count"])) > 50
+    assert env["server_programs"] == {}  # no service types given
     cpu = env["cpu"]
     assert isinstance(cpu, dict)
     assert cpu["logical_cores"] == os.cpu_count()
@@ -187,3 +192,27 @@ def test_the_torch_probe_runs_once_per_installation(
     monkeypatch.setattr(torch_probe, "_torch_install", lambda: (*install[:2], install[2] + 1))
     assert capture_environment(tmp_path)["torch"] == first
     assert started == [False, True]
+
+
+def test_the_packages_fingerprint_hashes_every_distribution_as_name_and_version() -> None:
+    """Read from the METADATA headers (fast), it equals what importlib's parser reads."""
+    expected = sorted(
+        {
+            f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
+            for d in metadata.distributions()
+        }
+    )
+    fingerprint = environment.packages_fingerprint()
+    assert fingerprint == {
+        "packages_sha256": hashlib.sha256("\n".join(expected).encode()).hexdigest(),
+        "packages_count": len(expected),
+    }
+    assert f"pyarrow=={metadata.version('pyarrow')}" in expected
+
+
+def test_server_programs_are_the_versions_of_what_the_services_run() -> None:
+    programs = environment.server_programs(
+        ["transformers.serve", "transformers.serve", "external", "llama.cpp", "vllm.serve"]
+    )
+    vllm = environment.package_versions(("vllm",))["vllm"]
+    assert programs == {"transformers": metadata.version("transformers"), "vllm": vllm}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from analysis.loader import load_runs
 from stages.collocation.results import ProgressEvent
+from stages.rundir.manifest import read_manifest
 from tests.helpers import run
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
@@ -151,6 +153,9 @@ def test_the_first_trial_measures_the_served_model(served_run: Any) -> None:
     assert token_rows > visits > 0
     ((goodput_share,),) = query(db, "SELECT goodput_share FROM token_goodput WHERE trial = 0")
     assert goodput_share is not None and 0 <= goodput_share <= 1
+    environment = read_manifest(result.run_dir).environment
+    assert environment is not None  # the server's program, for comparing runs
+    assert environment.server_programs == {"transformers": metadata.version("transformers")}
 
 
 def test_the_server_process_is_in_the_host_samples(served_run: Any) -> None:
