@@ -131,9 +131,7 @@ def simulate(sd: dict[str, float], family: int, histories: int, seed: int = 0) -
         ),
         "outlier_taken_for_change": {
             f"{family}_metrics": _outliers(rng, p50, family, histories),
-            f"{METRICS_ONE_PIPELINE}_metrics": _outliers(
-                rng, p50, METRICS_ONE_PIPELINE, histories
-            ),
+            f"{METRICS_ONE_PIPELINE}_metrics": _outliers(rng, p50, METRICS_ONE_PIPELINE, histories),
         },
     }
 

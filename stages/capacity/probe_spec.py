@@ -92,6 +92,10 @@ def probe_spec(
     if telemetry.get("idle_baseline_s"):
         telemetry["idle_baseline_s"] = 0.0
         overrides.append("telemetry.idle_baseline_s=0")
+    # A probe is judged on its own queries, never against a history of runs: the machine-speed
+    # calibration (0.25 s a phase boundary) would only lengthen the search.
+    telemetry["calibration"] = {**telemetry.get("calibration", {}), "enabled": False}
+    overrides.append("telemetry.calibration.enabled=false")
     if shared and document.get("services"):
         document["services"], named = as_external(document["services"], shared)
         overrides += named

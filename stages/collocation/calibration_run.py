@@ -1,5 +1,6 @@
 """The run's calibrations, as the launcher sequences them: at every phase boundary (before the
-phase's workers spawn, once the environment probe has ended, and after they are reaped),
+load starts, once the phase's workers are ready and idle and the environment probe has ended,
+and after the workers are reaped),
 outside every load window, each pipeline's cores are measured with the reference workload of
 stages.telemetry.calibration (`cpu_loop`), and its GPU too when its device is cuda (`gpu_gemm`,
 `gpu_copy`, placed as its worker would be).

@@ -152,7 +152,8 @@ class Launcher:
         if busy:
             self._refuse_busy(busy)
         # Capturing the environment takes ~1.3 s (a torch import in a subprocess): do it beside
-        # the services' start, or the first phase's preparation when calibration is off.
+        # the services' start, or the first phase's preparation (the calibration before a
+        # phase waits for it and for the workers to be ready).
         self._probe.start([service.type for service in self.spec.services])
         self.run_dir.mkdir(parents=True, exist_ok=False)
         clock = {"monotonic_ns": time.monotonic_ns(), "wall_time_ns": time.time_ns()}
@@ -217,7 +218,6 @@ class Launcher:
         self, trial: int, phase: str, pipelines: list[PipelineSpec]
     ) -> list[PipelineOutcome]:
         names = [p.name for p in pipelines]
-        self._calibration.boundary(trial, phase, pipelines, "before")
         self._emit(ProgressEvent("phase_start", trial, phase, data={"pipelines": names}))
         workers = [
             self._supervisor.spawn(self._task(trial, phase, pipeline)) for pipeline in pipelines
@@ -227,7 +227,12 @@ class Launcher:
         # workers' preparation instead of competing with the first seconds of the load.
         samplers = self._start_samplers(trial, phase, {w.name: w.process.pid or 0 for w in workers})
         timeouts_s = {p.name: p.loadgen.timeout_s for p in pipelines}
-        start_ns = self._load_window(workers, timeouts_s, samplers)
+        start_ns = self._load_window(
+            workers,
+            timeouts_s,
+            samplers,
+            lambda: self._calibration.boundary(trial, phase, pipelines, "before"),
+        )
         end_ns = time.monotonic_ns()
         self.warnings += samplers.stop()
         self._samplers = None
@@ -257,9 +262,15 @@ class Launcher:
         return outcomes
 
     def _load_window(
-        self, workers: list[WorkerHandle], timeouts_s: dict[str, float], samplers: SamplerGroup
+        self,
+        workers: list[WorkerHandle],
+        timeouts_s: dict[str, float],
+        samplers: SamplerGroup,
+        calibrate: Callable[[], None],
     ) -> int | None:
-        """Prepare, start together, run to the end; the common start (None: no worker ready)."""
+        """Prepare, calibrate, start together, run to the end; the common start (None: no
+        worker ready). The calibration runs once every worker is ready and idle, so it neither
+        competes with their preparation nor delays it."""
         self._supervisor.await_ready(workers)
         # Nothing of the harness may run inside a load window: the environment probe ends and
         # every sampler has its first sample (so energy covers the window) before the start.
@@ -268,6 +279,7 @@ class Launcher:
         ready = [worker for worker in workers if worker.ready and not worker.done]
         if not ready:
             return None
+        calibrate()
         start_ns = start_together(ready, timeouts_s)
         self._supervisor.await_done(ready, self._services.dead_users)
         return start_ns

@@ -127,9 +127,7 @@ def test_run_history_has_one_row_per_run_and_metric_in_time_order(
     assert first["machine_class"] == "Test CPU / 2 cores / 24 GiB / no GPU"
 
 
-def test_a_short_history_is_undecided_and_says_what_it_needs(
-    tmp_path: Path, db_path: Path
-) -> None:
+def test_a_short_history_is_undecided_and_says_what_it_needs(tmp_path: Path, db_path: Path) -> None:
     load_runs([history_run(tmp_path, i, v) for i, v in enumerate(noisy(3))], db_path)
     frame = judged(db_path)
     assert set(frame["verdict"]) == {"undecided"}
@@ -148,9 +146,7 @@ def _history_with_step(
     return before + after
 
 
-def test_a_code_change_is_found_and_attributed_to_the_commit(
-    tmp_path: Path, db_path: Path
-) -> None:
+def test_a_code_change_is_found_and_attributed_to_the_commit(tmp_path: Path, db_path: Path) -> None:
     load_runs(_history_with_step(tmp_path, environment(commit=COMMIT_B)), db_path)
     frame = judged(db_path)
     flagged = frame[frame["verdict"] == "regressed"]
@@ -165,9 +161,12 @@ def test_a_code_change_is_found_and_attributed_to_the_commit(
     assert "2 more runs decide" in frame.iloc[8]["detail"]
     # Its throughput did not change (the same 200 queries over a longer window is lower:
     # judged on its own history, with its own verdict).
-    assert judged(db_path, metric="queries_per_s")["verdict"].iloc[:8].isin(
-        ["undecided", "no change"]
-    ).all()
+    assert (
+        judged(db_path, metric="queries_per_s")["verdict"]
+        .iloc[:8]
+        .isin(["undecided", "no change"])
+        .all()
+    )
 
 
 def test_a_package_change_is_attributed_to_the_environment(tmp_path: Path, db_path: Path) -> None:

@@ -56,7 +56,7 @@ def history(
     the change and its interval, the likely cause (code, environment, machine) and the smallest
     change the history can see. Writes a PNG of the series with the change points marked."""
     from analysis.db import connect_read_only
-    from analysis.history import JSON_KEYS, UnknownSpec, history_connection, resolve_spec_hash
+    from analysis.history import UnknownSpec, history_connection, resolve_spec_hash
     from analysis.history_plot import plot_history
 
     db_path = db or settings.duckdb_path()
@@ -79,11 +79,22 @@ def history(
     png = plot or Path(db_path).parent / "history" / f"{name}-{spec_hash[:12]}.png"
     plot_history(frame, png, f"{name} ({spec_hash[:12]}): history")
     if output_format is HistoryFormat.json:
-        keys = [*JSON_KEYS, *(c for c in frame.columns if c not in JSON_KEYS)]
-        rows = [{key: _json_value(row[key]) for key in keys} for row in frame.to_dict("records")]
-        out.print_json(json.dumps(rows))
-        return
-    out.print(_table(frame, f"{name} ({spec_hash[:12]}) on {db_path}"))
+        _print_json(frame)
+    else:
+        _print_table(frame, f"{name} ({spec_hash[:12]}) on {db_path}", png)
+
+
+def _print_json(frame: Any) -> None:
+    """One array of objects, the contract's keys (JSON_KEYS) first in every object."""
+    from analysis.history import JSON_KEYS
+
+    keys = [*JSON_KEYS, *(c for c in frame.columns if c not in JSON_KEYS)]
+    rows = [{key: _json_value(row[key]) for key in keys} for row in frame.to_dict("records")]
+    out.print_json(json.dumps(rows))
+
+
+def _print_table(frame: Any, title: str, png: Path) -> None:
+    out.print(_table(frame, title))
     classes = frame["machine_class"].nunique()
     if classes > 1:
         out.print(f"{classes} machine classes: each is its own history, never pooled.")
