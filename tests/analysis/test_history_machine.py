@@ -70,7 +70,9 @@ def test_a_cpu_hog_on_the_pipelines_core_is_a_regression_of_the_machine(tmp_path
     load_runs(runs, db_path)
     connection = connect_read_only(db_path)
     try:
-        spec_hash = connection.execute("SELECT any_value(spec_hash) FROM runs").fetchone()[0]
+        found = connection.execute("SELECT any_value(spec_hash) FROM runs").fetchone()
+        assert found is not None
+        spec_hash = str(found[0])
         history = history_connection(connection, spec_hash, metric="queries_per_s")
     finally:
         connection.close()
