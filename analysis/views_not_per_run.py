@@ -43,6 +43,8 @@ BY_CAPACITY_VIEW: dict[str, ReportView] = {entry.view: entry for entry in CAPACI
 # Warehouse views that are not reported per run, and why; views named `<x>_from_rows` are the
 # definitions of a summary table (`x` reads the table) and need no entry.
 NOT_REPORTED: dict[str, str] = {
+    "run_history": "every run of a spec, not one run: `collobench history` and the Dagster "
+    "`history` asset judge it (analysis.history)",
     "query_latency": "one row per query: the building block of latency and goodput",
     "pipeline_outcomes": "each pipeline's counts from the manifest: read by throughput",
     "pipeline_specs": "each pipeline's spec fields: read by the other views",

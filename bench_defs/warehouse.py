@@ -3,11 +3,11 @@
 The run directory comes from the `benchmark_run` materialisation of the same Dagster run when
 there is one (on a cluster another host's run of the same partition may finish in between),
 else the latest of the partition (its `run_dir` metadata); the one before it, when there is one,
-is whose arrival schedule the reproducibility check compares with (loaded too if the
-warehouse lacks it); both it and the regression check judge the run against the benchmark's
-history in the warehouse (bench_defs.history_checks). Loading goes through
-`analysis.loader.load_runs` (idempotent, one writer at a time); the checks and the report files
-read through read-only connections.
+is whose arrival schedule the reproducibility check compares with; both checks judge the run
+against the benchmark's history in the warehouse (bench_defs.history_checks), so the
+partition's earlier runs (the last RECENT) are loaded too when the warehouse lacks them.
+Loading goes through `analysis.loader.load_runs` (idempotent, one writer at a time); the checks
+and the report files read through read-only connections.
 """
 
 from dataclasses import dataclass
@@ -88,6 +88,27 @@ def latest_run(context: dg.AssetExecutionContext) -> MaterialisedRun:
     return current_and_previous(context)[0]
 
 
+def _load_history(
+    context: dg.AssetExecutionContext, duckdb_warehouse: WarehouseResource, current: Any
+) -> None:
+    """Load the partition's earlier runs (the last RECENT materialisations) that the warehouse
+    lacks, when their directories are there: the history the checks judge the run against (a
+    pod's scratch warehouse on Kubernetes starts empty; a local one has them all already)."""
+    earlier = [
+        run
+        for run in benchmark_runs(context.instance, context.partition_key, limit=RECENT)
+        if run.run_id != current.run_id
+    ]
+    with duckdb_warehouse.reader() as connection:
+        missing = [
+            run.run_dir
+            for run in earlier
+            if warehouse_checks.loaded_run(connection, run.run_id) is None and run.run_dir.is_dir()
+        ]
+    if missing:
+        duckdb_warehouse.load(missing)
+
+
 @dg.asset(
     partitions_def=spec_partitions,
     deps=[benchmark_run],
@@ -106,10 +127,7 @@ def warehouse(
 
     current, previous = current_and_previous(context)
     loaded = duckdb_warehouse.load([current.run_dir])[0]
-    with duckdb_warehouse.reader() as connection:
-        known = warehouse_checks.loaded_run(connection, previous.run_id) if previous else None
-    if previous is not None and known is None and previous.run_dir.is_dir():
-        duckdb_warehouse.load([previous.run_dir])
+    _load_history(context, duckdb_warehouse, current)
     files = write_report(duckdb_warehouse.db_path(), current.run_id)
     trace = write_trace(duckdb_warehouse.db_path(), current.run_id)
     previous_id = previous.run_id if previous else None

@@ -65,7 +65,7 @@ def test_benchmark_warehouse_and_reports(
     checks = _checks(first)
     assert set(checks) == {"validity", "slo", "regression", "reproducibility"}
     assert checks["validity"].passed, checks["validity"].description
-    assert "no previous" in str(checks["regression"].description)
+    assert "undecided: 1 run(s) in the history" in str(checks["regression"].description)
 
     latency = _metadata(first, "latency")
     assert "p99 ms" in latency["table"] and "| 0 | solo | p |" in latency["table"]
@@ -73,6 +73,11 @@ def test_benchmark_warehouse_and_reports(
     assert Path(str(latency["plot_latency_cdf_path"])).is_file()
     assert "q/s" in _metadata(first, "throughput")["table"]
     assert "No contention" in _metadata(first, "contention")["table"]
+    history = _metadata(first, "history")
+    assert history["runs"] == 1 and history["change_points"] == 0
+    assert "| undecided |" in history["latest_run"]
+    assert history["plot_history"].startswith("![history](data:image/png;base64,iVBOR")
+    assert Path(str(history["plot_history_path"])) == run_dir / "history.png"
 
     # the same partition again (same overrides): compared with the first run
     second = dg.materialize(
@@ -84,8 +89,8 @@ def test_benchmark_warehouse_and_reports(
     )
     assert second.success
     rerun = _checks(second)
-    for name in ("regression", "reproducibility"):
-        assert rerun[name].metadata["compared_with"].value == run["run_id"]
+    assert rerun["reproducibility"].metadata["schedule_compared_with"].value == run["run_id"]
+    assert "2 run(s) in the history" in str(rerun["regression"].description)
     problems = str(rerun["reproducibility"].metadata["problems"].value)
     assert "scheduled arrivals differ" not in problems  # same spec hash and seeds: same schedule
 
