@@ -143,6 +143,7 @@ VIEW_FILES: tuple[ViewFile, ...] = (
     ),
     ViewFile("90_operators.sql", ("profiled_queries", "operator_summary")),
     ViewFile("95_capacity.sql", ("capacity", "capacity_region")),
+    ViewFile("96_run_history.sql", ("run_history",), reads=(_THROUGHPUT, _LATENCY)),
 )
 
 BY_FILE: dict[str, ViewFile] = {view_file.file: view_file for view_file in VIEW_FILES}
