@@ -35,6 +35,7 @@ def test_the_console_script_entry_and_every_command() -> None:
         "report",
         "sql",
         "compare",
+        "history",
         "artifacts",
     ]
 
