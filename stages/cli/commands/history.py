@@ -134,7 +134,7 @@ def _table(frame: Any, title: str) -> Any:
             str(row["verdict"]),
             with_interval(row["change_pct"], *(change or (None, None))),
             cell(row["mde_pct"]),
-            str(row["cause"] or ""),
+            row["cause"] if isinstance(row["cause"], str) else "",
         )
     table.caption = "'| ' marks a change point (the first run of a new regime)"
     return table
