@@ -221,11 +221,13 @@ class CalibrationSpec(StrictModel):
         25.0, ge=1, le=1000, description="Length of one chunk; the score is the chunks' median."
     )
     duration_ms: float = Field(
-        250.0,
+        100.0,
         ge=1,
         le=10_000,
         description="Time per workload, per pipeline with cores (or a GPU) of its own, per "
-        "boundary (a GPU calibration adds seconds: a subprocess imports torch).",
+        "boundary (a GPU calibration adds seconds: a subprocess imports torch). Four chunks: "
+        "a longer calibration does not average out a host's slow spells of about a second, "
+        "and every phase pays it twice.",
     )
 
     @model_validator(mode="after")
