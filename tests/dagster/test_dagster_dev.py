@@ -152,11 +152,12 @@ def test_launch_rerun_sensor_then_cancel(
     assert latest is not None, (rerun_id, checks)
     evaluation = latest["evaluation"]
     compared = {entry["label"]: entry.get("text") for entry in evaluation["metadataEntries"]}
-    assert compared["compared_with"].endswith(f"-tiny-{run_id[:8]}"), evaluation
-    # The schedule is the deterministic half of reproducing; the figures may disagree on a
-    # machine as loaded as CI's (then the description names which), never the schedule.
+    assert compared["schedule_compared_with"].endswith(f"-tiny-{run_id[:8]}"), evaluation
+    # The schedule is the deterministic half of reproducing; the figures are judged against
+    # the partition's history, two runs here: too short to judge, so they pass as undecided.
     assert "scheduled arrivals differ" not in evaluation["description"], evaluation
-    assert evaluation["success"] == (evaluation["description"] == "reproduced"), evaluation
+    assert evaluation["success"], evaluation
+    assert evaluation["description"].startswith("undecided: 2 run(s) in the history"), evaluation
 
     deadline = time.monotonic() + 180
     while not (sensor_runs := _partition_runs(client, "dropped")):
