@@ -1,7 +1,8 @@
 """The smallest real collocated run (`collobench run specs/noop_collocated.yaml`, two noop
 pipelines, 1 s each), done once per session by the `noop_collocated_run` fixture in
-tests/conftest.py: the CLI, report-file and end-to-end tests only read its output, run directory
-and warehouse, so one launch serves all of them."""
+tests/conftest.py: the launch, CLI, report-file and end-to-end tests only read its output, run
+directory and warehouse, so one launch serves all of them. It is recorded in MLflow too (the
+sqlite store in its own COLLOBENCH_HOME), as `collobench run` does by default."""
 
 from __future__ import annotations
 
@@ -24,21 +25,22 @@ class NoopCollocatedRun:
 
 
 def run_noop_collocated(base: Path) -> NoopCollocatedRun:
-    """Run the spec under `base` (runs/, results.duckdb and a COLLOBENCH_HOME of its own, set for
-    the subprocess only, so nothing leaks into the tests' environment)."""
+    """Run the spec under `base` (runs/, results.duckdb and a COLLOBENCH_HOME of its own, with
+    its MLflow store, set for the subprocess only, so nothing leaks into the tests'
+    environment)."""
     db = base / "results.duckdb"
     command = [
-        sys.executable, "-m", "stages.cli", "run", "specs/noop_collocated.yaml", "--no-mlflow",
+        sys.executable, "-m", "stages.cli", "run", "specs/noop_collocated.yaml",
         "--out", str(base / "runs"),
         "--db", str(db),
         "--set", "pipelines.front.loadgen.duration_s=1",
         "--set", "pipelines.back.loadgen.duration_s=1",
     ]  # fmt: skip
     environment = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"},
         "COLUMNS": "200",
         "COLLOBENCH_HOME": str(base / "home"),
-        "COLLOBENCH_MLFLOW": "0",
+        "COLLOBENCH_MLFLOW": "1",
     }
     completed = subprocess.run(
         command,

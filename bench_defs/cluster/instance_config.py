@@ -13,6 +13,9 @@ from bench_defs.pools import DEFAULT_QUEUE, Pool, PoolsFile, load_pools, pool_li
 
 RUN_START_TIMEOUT_S = 180
 """Run monitoring fails a run its worker has not started within this (a dead or absent worker)."""
+DEQUEUE_INTERVAL_S = 1
+"""How often the queued run coordinator starts waiting runs (Dagster's default is 5 s); as
+bench_defs/dagster.yaml's `run_queue`."""
 LOCATION = "collobench"
 """The code location's name (as in the repository's workspace.yaml)."""
 LAUNCHERS = ("celery", "default")
@@ -57,14 +60,15 @@ def instance_document(
     notices a dead worker (`bench_defs.cluster.launcher`; runs execute in the worker with the
     in-process executor, never the Celery executor: dagster issue #32915), or
     with `launcher="default"` Dagster's DefaultRunLauncher; the queued coordinator with one
-    limit per pool; run monitoring that never resumes a benchmark; no telemetry and no
-    onboarding dialog."""
+    limit per pool, starting waiting runs every DEQUEUE_INTERVAL_S; run monitoring that never
+    resumes a benchmark; no telemetry and no onboarding dialog."""
     return {
         "storage": {"postgres": {"postgres_url": postgres_url}},
         "run_launcher": run_launcher(launcher, redis_url),
         "run_coordinator": {
             "module": "dagster.core.run_coordinator",
             "class": "QueuedRunCoordinator",
+            "config": {"dequeue_interval_seconds": DEQUEUE_INTERVAL_S},
         },
         "concurrency": {"runs": {"tag_concurrency_limits": pool_limits(pools)}},
         "run_monitoring": {

@@ -34,7 +34,7 @@ from tests.analysis.capacity_dirs import classify_search
 SPEC_SLO_MS = 5.0
 SEARCH_SLO_MS = 50.0
 PERCENTILE = 0.9
-PROBE_S = 5.0
+PROBE_S = 3.0
 RULE = LoadgenSloRule()
 RAY = {"ray": {"target": 10.0, "busy": 4.0}, "ray_slo_ms": {"target": 25.0, "busy": 90.0}}
 """A region ray's settings: each pipeline's rate per unit of scale, and its own SLO."""

@@ -21,6 +21,7 @@ from stages.collocation.launcher import LaunchError, ProgressEvent
 from stages.rundir.tables import read_table
 from stages.spec.loading import validate_document
 from tests.helpers import REPO, run, spec_doc
+from tests.noop_run import NoopCollocatedRun
 
 KEYS = ("run_id", "trial", "phase", "pipeline")
 
@@ -39,20 +40,14 @@ def collobench(*args: str, env: dict[str, str] | None = None, timeout: float = 1
 
 @pytest.mark.spawns
 @pytest.mark.slow
-def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None:
-    completed = collobench(
-        "run",
-        "specs/noop_collocated.yaml",
-        "--out",
-        str(tmp_path),
-        "--set",
-        "pipelines.front.loadgen.duration_s=1",
-        "--set",
-        "pipelines.back.loadgen.duration_s=1",
-        env={"COLLOBENCH_MLFLOW": "1"},
-    )
+def test_noop_collocated_writes_a_complete_run_directory(
+    noop_collocated_run: NoopCollocatedRun,
+) -> None:
+    """`collobench run specs/noop_collocated.yaml`, 1 s per pipeline (the session's shared run,
+    recorded in MLflow and loaded into its warehouse)."""
+    completed = noop_collocated_run.completed
     assert completed.returncode == 0, completed.stderr
-    (run_dir,) = tmp_path.iterdir()
+    run_dir = noop_collocated_run.run_dir
     assert not (run_dir / "parts").exists()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "ok"
@@ -95,7 +90,7 @@ def test_noop_collocated_writes_a_complete_run_directory(tmp_path: Path) -> None
     # are one computation; MLflow logs the manifest's figures, see test_mlflow_log).
     import duckdb
 
-    db = duckdb.connect(str(Path(os.environ["COLLOBENCH_HOME"]) / "results.duckdb"), True)
+    db = duckdb.connect(str(noop_collocated_run.db), True)
     views = {
         (trial, phase, pipeline): (ok, measured, p99)
         for trial, phase, pipeline, ok, measured, p99 in db.execute(

@@ -23,6 +23,7 @@ from bench_defs.cluster.instance_config import (
     write_workspace,
 )
 from bench_defs.pools import POOL_TAG, Pool, PoolsFile
+from tests.helpers import REPO
 
 URL = "postgresql://dagster@/dagster?host=/tmp/x&port=5432"
 
@@ -56,6 +57,10 @@ def test_instance_config_is_valid_and_routes_through_celery(tmp_path: Path) -> N
     )
     limits = config["concurrency"]["runs"]["tag_concurrency_limits"]
     assert limits == [{"key": POOL_TAG, "value": "host-a", "limit": 2}]
+    # waiting runs start as soon as with the template instance (`make ui`), not every 5 s
+    template = yaml.safe_load((REPO / "bench_defs" / "dagster.yaml").read_text())
+    assert config["run_coordinator"]["config"] == template["run_queue"]
+    assert config["run_coordinator"]["config"] == {"dequeue_interval_seconds": 1}
     assert config["run_monitoring"]["max_resume_run_attempts"] == 0
     assert config["telemetry"] == {"enabled": False}
     assert config["nux"] == {"enabled": False}

@@ -51,6 +51,8 @@ def test_the_template_limits_the_local_pool_to_one_run(
 ) -> None:
     shutil.copy(REPO / "bench_defs" / "dagster.yaml", tmp_path / "dagster.yaml")
     assert run_limits(tmp_path, monkeypatch) == [{"key": POOL_TAG, "value": "local", "limit": 1}]
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:  # not Dagster's 5 s
+        assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
     # written without a pools file, it is the template itself (comments kept)
     written = write_instance_config(tmp_path / "home")
     assert written.read_text() == (REPO / "bench_defs" / "dagster.yaml").read_text()
