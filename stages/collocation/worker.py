@@ -94,6 +94,7 @@ def _run(task: WorkerTask, connection: Connection) -> int:
     pipeline = _placed_pipeline(task)
 
     from stages.runtime.driver import arrival_seed, prepare_load, run_load
+    from stages.runtime.os_threads import name_os_thread
 
     recorder = _recorder(task, pipeline)
     runtime = _runtime(task, pipeline, recorder)
@@ -104,6 +105,7 @@ def _run(task: WorkerTask, connection: Connection) -> int:
         scenario = prepare_load(runtime, arrival_seed(task.spec_seed, pipeline.name, task.trial))
         runtime.start()
         start_ns = _await_start(connection)
+        name_os_thread("issuer")  # the load generator issues from this thread (os_threads)
         reporter = _ProgressReporter(runtime, connection)
         reporter.start()
         try:
@@ -199,7 +201,9 @@ def _interrupted_done(runtime: PipelineRuntime, interrupted: Interrupted) -> Don
 
 
 class _ProgressReporter:
-    """Sends live counters to the launcher twice a second, off the measured threads' path."""
+    """Sends live counters to the launcher twice a second, off the measured threads' path: at
+    a lower priority, and between two open-loop issues (the recorder's `issue_schedule`), as
+    the writer's slices are."""
 
     def __init__(self, runtime: PipelineRuntime, connection: Connection) -> None:
         self._runtime = runtime
@@ -212,7 +216,13 @@ class _ProgressReporter:
         self._thread.start()
 
     def _loop(self) -> None:
+        from stages.runtime.os_threads import lower_priority, name_os_thread
+
+        name_os_thread("progress")
+        lower_priority()
+        issue_schedule = self._runtime.recorder.issue_schedule
         while not self._stopped.wait(PROGRESS_PERIOD_S):
+            issue_schedule.wait_for_gap()
             with self._lock:
                 if self._stopped.is_set():
                     return

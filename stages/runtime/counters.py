@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
 from stages.contracts.counters import QueryCounters
 
 
@@ -19,12 +21,14 @@ class Tally:
         self.last_completed_ns = 0
 
 
-def p99_ms(latencies_ns: Iterable[int]) -> float | None:
-    """The 99th percentile of `latencies_ns` in milliseconds (None without any)."""
-    latencies = sorted(latencies_ns)
-    if not latencies:
+def p99_ms(latencies_ns: np.ndarray) -> float | None:
+    """The 99th percentile of `latencies_ns` in milliseconds, nearest rank below (None
+    without any): a partial sort, no full one."""
+    count = len(latencies_ns)
+    if not count:
         return None
-    return latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] / 1e6
+    rank = min(count - 1, int(0.99 * count))
+    return float(np.partition(latencies_ns, rank)[rank]) / 1e6
 
 
 def snapshot(
@@ -35,7 +39,7 @@ def snapshot(
     measured: int,
     measured_over_slo: int,
     inflight: int,
-    recent_latency_ns: Iterable[int],
+    live_p99_ms: float | None,
 ) -> QueryCounters:
     """The pipeline's counters now: the threads' tallies summed, with what admission and the
     recorder count themselves (`measured`, `measured_over_slo`: the SLO verdict's N and T)."""
@@ -59,5 +63,5 @@ def snapshot(
         measured=measured,
         measured_over_slo=measured_over_slo,
         inflight=inflight,
-        live_p99_ms=p99_ms(recent_latency_ns),
+        live_p99_ms=live_p99_ms,
     )

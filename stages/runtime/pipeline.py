@@ -24,6 +24,7 @@ from stages.runtime.completion import Completion
 from stages.runtime.counters import snapshot
 from stages.runtime.fusion import FusedHandOff, chain_head, fused_links
 from stages.runtime.graph import StageGraph, StageNode
+from stages.runtime.os_threads import named_target
 from stages.runtime.query import Query
 from stages.runtime.recorder import Recorder, RowBuffer
 from stages.runtime.registry import StageRegistry, default_registry
@@ -145,7 +146,7 @@ class PipelineRuntime:
             measured=recorder.measured,
             measured_over_slo=recorder.measured_over_slo,
             inflight=len(completion.inflight),
-            recent_latency_ns=list(recorder.recent_latency_ns),
+            live_p99_ms=recorder.live_p99_ms,
         )
 
     def new_query(
@@ -181,7 +182,8 @@ class PipelineRuntime:
                     body = StageThread(node, self.completion, self.recorder, stage)
                     body.followers = chains.get(node.index, [])
                 name = f"stage:{node.name}" + (f"#{replica}" if replica else "")
-                thread = threading.Thread(target=body.run, name=name, daemon=True)
+                target = named_target(name, body.run)
+                thread = threading.Thread(target=target, name=name, daemon=True)
                 node.threads.append(thread)
                 thread.start()
 

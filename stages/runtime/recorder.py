@@ -12,7 +12,6 @@ the run.
 
 from __future__ import annotations
 
-import collections
 import queue
 import threading
 import time
@@ -20,16 +19,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from stages.rundir.tables import ChunkWriter
+from stages.runtime.counters import p99_ms
+from stages.runtime.os_threads import lower_priority, name_os_thread
 from stages.runtime.query import STATUS_NAMES
 from stages.runtime.row_slices import IssueSchedule, rows_to_arrays
 
 CHUNK_ROWS = 65_536
-# Recent latencies kept for the live p99 of progress displays. Small on purpose: the progress
-# thread sorts them while holding the GIL, and 20k of them cost ~5 ms of stalled issuing.
+# Recent latencies behind the live p99 of progress displays, computed by the writer at each
+# hand-off (a partial sort of at most this many, ~20 us), so a progress report only reads it.
 LATENCY_WINDOW = 2_000
 FLUSH_PERIOD_NS = 1_000_000_000
 # The writer looks for overdue buffers this often; it bounds how late past its deadline a row
@@ -175,8 +177,10 @@ class Recorder:
         }
         self.write_errors: list[str] = []
         self._closed = False
-        self.recent_latency_ns: collections.deque[int] = collections.deque(maxlen=LATENCY_WINDOW)
-        """Latencies of the latest ok, non-warm-up queries written: the live p99's input."""
+        self._recent_latency_ns = np.empty(0, dtype=np.int64)
+        self.live_p99_ms: float | None = None
+        """p99 latency of the latest LATENCY_WINDOW ok, measured queries written (None: none
+        yet), as fresh as the rows."""
         self._slo_ns = None if slo_ms is None else int(slo_ms * 1e6)
         self.measured = 0
         """Non-warm-up queries written so far, failures included (the verdict's N, live)."""
@@ -208,6 +212,9 @@ class Recorder:
             self._inbox.put((table, rows))
 
     def _write_loop(self) -> None:
+        # The writer is not measured: the measured threads come first (os_threads).
+        name_os_thread("recorder")
+        lower_priority()
         next_drain_ns = time.monotonic_ns() + int(DRAIN_TICK_S * 1e9)
         while True:
             try:
@@ -284,12 +291,18 @@ class Recorder:
             pc.filter(columns["completed_ns"], measured_ok),
             pc.filter(columns["scheduled_ns"], measured_ok),
         )
-        self.recent_latency_ns.extend(
-            latency.slice(max(0, len(latency) - LATENCY_WINDOW)).to_pylist()
-        )
+        self._update_live_p99(latency)
         self._count_measured(measured, measured_ok, latency)
         columns["status"] = _STATUS_STRINGS.take(columns["status"])
         return columns
+
+    def _update_live_p99(self, latency: pa.ChunkedArray) -> None:
+        """The live p99 over the latest LATENCY_WINDOW latencies (nearest rank, as
+        `stages.runtime.counters.p99_ms`)."""
+        newest = latency.slice(max(0, len(latency) - LATENCY_WINDOW)).to_numpy()
+        window = np.concatenate([self._recent_latency_ns, newest])[-LATENCY_WINDOW:]
+        self._recent_latency_ns = window
+        self.live_p99_ms = p99_ms(window)
 
     def _count_measured(
         self, measured: pa.ChunkedArray, measured_ok: pa.ChunkedArray, latency: pa.ChunkedArray

@@ -143,7 +143,7 @@ def test_a_snapshot_sums_the_threads_tallies() -> None:
         measured=9,
         measured_over_slo=1,
         inflight=2,
-        recent_latency_ns=[9_000_000],
+        live_p99_ms=9.0,
     )
     assert counters == QueryCounters(
         issued=15,

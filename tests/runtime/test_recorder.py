@@ -115,6 +115,39 @@ def test_the_live_verdict_counts_match_the_query_latency_view_rules() -> None:
     assert (no_slo.measured, no_slo.measured_over_slo) == (5, 2)  # only the failures
 
 
+def test_the_live_p99_covers_the_latest_window_of_ok_measured_queries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(recorder_module, "LATENCY_WINDOW", 100)
+    recorder = Recorder(None, {}, ["s"], "x")
+    assert recorder.live_p99_ms is None
+    buffer = recorder.buffer()
+    # 150 ok queries of 1..150 ms, then a failed and a warm-up one of 10 s: not counted.
+    buffer.query_rows.extend((i, 0, 1, (i + 1) * 1_000_000, 0, 1, False) for i in range(150))
+    buffer.query_rows.append((150, 0, 1, 10**10, 1, 1, False))
+    buffer.query_rows.append((151, 0, 1, 10**10, 0, 1, True))
+    buffer.flush()
+    recorder.close()
+    # The newest 100 (51..150 ms), nearest rank below: the 99th of 100 is 150 ms.
+    assert recorder.live_p99_ms == 150.0
+    window = Recorder(None, {}, ["s"], "x")
+    window.buffer().query_rows.extend((i, 0, 1, 1_000_000, 0, 1, False) for i in range(10))
+    window.close()
+    assert window.live_p99_ms == 1.0
+
+
+def test_conversion_releases_the_row_tuples_it_converted() -> None:
+    rows = [query_row(i) for i in range(300)]
+    columns = row_slices.rows_to_arrays(
+        recorder_module.QUERY_COLUMNS,
+        recorder_module._QUERY_ROW_TYPES,
+        rows,
+        row_slices.IssueSchedule(),
+    )
+    assert columns["query_id"].to_pylist() == list(range(300))
+    assert rows == [None] * 300  # freed slice by slice, inside the slices' GIL holds
+
+
 def test_short_stage_rows_write_nulls_in_the_columns_after_theirs() -> None:
     """A stage with no outcome and no join writes `SHORT_STAGE_ROW` fields; its rows get the
     same columns, with nulls after theirs, even in a hand-off beside full rows."""

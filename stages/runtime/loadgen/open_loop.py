@@ -12,6 +12,7 @@ from stages.runtime.loadgen.arrivals import ArrivalProcess
 from stages.runtime.loadgen.idle_gc import IdleCollector
 from stages.runtime.loadgen.scenarios import EARLY_STOPS, LoadOutcome, Scenario
 from stages.runtime.loadgen.timing import ArrivalClock
+from stages.runtime.os_threads import short_wakeup_slice
 from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.recorder import RowBuffer
 from stages.spec.loadgen import LoadgenBase
@@ -26,8 +27,9 @@ class OpenLoopScenario(Scenario[LoadgenBase]):
         self.arrivals = arrivals
 
     def drive(self, runtime: PipelineRuntime, start_ns: int, buffer: RowBuffer) -> LoadOutcome:
-        # Garbage is collected only where no query is in flight (idle_gc).
-        with IdleCollector() as collector:
+        # Garbage is collected only where no query is in flight (idle_gc); woken for an
+        # issue, this thread preempts the ones that record and report (os_threads).
+        with short_wakeup_slice(), IdleCollector() as collector:
             return self._drive(runtime, start_ns, buffer, collector)
 
     def _drive(
