@@ -78,6 +78,7 @@ class PhaseSummary:
     slo_verdict: SloVerdict | None  # met | missed | undecided on slo_ms; None without an SLO
     issue_delay_p50_us: float | None
     issue_delay_p99_us: float | None
+    issue_delay_over_100us_share: float | None  # issued more than 100 us after the schedule
     from_issue_p50_ms: float | None
     from_issue_p99_ms: float | None
     ci_method: str | None  # batch_means_10 within one trial
@@ -173,6 +174,7 @@ def _summary(
         ),
         issue_delay_p50_us=row["issue_delay_p50_us"],
         issue_delay_p99_us=row["issue_delay_p99_us"],
+        issue_delay_over_100us_share=row["issue_delay_over_100us_share"],
         from_issue_p50_ms=row["from_issue_p50_ms"],
         from_issue_p99_ms=row["from_issue_p99_ms"],
         ci_method=row["latency_ci_method"] or row["throughput_ci_method"],
@@ -208,7 +210,8 @@ def summarize_phase(run_dir: Path, trial: int, phase: str) -> list[PhaseSummary]
 def headline_metrics(summary: PhaseSummary, *, finite_only: bool = True) -> dict[str, float]:
     """What the manifest records and MLflow logs per (trial, phase, pipeline): counts,
     queries/s and verdict and completed p50/p99 with their interval bounds, the scenario's
-    target percentile, the early-stopping bound and, with an SLO, slo_ms, the over-SLO count
+    target percentile, the early-stopping bound, the issue delay p50/p99 and the share issued
+    more than 100 us late and, with an SLO, slo_ms, the over-SLO count
     and the verdict as two flags (slo_met, slo_missed; both 0: undecided), the verdict's name
     travelling beside these numbers (PhaseSummary.slo_verdict). MLflow rejects inf, so by
     default only finite values; `finite_only=False` keeps infinite percentiles (a failure
@@ -238,6 +241,10 @@ def headline_metrics(summary: PhaseSummary, *, finite_only: bool = True) -> dict
         "completed_p50_ms": summary.completed_p50_ms,
         "completed_p99_ms": summary.completed_p99_ms,
         "latency_bound_ms": summary.latency_bound_ms,
+        # How well the run kept its schedule (issued_ns - scheduled_ns).
+        "issue_delay_p50_us": summary.issue_delay_p50_us,
+        "issue_delay_p99_us": summary.issue_delay_p99_us,
+        "issue_delay_over_100us_share": summary.issue_delay_over_100us_share,
     }
     if summary.slo_verdict is not None:
         metrics["slo_ms"] = summary.slo_ms

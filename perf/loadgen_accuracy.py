@@ -23,12 +23,16 @@ Measured:
    delays come from its trace (`Latency` events, `issue_delay`; the trace is the only place
    LoadGen logs them), its latency percentiles and rates from its detail log.
 3. Paired rounds at 2,000 queries/s (5 in full, 1 with `--quick`), the issue-delay target of
-   the hot-path work: each round runs ours and both LoadGen configurations back to back, in an
-   order that alternates between rounds, so every side sees the same machine. Per side the
-   median [min, max] over rounds of issue delay p50/p99 and latency p99, and per round the
-   difference of our latency p99 from LoadGen's. Targets: our issue delay p99 <= 120 us by the
-   median of rounds, and our latency p99 at or below LoadGen's (default timer slack, as ours
-   starts with) by the median of the paired differences.
+   the hot-path work: each round runs ours in this process, ours through `collobench run` (the
+   product path: a subprocess as users start it, `perf/product_path.py`, host telemetry and
+   calibration at their defaults) and both LoadGen configurations back to back, in an order
+   that alternates between rounds, so every side sees the same machine. Per side the median
+   [min, max] over rounds of issue delay p50/p99, the share of queries issued more than 100 us
+   late and latency p99; per round the difference of each of our latency p99s from LoadGen's,
+   and the gap of the product path's issue delay p99 to the in-process one. Targets, on both
+   of our paths: issue delay p99 <= 120 us by the median of rounds, and latency p99 at or
+   below LoadGen's (default timer slack, as ours starts with) by the median of the paired
+   differences.
 4. Offline: ours (100,000 one-sample queries into one `noop` stage) against LoadGen's Offline
    with a Python queue-and-worker SUT (one put per sample, one `QuerySamplesComplete` per
    sample), 100,000 samples.
@@ -51,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from perf import common
+from perf import common, product_path
 from perf.common import (
     BackgroundLoad,
     PeriodicSampler,
@@ -71,7 +75,14 @@ TARGET_P50_US = 10.0
 TARGET_P99_US = 200.0
 ROUNDS_RATE_QPS = 2000
 ROUNDS_TARGET_P99_US = 120.0
-ROUND_FIGURES = ("issue_delay_p50_us", "issue_delay_p99_us", "latency_p99_us")
+ROUND_FIGURES = (
+    "issue_delay_p50_us",
+    "issue_delay_p99_us",
+    "issue_delay_over_100us_share",
+    "latency_p99_us",
+)
+LATE_ISSUE_NS = 100_000
+OURS_SIDES = ("ours", "ours_cli")
 OFFLINE_SAMPLES = 100_000
 DEFAULT_SLACK_NS = 50_000
 LOADGEN_SLACKS_NS = {"default_slack": DEFAULT_SLACK_NS, "slack_1": 1}
@@ -148,6 +159,7 @@ def ours_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
         "issue_delay_p50_us": us(pct_or_none(delay, 50), 2),
         "issue_delay_p99_us": us(pct_or_none(delay, 99), 2),
         "issue_delay_max_us": us(float(delay.max()) if delay.size else None, 2),
+        "issue_delay_over_100us_share": late_share(delay),
         "issued_early_fraction": round(float(early.size / max(1, delay.size)), 4),
         "issue_delay_min_us": us(float(delay.min()) if delay.size else None, 2),
         "latency_p50_us": us(pct_or_none(latency, 50)),
@@ -165,6 +177,47 @@ def ours_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
         f"ours server {rate:.0f}/s: issue delay p50 {figures['issue_delay_p50_us']} us, "
         f"p99 {figures['issue_delay_p99_us']} us, max {figures['issue_delay_max_us']} us, "
         f"early {figures['issued_early_fraction']}, dropped {figures['dropped']}, "
+        f"latency p99 {figures['latency_p99_us']} us"
+    )
+    return figures
+
+
+def late_share(delay_ns: np.ndarray) -> float | None:
+    """Share of issued queries issued more than LATE_ISSUE_NS after their schedule."""
+    return round(float((delay_ns > LATE_ISSUE_NS).mean()), 5) if delay_ns.size else None
+
+
+def ours_cli_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
+    """The same one-stage `noop` pipeline and load through `collobench run` (a subprocess):
+    issue delay and latency from the run directory's rows."""
+    loadgen = loadgen_spec(
+        type="server", rate=rate, duration_s=duration_s, timeout_s=duration_s + 60
+    )
+    document = product_path.spec_document("noop-cli", [noop_pipeline("noop", loadgen)])
+    try:
+        run_dir = product_path.run_spec(document, work, "noop-cli")
+    except product_path.ProductPathError as error:
+        log(f"ours through collobench run: {error}")
+        return {"error": str(error).splitlines()[0]}
+    table = product_path.measured_queries(run_dir, "noop")
+    status = np.array(table.column("status").to_pylist())
+    scheduled = table.column("scheduled_ns").to_numpy(zero_copy_only=False)
+    issued = status != "dropped"
+    ok = status == "ok"
+    delay = (table.column("issued_ns").to_numpy(zero_copy_only=False) - scheduled)[issued]
+    latency = table.column("completed_ns").to_numpy(zero_copy_only=False)[ok] - scheduled[ok]
+    figures = {
+        "queries": int(status.size),
+        "dropped": int((status == "dropped").sum()),
+        "issue_delay_p50_us": us(pct_or_none(delay.astype(np.int64), 50), 2),
+        "issue_delay_p99_us": us(pct_or_none(delay.astype(np.int64), 99), 2),
+        "issue_delay_max_us": us(float(delay.max()) if delay.size else None, 2),
+        "issue_delay_over_100us_share": late_share(delay),
+        "latency_p99_us": us(pct_or_none(latency.astype(np.int64), 99)),
+    }
+    log(
+        f"ours through collobench run {rate:.0f}/s: issue delay p50 "
+        f"{figures['issue_delay_p50_us']} us, p99 {figures['issue_delay_p99_us']} us, "
         f"latency p99 {figures['latency_p99_us']} us"
     )
     return figures
@@ -310,7 +363,8 @@ def loadgen_child(config: dict[str, Any]) -> dict[str, Any]:
 def run_loadgen(config: dict[str, Any]) -> dict[str, Any]:
     """`loadgen_child` in a fresh interpreter; its JSON figures, or {"error": ...}."""
     completed = subprocess.run(
-        [sys.executable, __file__, "--loadgen-child", json.dumps(config)],
+        [sys.executable, "-m", "perf.loadgen_accuracy", "--loadgen-child", json.dumps(config)],
+        cwd=Path(__file__).resolve().parent.parent,  # the repository: `perf` imports there
         capture_output=True,
         text=True,
         timeout=300,
@@ -349,9 +403,11 @@ def loadgen_server(rate: float, duration_s: float, slack_ns: int, out_dir: Path)
 
 
 def paired_rounds(rounds: int, duration_s: float, work: Path, with_loadgen: bool) -> dict[str, Any]:
-    """Ours and LoadGen at ROUNDS_RATE_QPS, round after round, the order alternating; the
-    median [min, max] of each side's figures and the paired latency p99 differences."""
-    sides = ["ours"] + ([f"loadgen_{label}" for label in LOADGEN_SLACKS_NS] if with_loadgen else [])
+    """Ours (in this process and through `collobench run`) and LoadGen at ROUNDS_RATE_QPS,
+    round after round, the order alternating; the median [min, max] of each side's figures,
+    the paired latency p99 differences and the product path's gap to the in-process path."""
+    loadgen_sides = [f"loadgen_{label}" for label in LOADGEN_SLACKS_NS] if with_loadgen else []
+    sides = [*OURS_SIDES, *loadgen_sides]
     measured: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for round_index in range(rounds):
         order = sides if round_index % 2 == 0 else sides[::-1]
@@ -362,26 +418,50 @@ def paired_rounds(rounds: int, duration_s: float, work: Path, with_loadgen: bool
             os.sync()
             if side == "ours":
                 figures = ours_server(ROUNDS_RATE_QPS, duration_s, place)
+            elif side == "ours_cli":
+                figures = ours_cli_server(ROUNDS_RATE_QPS, duration_s, place)
             else:
                 slack_ns = LOADGEN_SLACKS_NS[side.removeprefix("loadgen_")]
                 figures = loadgen_server(ROUNDS_RATE_QPS, duration_s, slack_ns, place)
             measured[side].append(figures)
     result: dict[str, Any] = {"rate_qps": ROUNDS_RATE_QPS, "rounds": rounds}
     for side, rows in measured.items():
-        complete = [row for row in rows if all(row.get(name) is not None for name in ROUND_FIGURES)]
+        names = (
+            ROUND_FIGURES
+            if side in OURS_SIDES
+            else ("issue_delay_p50_us", "issue_delay_p99_us", "latency_p99_us")
+        )
+        complete = [row for row in rows if all(row.get(name) is not None for name in names)]
         result[side] = (
-            {name: spread([row[name] for row in complete]) for name in ROUND_FIGURES}
+            {
+                name: spread([row[name] for row in complete], 5 if "share" in name else 2)
+                for name in names
+            }
             if complete
             else {"error": rows[0].get("error", "no figures")}
         )
-    for side in sides[1:]:
-        differences = [
-            ours["latency_p99_us"] - theirs["latency_p99_us"]
-            for ours, theirs in zip(measured["ours"], measured[side], strict=True)
-            if ours.get("latency_p99_us") is not None and theirs.get("latency_p99_us") is not None
-        ]
-        result[f"latency_p99_ours_minus_{side}_us"] = spread(differences) if differences else None
+    for ours in OURS_SIDES:
+        for side in loadgen_sides:
+            result[f"latency_p99_{ours}_minus_{side}_us"] = _paired(
+                measured[ours], measured[side], "latency_p99_us"
+            )
+    result["issue_delay_p99_cli_minus_in_process_us"] = _paired(
+        measured["ours_cli"], measured["ours"], "issue_delay_p99_us"
+    )
+    result["latency_p99_cli_minus_in_process_us"] = _paired(
+        measured["ours_cli"], measured["ours"], "latency_p99_us"
+    )
     return result
+
+
+def _paired(first: list[dict[str, Any]], second: list[dict[str, Any]], name: str) -> Any:
+    """Median [min, max] of the per-round differences first - second of figure `name`."""
+    differences = [
+        a[name] - b[name]
+        for a, b in zip(first, second, strict=True)
+        if a.get(name) is not None and b.get(name) is not None
+    ]
+    return spread(differences) if differences else None
 
 
 # --------------------------------------------------------------------------- main
@@ -460,14 +540,15 @@ def main() -> None:
         <= TARGET_P99_US
         for s in server
     }
-    met[f"issue_delay_p99_at_{ROUNDS_RATE_QPS}_median_of_rounds"] = (
-        rounds["ours"].get("issue_delay_p99_us", {}).get("median", 1e9) <= ROUNDS_TARGET_P99_US
-    )
-    versus = rounds.get("latency_p99_ours_minus_loadgen_default_slack_us")
-    # Undecided (None) without LoadGen: never reported as met.
-    met[f"latency_p99_at_{ROUNDS_RATE_QPS}_at_or_below_loadgen"] = (
-        None if versus is None else versus["median"] <= 0
-    )
+    for ours, suffix in (("ours", ""), ("ours_cli", "_cli")):
+        met[f"issue_delay_p99_at_{ROUNDS_RATE_QPS}_median_of_rounds{suffix}"] = (
+            rounds[ours].get("issue_delay_p99_us", {}).get("median", 1e9) <= ROUNDS_TARGET_P99_US
+        )
+        versus = rounds.get(f"latency_p99_{ours}_minus_loadgen_default_slack_us")
+        # Undecided (None) without LoadGen: never reported as met.
+        met[f"latency_p99_at_{ROUNDS_RATE_QPS}_at_or_below_loadgen{suffix}"] = (
+            None if versus is None else versus["median"] <= 0
+        )
     report = {
         **report_header(SCRIPT, "quick" if args.quick else "full", waited_s, background),
         "window_s": duration_s,

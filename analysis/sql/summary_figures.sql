@@ -33,6 +33,7 @@ SELECT
     l.from_issue_p99_ms,
     l.issue_delay_p50_us,
     l.issue_delay_p99_us,
+    l.issue_delay_over_100us_share,
     l.ci_method AS latency_ci_method,
     t.ci_method AS throughput_ci_method
 FROM throughput AS t

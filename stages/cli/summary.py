@@ -21,6 +21,7 @@ COLUMNS = (
     "completed p99",
     "bound",
     "SLO",
+    "issue p99 µs",
 )
 
 
@@ -37,6 +38,16 @@ def _slo(row: Any) -> str:
     over the SLO to meet the percentile) or undecided (too few queries to tell either way), as
     analysis.early_stopping decides; "-" without an SLO."""
     return str(row.slo_verdict) if row.slo_verdict is not None else "-"
+
+
+def _schedule_kept(row: Any) -> str:
+    """Issue delay p99 in microseconds and, in brackets, the share of queries issued more
+    than 100 us late: how well the run kept its own schedule."""
+    if row.issue_delay_p99_us is None:
+        return "-"
+    share = row.issue_delay_over_100us_share
+    late = "" if share is None else f" ({share:.2%} >100)"
+    return f"{row.issue_delay_p99_us:.0f}{late}"
 
 
 def _cells(row: Any, status: str) -> tuple[str, ...]:
@@ -66,6 +77,7 @@ def _cells(row: Any, status: str) -> tuple[str, ...]:
         fmt(row.completed_p99_ms, "{:.2f}"),
         bound,
         _slo(row),
+        _schedule_kept(row),
     )
 
 
@@ -73,7 +85,8 @@ def summary_table(result: Any) -> Table:
     """Headline figures per pipeline and phase, from the warehouse's views over the run
     directory (warm-up excluded): ok and failed queries, q/s and the scenario's verdict
     percentile (failures count as infinite) with their 95% intervals, the completed-only p99,
-    LoadGen's early-stopping bound and the SLO verdict (met, missed or undecided)."""
+    LoadGen's early-stopping bound, the SLO verdict (met, missed or undecided) and how well
+    the issuer kept the schedule (issue delay p99, share issued more than 100 us late)."""
     from analysis.run_summary import summarize_run  # the CLI is the one place stages meets analysis
 
     statuses = {(o.trial, o.phase, o.pipeline): o.status for o in result.results}

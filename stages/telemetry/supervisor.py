@@ -9,6 +9,7 @@ barrier (a measured window must not open before its telemetry is running).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.collocation.lifetime import die_with_parent
+from stages.runtime.os_threads import name_os_thread
 from stages.spec.models import TelemetrySpec
 from stages.telemetry.sampler_process import SamplerSettings, gpu_sampler_main, host_sampler_main
 
@@ -207,6 +209,8 @@ def _sampler_entry(
     `first_sample` is set after the first sample, and again on the way out (after the summary
     is put), so the start barrier never waits on a sampler that ended without one."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops samplers itself
+    # Named for `top -H` and `perf sched` (host-sampler, gpu0-sampler, ...).
+    name_os_thread(multiprocessing.current_process().name.removeprefix("collobench:"))
     stop = _StopOnSignal(args[-1])
     signal.signal(signal.SIGTERM, stop.on_signal)
     die_with_parent()

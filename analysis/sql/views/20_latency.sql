@@ -11,6 +11,8 @@
 --                     closed_loop) the schedule is "previous completion + think time", so this
 --                     separates the harness's reaction time from the query's own latency.
 --   issue_delay_p*_us issued_ns - scheduled_ns of every measured query with an issue time.
+--   issue_delay_over_100us_share  the share of those issued more than 100 us late: how well
+--                     the run kept its schedule (NULL: no query was issued).
 -- Intervals (ci_method 'batch_means_10'): the measured queries in scheduled order are cut into
 -- 10 consecutive batches; each verdict percentile is computed per batch, and the interval is
 -- the full-sample value +- t975(9) * stddev(batch values) / sqrt(10), its low end truncated at
@@ -33,7 +35,9 @@ WITH quantiles AS (
         avg(completed_ms) AS completed_mean_ms,
         max(completed_ms) AS completed_max_ms,
         loadgen_quantiles(from_issue_ms, [0.5, 0.99]) AS from_issue,
-        loadgen_quantiles(issue_delay_us, [0.5, 0.99]) AS issue_delay
+        loadgen_quantiles(issue_delay_us, [0.5, 0.99]) AS issue_delay,
+        count(*) FILTER (WHERE issue_delay_us > 100) / nullif(count(issue_delay_us), 0)
+            AS issue_delay_over_100us_share
     FROM query_latency
     GROUP BY run_id, trial, phase, pipeline
 ),
@@ -60,7 +64,8 @@ whole AS (
         from_issue[1] AS from_issue_p50_ms,
         from_issue[2] AS from_issue_p99_ms,
         issue_delay[1] AS issue_delay_p50_us,
-        issue_delay[2] AS issue_delay_p99_us
+        issue_delay[2] AS issue_delay_p99_us,
+        issue_delay_over_100us_share
     FROM quantiles
 ),
 -- Each group's verdict latencies in scheduled order (query id breaks ties), to be cut into
@@ -179,7 +184,8 @@ SELECT
     from_issue_p50_ms,
     from_issue_p99_ms,
     issue_delay_p50_us,
-    issue_delay_p99_us
+    issue_delay_p99_us,
+    issue_delay_over_100us_share
 FROM finite_se;
 
 -- Stored once per run at load (analysis/summaries.py), so reading `latency` scans a few rows

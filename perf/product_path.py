@@ -1,0 +1,87 @@
+"""Perf figures through the product path: a spec run by `collobench run` in a subprocess, as
+users start it (a launcher, a spawned worker, the samplers, the start barrier, the progress
+reports), with its recorded rows read back from the run directory.
+
+The in-process measurements (`run_pipeline` in the perf script's own process) isolate the
+runtime; these say what a user gets. Each perf script that reports both pairs them round by
+round, so the gap between the two paths is itself a figure. MLflow and the warehouse load are
+off: both run after the load window and touch none of its figures.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+
+from stages.rundir.tables import read_table
+from stages.spec.models import PipelineSpec
+
+RUN_TIMEOUT_S = 600
+
+
+class ProductPathError(RuntimeError):
+    """`collobench run` did not finish with a run directory holding `ok` results."""
+
+
+def collobench_command() -> list[str]:
+    """The `collobench` console script of this interpreter's environment (what users type);
+    `python -m stages.cli` where the script is not installed."""
+    script = Path(sys.executable).with_name("collobench")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "stages.cli"]
+
+
+def spec_document(name: str, pipelines: list[PipelineSpec], **fields: Any) -> dict[str, Any]:
+    """A spec file's content for `pipelines` (their non-default fields), plus top-level
+    `fields` (e.g. `telemetry`)."""
+    return {
+        "name": name,
+        "seed": 0,
+        **fields,
+        "pipelines": [p.model_dump(mode="json", exclude_defaults=True) for p in pipelines],
+    }
+
+
+def run_spec(document: dict[str, Any], work: Path, label: str) -> Path:
+    """Write `document` to `work/<label>.yaml`, run `collobench run` on it from `work` (a
+    home of its own under it), and return the run directory. Raises ProductPathError with
+    the output's tail when the run fails."""
+    work.mkdir(parents=True, exist_ok=True)
+    spec_file = work / f"{label}.yaml"
+    spec_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    out = work / f"{label}-runs"
+    command = [*collobench_command(), "run", str(spec_file), "--out", str(out)]
+    command += ["--no-mlflow", "--no-load"]
+    environment = {**os.environ, "COLLOBENCH_HOME": str(work / "home"), "COLUMNS": "200"}
+    completed = subprocess.run(
+        command,
+        cwd=work,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    runs = sorted(out.iterdir()) if out.exists() else []
+    if completed.returncode != 0 or len(runs) != 1:
+        tail = (completed.stdout[-1500:] + completed.stderr[-1500:]).strip()
+        message = f"collobench run {spec_file.name}: exit {completed.returncode}\n{tail}"
+        raise ProductPathError(message)
+    return runs[0]
+
+
+def measured_queries(run_dir: Path, pipeline: str, phase: str = "solo") -> pa.Table:
+    """The measured (non-warm-up) query rows of `pipeline` in `phase` of trial 0."""
+    table = read_table(run_dir, "queries")
+    ours = pc.and_(
+        pc.equal(table.column("pipeline"), pipeline), pc.equal(table.column("phase"), phase)
+    )
+    measured = pc.and_(pc.equal(table.column("trial"), 0), pc.invert(table.column("warmup")))
+    keep = pc.and_(ours, measured)
+    return table.filter(keep)
