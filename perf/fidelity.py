@@ -19,6 +19,10 @@ longer per image and would only lengthen the run):
   Python int (as the stage grades). Throughput = iterations / wall time.
 
 - fused: the pipeline with `fuse: true`, its three stages in one thread.
+- cli: the pipeline through `collobench run` (the product path, a subprocess as users start
+  it: `perf/product_path.py`), its worker placed as this process is (`placement.cpus`,
+  `threads: 1`); throughput from its run directory's rows, reported as its ratio to the bare
+  loop and to the in-process pipeline of the same repeat (the gap between the two paths).
 
 Each repeat runs every configuration's three sides back to back, rotating which side goes
 first, so drift on the shared machine hits all; the figure per configuration is the median
@@ -61,9 +65,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from perf import common
+from perf import common, product_path
 from perf.common import (
     BackgroundLoad,
     PeriodicSampler,
@@ -172,6 +177,40 @@ def pipeline_qps(
     return qps, cpu_window_s / ok.num_rows * 1e6, service_us
 
 
+def window_qps(measured: pa.Table) -> float:
+    """Measured ok queries / (last completion - first measured schedule)."""
+    ok = measured.filter(pc.equal(measured.column("status"), "ok"))
+    if ok.num_rows == 0:
+        raise RuntimeError("no measured query completed ok")
+    start_ns = pc.min(measured.column("scheduled_ns")).as_py()
+    end_ns = pc.max(ok.column("completed_ns")).as_py()
+    return float(ok.num_rows / ((end_ns - start_ns) / 1e9))
+
+
+def cli_qps(
+    model: str, batch: int, window_s: float, warmup: int, work: Path, cpus: list[int] | None
+) -> float:
+    """The same closed-loop pipeline as `pipeline_qps`, through `collobench run`, its worker
+    on `cpus` with one torch thread: queries/s from its run directory's rows."""
+    name = f"{model}-b{batch}-cli"
+    spec = PipelineSpec(
+        name=name,
+        loadgen=loadgen_spec(
+            type="closed_loop",
+            concurrency=1,
+            duration_s=window_s,
+            warmup_queries=warmup,
+            timeout_s=window_s * 10 + 60,
+        ),
+        stages=stage_specs(model, batch),
+        error_budget=None,
+        placement={"cpus": cpus, "threads": 1},
+    )
+    place = Path(tempfile.mkdtemp(prefix="cli-", dir=work))
+    run_dir = product_path.run_spec(product_path.spec_document(name, [spec]), place, name)
+    return window_qps(product_path.measured_queries(run_dir, name))
+
+
 class BareLoop:
     """The pipeline's work without the harness: data, preprocessing and the model in a loop."""
 
@@ -239,20 +278,31 @@ class BareLoop:
 
 
 def measure_config(
-    model: str, batch: int, repeats: int, window_s: float, warmup: int, work: Path
+    model: str,
+    batch: int,
+    repeats: int,
+    window_s: float,
+    warmup: int,
+    work: Path,
+    cli_cpus: list[int] | None,
 ) -> dict[str, Any]:
-    """Interleaved repeats of the pipeline (a thread per stage), the fused pipeline and the
-    bare loop for one configuration; each repeat starts with a different side."""
+    """Interleaved repeats of the pipeline (a thread per stage), the fused pipeline, the bare
+    loop and the pipeline through `collobench run` (its worker on `cli_cpus`) for one
+    configuration; each repeat starts with a different side."""
     bare = BareLoop(model, batch)
     pipeline_rates, bare_rates, fused_rates, ratios, fused_ratios = [], [], [], [], []
+    cli_ratios, cli_gaps, cli_rates = [], [], []
     services: list[dict[str, float]] = []
     cpu_us: dict[str, list[float]] = {"pipeline": [], "fused": [], "bare": []}
     cpu_ratios = []
     for repeat in range(repeats):
-        order = ["pipeline", "fused", "bare"]
-        sides = order[repeat % 3 :] + order[: repeat % 3]
+        order = ["pipeline", "fused", "bare", "cli"]
+        sides = order[repeat % 4 :] + order[: repeat % 4]
         rates = {}
         for side in sides:
+            if side == "cli":
+                rates[side] = cli_qps(model, batch, window_s, warmup, work, cli_cpus)
+                continue
             if side == "bare":
                 rates[side], cpu = bare.qps(window_s, warmup)
             else:
@@ -269,10 +319,14 @@ def measure_config(
         ratios.append(rates["pipeline"] / rates["bare"])
         fused_ratios.append(rates["fused"] / rates["bare"])
         cpu_ratios.append(cpu_us["bare"][-1] / cpu_us["pipeline"][-1])
+        cli_rates.append(rates["cli"])
+        cli_ratios.append(rates["cli"] / rates["bare"])
+        cli_gaps.append(rates["cli"] / rates["pipeline"])
         log(
             f"{model} b{batch} repeat {repeat}: pipeline {rates['pipeline']:.1f} q/s, "
             f"fused {rates['fused']:.1f} q/s, bare {rates['bare']:.1f} q/s, ratio "
-            f"{ratios[-1]:.4f}, fused {fused_ratios[-1]:.4f}, CPU ratio {cpu_ratios[-1]:.4f}"
+            f"{ratios[-1]:.4f}, fused {fused_ratios[-1]:.4f}, CPU ratio {cpu_ratios[-1]:.4f}, "
+            f"through collobench run {rates['cli']:.1f} q/s ({cli_ratios[-1]:.4f} of bare)"
         )
     pipeline_median = statistics.median(pipeline_rates)
     bare_median = statistics.median(bare_rates)
@@ -297,6 +351,15 @@ def measure_config(
         "fused_ratio_max": round(max(fused_ratios), 4),
         "fused_us_per_query": round(1e6 / statistics.median(fused_rates), 1),
         "fused_cpu_us_per_query": round(statistics.median(cpu_us["fused"]), 1),
+        # The pipeline through `collobench run` (the product path): its ratio to the bare loop
+        # and to the in-process pipeline, each per repeat.
+        "cli_qps_median": round(statistics.median(cli_rates), 2),
+        "cli_ratio_median": round(statistics.median(cli_ratios), 4),
+        "cli_ratio_min": round(min(cli_ratios), 4),
+        "cli_ratio_max": round(max(cli_ratios), 4),
+        "cli_to_in_process_median": round(statistics.median(cli_gaps), 4),
+        "cli_to_in_process_min": round(min(cli_gaps), 4),
+        "cli_to_in_process_max": round(max(cli_gaps), 4),
         # CPU time per query (bare / pipeline, so 1 = no cost, like the throughput ratio):
         # time the process was preempted by other processes does not count, so this one holds
         # on a shared machine where the wall-clock ratio swings.
@@ -350,6 +413,7 @@ def main() -> None:
         "--cpu", type=int, default=(os.cpu_count() or 1) - 1, help="pin to this core; -1: free"
     )
     args = parser.parse_args()
+    cli_cpus = [args.cpu] if args.cpu >= 0 else None
     if args.cpu >= 0:
         os.sched_setaffinity(0, {args.cpu})
     window_s = 1.0 if args.quick else 3.0
@@ -365,7 +429,9 @@ def main() -> None:
         work = Path(directory)
         for model, batch in CONFIGS:
             with BackgroundLoad() as load:
-                configs.append(measure_config(model, batch, repeats, window_s, warmup, work))
+                configs.append(
+                    measure_config(model, batch, repeats, window_s, warmup, work, cli_cpus)
+                )
             background[f"{model}_b{batch}"] = load.pct
         with BackgroundLoad() as load:
             profiling = measure_profiling(repeats, window_s, warmup, work)
@@ -390,6 +456,10 @@ def main() -> None:
         "met": {
             **{
                 f"{c['model']}_b{c['batch']}": c["ratio_median"] >= _ratio_target(c)
+                for c in configs
+            },
+            **{
+                f"{c['model']}_b{c['batch']}_cli": c["cli_ratio_median"] >= _ratio_target(c)
                 for c in configs
             },
             **{

@@ -25,14 +25,16 @@ Measured:
 3. Paired rounds at 2,000 queries/s (5 in full, 1 with `--quick`), the issue-delay target of
    the hot-path work: each round runs ours in this process, ours through `collobench run` (the
    product path: a subprocess as users start it, `perf/product_path.py`, host telemetry and
-   calibration at their defaults) and both LoadGen configurations back to back, in an order
+   calibration at their defaults), ours materialised by Dagster (`bench_defs.demo`, whose
+   `benchmark_run` starts the same command as a Pipes child) and both LoadGen configurations
+   back to back, in an order
    that alternates between rounds, so every side sees the same machine. Per side the median
    [min, max] over rounds of issue delay p50/p99, the share of queries issued more than 100 us
    late and latency p99; per round the difference of each of our latency p99s from LoadGen's,
-   and the gap of the product path's issue delay p99 to the in-process one. Targets, on both
-   of our paths: issue delay p99 <= 120 us by the median of rounds, and latency p99 at or
-   below LoadGen's (default timer slack, as ours starts with) by the median of the paired
-   differences.
+   and the gap of each product path's issue delay and latency p99 to the in-process ones.
+   Targets, on each of our paths: issue delay p99 <= 120 us by the median of rounds, and
+   latency p99 at or below LoadGen's (default timer slack, as ours starts with) by the median
+   of the paired differences.
 4. Offline: ours (100,000 one-sample queries into one `noop` stage) against LoadGen's Offline
    with a Python queue-and-worker SUT (one put per sample, one `QuerySamplesComplete` per
    sample), 100,000 samples.
@@ -82,7 +84,7 @@ ROUND_FIGURES = (
     "latency_p99_us",
 )
 LATE_ISSUE_NS = 100_000
-OURS_SIDES = ("ours", "ours_cli")
+OURS_SIDES = ("ours", "ours_cli", "ours_dagster")
 OFFLINE_SAMPLES = 100_000
 DEFAULT_SLACK_NS = 50_000
 LOADGEN_SLACKS_NS = {"default_slack": DEFAULT_SLACK_NS, "slack_1": 1}
@@ -187,17 +189,19 @@ def late_share(delay_ns: np.ndarray) -> float | None:
     return round(float((delay_ns > LATE_ISSUE_NS).mean()), 5) if delay_ns.size else None
 
 
-def ours_cli_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
-    """The same one-stage `noop` pipeline and load through `collobench run` (a subprocess):
-    issue delay and latency from the run directory's rows."""
+def ours_product_server(rate: float, duration_s: float, work: Path, path: str) -> dict[str, Any]:
+    """The same one-stage `noop` pipeline and load through the product path `path`: `cli`
+    (`collobench run`, a subprocess) or `dagster` (materialised by Dagster, which starts the
+    same command as a Pipes child); issue delay and latency from the run directory's rows."""
     loadgen = loadgen_spec(
         type="server", rate=rate, duration_s=duration_s, timeout_s=duration_s + 60
     )
-    document = product_path.spec_document("noop-cli", [noop_pipeline("noop", loadgen)])
+    document = product_path.spec_document(f"noop-{path}", [noop_pipeline("noop", loadgen)])
+    run = product_path.run_spec if path == "cli" else product_path.run_dagster
     try:
-        run_dir = product_path.run_spec(document, work, "noop-cli")
+        run_dir = run(document, work, f"noop-{path}")
     except product_path.ProductPathError as error:
-        log(f"ours through collobench run: {error}")
+        log(f"ours through {path}: {error}")
         return {"error": str(error).splitlines()[0]}
     table = product_path.measured_queries(run_dir, "noop")
     status = np.array(table.column("status").to_pylist())
@@ -216,9 +220,8 @@ def ours_cli_server(rate: float, duration_s: float, work: Path) -> dict[str, Any
         "latency_p99_us": us(pct_or_none(latency.astype(np.int64), 99)),
     }
     log(
-        f"ours through collobench run {rate:.0f}/s: issue delay p50 "
-        f"{figures['issue_delay_p50_us']} us, p99 {figures['issue_delay_p99_us']} us, "
-        f"latency p99 {figures['latency_p99_us']} us"
+        f"ours through {path} {rate:.0f}/s: issue delay p50 {figures['issue_delay_p50_us']} us, "
+        f"p99 {figures['issue_delay_p99_us']} us, latency p99 {figures['latency_p99_us']} us"
     )
     return figures
 
@@ -418,8 +421,9 @@ def paired_rounds(rounds: int, duration_s: float, work: Path, with_loadgen: bool
             os.sync()
             if side == "ours":
                 figures = ours_server(ROUNDS_RATE_QPS, duration_s, place)
-            elif side == "ours_cli":
-                figures = ours_cli_server(ROUNDS_RATE_QPS, duration_s, place)
+            elif side in ("ours_cli", "ours_dagster"):
+                path = side.removeprefix("ours_")
+                figures = ours_product_server(ROUNDS_RATE_QPS, duration_s, place, path)
             else:
                 slack_ns = LOADGEN_SLACKS_NS[side.removeprefix("loadgen_")]
                 figures = loadgen_server(ROUNDS_RATE_QPS, duration_s, slack_ns, place)
@@ -445,12 +449,12 @@ def paired_rounds(rounds: int, duration_s: float, work: Path, with_loadgen: bool
             result[f"latency_p99_{ours}_minus_{side}_us"] = _paired(
                 measured[ours], measured[side], "latency_p99_us"
             )
-    result["issue_delay_p99_cli_minus_in_process_us"] = _paired(
-        measured["ours_cli"], measured["ours"], "issue_delay_p99_us"
-    )
-    result["latency_p99_cli_minus_in_process_us"] = _paired(
-        measured["ours_cli"], measured["ours"], "latency_p99_us"
-    )
+    for path in ("cli", "dagster"):
+        for name in ("issue_delay_p99_us", "latency_p99_us"):
+            figure = name.removesuffix("_us")
+            result[f"{figure}_{path}_minus_in_process_us"] = _paired(
+                measured[f"ours_{path}"], measured["ours"], name
+            )
     return result
 
 
@@ -540,7 +544,7 @@ def main() -> None:
         <= TARGET_P99_US
         for s in server
     }
-    for ours, suffix in (("ours", ""), ("ours_cli", "_cli")):
+    for ours, suffix in (("ours", ""), ("ours_cli", "_cli"), ("ours_dagster", "_dagster")):
         met[f"issue_delay_p99_at_{ROUNDS_RATE_QPS}_median_of_rounds{suffix}"] = (
             rounds[ours].get("issue_delay_p99_us", {}).get("median", 1e9) <= ROUNDS_TARGET_P99_US
         )

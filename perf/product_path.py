@@ -1,6 +1,8 @@
 """Perf figures through the product path: a spec run by `collobench run` in a subprocess, as
 users start it (a launcher, a spawned worker, the samplers, the start barrier, the progress
-reports), with its recorded rows read back from the run directory.
+reports), or materialised by Dagster (`python -m bench_defs.demo`: its `benchmark_run` asset
+starts the same command as a Pipes child), with its recorded rows read back from the run
+directory.
 
 The in-process measurements (`run_pipeline` in the perf script's own process) isolate the
 runtime; these say what a user gets. Each perf script that reports both pairs them round by
@@ -10,9 +12,11 @@ off: both run after the load window and touch none of its figures.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,31 +52,93 @@ def spec_document(name: str, pipelines: list[PipelineSpec], **fields: Any) -> di
     }
 
 
-def run_spec(document: dict[str, Any], work: Path, label: str) -> Path:
+def run_spec(
+    document: dict[str, Any],
+    work: Path,
+    label: str,
+    wrapper: list[str] | None = None,
+    environment: dict[str, str] | None = None,
+) -> Path:
     """Write `document` to `work/<label>.yaml`, run `collobench run` on it from `work` (a
-    home of its own under it), and return the run directory. Raises ProductPathError with
-    the output's tail when the run fails."""
+    home of its own under it; `wrapper` before the command, e.g. `perf sched record --`;
+    `environment` on top of this process's), and return the run directory. Raises
+    ProductPathError with the output's tail when the run fails."""
     work.mkdir(parents=True, exist_ok=True)
     spec_file = work / f"{label}.yaml"
     spec_file.write_text(yaml.safe_dump(document, sort_keys=False))
     out = work / f"{label}-runs"
-    command = [*collobench_command(), "run", str(spec_file), "--out", str(out)]
+    command = [*(wrapper or []), *collobench_command(), "run", str(spec_file), "--out", str(out)]
     command += ["--no-mlflow", "--no-load"]
-    environment = {**os.environ, "COLLOBENCH_HOME": str(work / "home"), "COLUMNS": "200"}
-    completed = subprocess.run(
-        command,
-        cwd=work,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
+    child_environment = {
+        **os.environ,
+        "COLLOBENCH_HOME": str(work / "home"),
+        "COLUMNS": "200",
+        **(environment or {}),
+    }
+    with _every_cpu():
+        process = subprocess.Popen(
+            command,
+            cwd=work,
+            env=child_environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()  # the launcher's workers die with it (PDEATHSIG)
+        stdout, stderr = process.communicate()
+    completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     runs = sorted(out.iterdir()) if out.exists() else []
     if completed.returncode != 0 or len(runs) != 1:
         tail = (completed.stdout[-1500:] + completed.stderr[-1500:]).strip()
         message = f"collobench run {spec_file.name}: exit {completed.returncode}\n{tail}"
         raise ProductPathError(message)
+    return runs[0]
+
+
+@contextlib.contextmanager
+def _every_cpu() -> Iterator[None]:
+    """The calling thread may run on every CPU inside `with`, so a launcher started here
+    is placed as one started from a shell (a perf script pinned to one core would otherwise
+    pin the launcher with it; the spec's `placement` places the worker)."""
+    if not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def run_dagster(document: dict[str, Any], work: Path, label: str) -> Path:
+    """Materialise `document` as the partition `label` through Dagster (`bench_defs.demo`:
+    artefacts, `benchmark_run`, the warehouse and reports, on an instance under `work`), and
+    return the run directory. Raises ProductPathError when it fails."""
+    specs = work / "specs"
+    specs.mkdir(parents=True, exist_ok=True)
+    (specs / f"{label}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    command = [sys.executable, "-m", "bench_defs.demo", "--partition", label]
+    command += ["--specs-dir", str(specs)]
+    environment = {**os.environ, "COLLOBENCH_HOME": str(work / "home"), "COLLOBENCH_MLFLOW": "0"}
+    environment.pop("DAGSTER_HOME", None)  # the demo's instance lives in that home
+    with _every_cpu():
+        completed = subprocess.run(
+            command,
+            cwd=Path(__file__).resolve().parent.parent,  # bench_defs imports from the repository
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+    runs = sorted((work / "home" / "runs").glob("*"))
+    if completed.returncode != 0 or len(runs) != 1:
+        tail = (completed.stdout[-1500:] + completed.stderr[-1500:]).strip()
+        raise ProductPathError(f"Dagster {label}: exit {completed.returncode}\n{tail}")
     return runs[0]
 
 

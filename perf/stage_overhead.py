@@ -21,6 +21,10 @@ on (Parquet chunk files in a temporary run directory, as in a real run):
    ratio of per-stage medians (ours, then the bare chain) at depth 10 within 1.5x, checked for
    each placement, both sides under the same scheduling policy (`--scheduling-policy`: run once
    with `other` and once with `batch`).
+   At depth 10 every round also runs the chain through `collobench run` (the product path, a
+   subprocess as users start it: `perf/product_path.py`), its worker placed as the in-process
+   side is (`placement.cpus: [0]` for one_core, and the same scheduling policy); reported per
+   round as its ratio to the same round's bare chain and to the in-process chain (the gap).
    Why: the project's figures to beat (the paper's framework ~35 us/stage here, a bare hop ~3-5
    us): the runtime must not be what a benchmark of small stages measures.
 2. Offline throughput of a one-stage `noop` pipeline (200,000 one-sample queries issued at
@@ -54,7 +58,7 @@ import numpy as np
 import psutil
 import pyarrow.compute as pc
 
-from perf import common
+from perf import common, product_path
 from perf.common import (
     BackgroundLoad,
     PeriodicSampler,
@@ -140,6 +144,27 @@ def run_recorded(spec: PipelineSpec, run_dir: Path) -> tuple[PhaseResult, dict[s
     columns["ok"] = pc.equal(table.column("status"), "ok").to_numpy(zero_copy_only=False)
     columns["warmup"] = table.column("warmup").to_numpy(zero_copy_only=False)
     return result, columns
+
+
+def cli_issued_latencies_ns(
+    spec: PipelineSpec, cpus: set[int] | None, scheduling_policy: str, work: Path
+) -> np.ndarray | None:
+    """`spec` through `collobench run`, its worker placed on `cpus` under the policy:
+    completed_ns - issued_ns of the measured ok queries (None: the run failed, logged)."""
+    placement: dict[str, Any] = {"scheduling_policy": scheduling_policy}
+    if cpus is not None:
+        placement["cpus"] = sorted(cpus)
+    placed = spec.model_copy(update={"placement": spec.placement.model_copy(update=placement)})
+    document = product_path.spec_document(spec.name, [placed])
+    try:
+        run_dir = product_path.run_spec(document, work, spec.name)
+    except product_path.ProductPathError as error:
+        log(f"{spec.name} through collobench run: {error}")
+        return None
+    rows = product_path.measured_queries(run_dir, spec.name)
+    ok = pc.equal(rows.column("status"), "ok")
+    completed = pc.filter(rows.column("completed_ns"), ok).to_numpy()
+    return np.asarray(completed - pc.filter(rows.column("issued_ns"), ok).to_numpy())
 
 
 # --------------------------------------------------------------------------- 1. per stage
@@ -237,6 +262,7 @@ def measure_depth(
     ours_scheduled_parts: list[np.ndarray] = []
     bare_issued_parts: list[np.ndarray] = []
     bare_scheduled_parts: list[np.ndarray] = []
+    cli_parts: list[np.ndarray | None] = []
     statuses: set[str] = set()
     cpus = {0} if placement == "one_core" else None
     for round_index in range(rounds):
@@ -252,6 +278,9 @@ def measure_depth(
             )
         bare_issued_parts.append(bare_issued)
         bare_scheduled_parts.append(bare_scheduled)
+        if depth == TARGET_DEPTH:
+            place = work / f"d{depth}-{placement}-r{round_index}-cli"
+            cli_parts.append(cli_issued_latencies_ns(spec, cpus, scheduling_policy, place))
     ours_issued = np.concatenate(ours_issued_parts)
     ours_scheduled = np.concatenate(ours_scheduled_parts)
     bare_issued = np.concatenate(bare_issued_parts)
@@ -295,6 +324,8 @@ def measure_depth(
             ours_sched["per_stage_median_us"] / bare_sched["per_stage_median_us"]
         ),
     }
+    if cli_parts:
+        figures.update(_cli_figures(cli_parts, ours_issued_parts, bare_issued_parts, depth))
     log(
         f"depth {depth} {placement}: ours {figures['ours_per_stage_median_us']} us/stage "
         f"(p99 {figures['ours_per_stage_p99_us']}), bare {figures['bare_per_stage_median_us']} "
@@ -302,6 +333,35 @@ def measure_depth(
         f"round {figures['ratio_median_by_round']}"
     )
     return figures
+
+
+def _cli_figures(
+    cli_parts: list[np.ndarray | None],
+    ours_parts: list[np.ndarray],
+    bare_parts: list[np.ndarray],
+    depth: int,
+) -> dict[str, Any]:
+    """The product path's per-stage figures, and per round its ratio to the bare chain and
+    to the in-process chain of the same round."""
+    rounds = [
+        (cli, ours, bare)
+        for cli, ours, bare in zip(cli_parts, ours_parts, bare_parts, strict=True)
+        if cli is not None and cli.size
+    ]
+    if not rounds:
+        return {"cli_error": "no collobench run finished"}
+    cli_all = np.concatenate([cli for cli, _, _ in rounds])
+    return {
+        "cli_rounds": len(rounds),
+        "cli_per_stage_median_us": per_stage_figures(cli_all, depth)["per_stage_median_us"],
+        "cli_per_stage_p99_us": per_stage_figures(cli_all, depth)["per_stage_p99_us"],
+        "cli_ratio_median_by_round": spread(
+            [pct(cli, 50) / pct(bare, 50) for cli, _, bare in rounds]
+        ),
+        "cli_to_in_process_median_by_round": spread(
+            [pct(cli, 50) / pct(ours, 50) for cli, ours, _ in rounds]
+        ),
+    }
 
 
 # --------------------------------------------------------------------------- 2. offline
@@ -501,6 +561,13 @@ def main() -> None:
                 f"per_stage_median_ratio_at_depth_10_{placement}": at_target[placement][
                     "ratio_median_by_round"
                 ]["median"]
+                <= TARGET_RATIO_AT_DEPTH_10
+                for placement in PLACEMENTS
+            },
+            **{
+                f"per_stage_median_ratio_at_depth_10_{placement}_cli": at_target[placement]
+                .get("cli_ratio_median_by_round", {})
+                .get("median", 1e9)
                 <= TARGET_RATIO_AT_DEPTH_10
                 for placement in PLACEMENTS
             },

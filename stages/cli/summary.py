@@ -21,7 +21,7 @@ COLUMNS = (
     "completed p99",
     "bound",
     "SLO",
-    "issue p99 µs",
+    "issue µs p50/p99",
 )
 
 
@@ -41,13 +41,13 @@ def _slo(row: Any) -> str:
 
 
 def _schedule_kept(row: Any) -> str:
-    """Issue delay p99 in microseconds and, in brackets, the share of queries issued more
+    """Issue delay p50/p99 in microseconds and, in brackets, the share of queries issued more
     than 100 us late: how well the run kept its own schedule."""
     if row.issue_delay_p99_us is None:
         return "-"
     share = row.issue_delay_over_100us_share
     late = "" if share is None else f" ({share:.2%} >100)"
-    return f"{row.issue_delay_p99_us:.0f}{late}"
+    return f"{row.issue_delay_p50_us:.0f}/{row.issue_delay_p99_us:.0f}{late}"
 
 
 def _cells(row: Any, status: str) -> tuple[str, ...]:
@@ -86,7 +86,7 @@ def summary_table(result: Any) -> Table:
     directory (warm-up excluded): ok and failed queries, q/s and the scenario's verdict
     percentile (failures count as infinite) with their 95% intervals, the completed-only p99,
     LoadGen's early-stopping bound, the SLO verdict (met, missed or undecided) and how well
-    the issuer kept the schedule (issue delay p99, share issued more than 100 us late)."""
+    the issuer kept the schedule (issue delay p50/p99, share issued more than 100 us late)."""
     from analysis.run_summary import summarize_run  # the CLI is the one place stages meets analysis
 
     statuses = {(o.trial, o.phase, o.pipeline): o.status for o in result.results}

@@ -72,4 +72,4 @@ def test_the_schedule_figures_agree_from_the_view_to_the_console(tmp_path: Path)
     console.print(summary_table(SimpleNamespace(run_dir=run_dir, results=[])))
     lines = [line for line in console.export_text().splitlines() if "│ a " in line]
     cells = [cell.strip() for cell in lines[0].split("│")[1:-1]]
-    assert cells[COLUMNS.index("issue p99 µs")] == "198 (49.50% >100)"
+    assert cells[COLUMNS.index("issue µs p50/p99")] == "100/198 (49.50% >100)"
