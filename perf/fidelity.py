@@ -78,7 +78,7 @@ from perf.common import (
 )
 from stages.rundir.tables import read_table
 from stages.spec.loadgen import loadgen_spec
-from stages.spec.models import PipelineSpec, StageSpec
+from stages.spec.models import PipelineSpec, PlacementSpec, StageSpec
 
 SCRIPT = "fidelity"
 TARGET_RATIO_MIN = 0.98
@@ -126,6 +126,27 @@ def stage_specs(model: str, batch: int, profile_every: int = 0) -> list[StageSpe
     ]
 
 
+def closed_loop_pipeline(
+    name: str,
+    model: str,
+    batch: int,
+    window_s: float,
+    warmup: int,
+    profile_every: int = 0,
+    fuse: bool = False,
+) -> PipelineSpec:
+    """The 3-stage pipeline of `model` at `batch` under one closed-loop client."""
+    loadgen = loadgen_spec(
+        type="closed_loop",
+        concurrency=1,
+        duration_s=window_s,
+        warmup_queries=warmup,
+        timeout_s=window_s * 10 + 60,
+    )
+    stages = stage_specs(model, batch, profile_every)
+    return PipelineSpec(name=name, fuse=fuse, loadgen=loadgen, stages=stages, error_budget=None)
+
+
 def pipeline_qps(
     model: str,
     batch: int,
@@ -141,19 +162,8 @@ def pipeline_qps(
     each stage's mean service time (finished_ns - started_ns) in microseconds over the measured
     queries: what the stages' own code took, as opposed to the hand-offs between them.
     `fuse`: the three stages in one thread (`fuse: true` on the pipeline)."""
-    spec = PipelineSpec(
-        name=f"{model}-b{batch}" + ("-fused" if fuse else ""),
-        fuse=fuse,
-        loadgen=loadgen_spec(
-            type="closed_loop",
-            concurrency=1,
-            duration_s=window_s,
-            warmup_queries=warmup,
-            timeout_s=window_s * 10 + 60,
-        ),
-        stages=stage_specs(model, batch, profile_every),
-        error_budget=None,
-    )
+    name = f"{model}-b{batch}" + ("-fused" if fuse else "")
+    spec = closed_loop_pipeline(name, model, batch, window_s, warmup, profile_every, fuse=fuse)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
     with PeriodicSampler(time.process_time, 0.02, "cpu-sampler") as cpu:
         result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=0)
@@ -193,19 +203,8 @@ def cli_qps(
     """The same closed-loop pipeline as `pipeline_qps`, through `collobench run`, its worker
     on `cpus` with one torch thread: queries/s from its run directory's rows."""
     name = f"{model}-b{batch}-cli"
-    spec = PipelineSpec(
-        name=name,
-        loadgen=loadgen_spec(
-            type="closed_loop",
-            concurrency=1,
-            duration_s=window_s,
-            warmup_queries=warmup,
-            timeout_s=window_s * 10 + 60,
-        ),
-        stages=stage_specs(model, batch),
-        error_budget=None,
-        placement={"cpus": cpus, "threads": 1},
-    )
+    spec = closed_loop_pipeline(name, model, batch, window_s, warmup)
+    spec = spec.model_copy(update={"placement": PlacementSpec(cpus=cpus, threads=1)})
     place = Path(tempfile.mkdtemp(prefix="cli-", dir=work))
     run_dir = product_path.run_spec(product_path.spec_document(name, [spec]), place, name)
     return window_qps(product_path.measured_queries(run_dir, name))
