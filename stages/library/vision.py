@@ -8,7 +8,7 @@ share it). torch and torchvision are imported in `prepare` and in validators, ne
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
@@ -16,6 +16,7 @@ from stages.library.profiling import OperatorProfiler
 from stages.library.torch_common import ModelStageConfig, device_synchronizer
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig, StageContext
+from stages.spec.model_entry import ModelEntry
 
 DIGITS_CNN = "digits_cnn"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -118,13 +119,20 @@ class PreprocessStage(Stage[PreprocessConfig]):
 # --------------------------------------------------------------------------- models
 
 
+CLASSIFIER_FORMATS = frozenset({"torch_export", "torchscript", "torchvision_weights"})
+"""Model entry formats a classifier stage loads (stages.library.model_files)."""
+
+
 class ModelChoiceConfig(ModelStageConfig):
     """Which classifier a model stage runs, and with which weights."""
 
-    model: str = Field(
+    model_entry_fields: ClassVar[tuple[str, ...]] = ("model",)
+    model: str | ModelEntry = Field(
         DIGITS_CNN,
-        description="digits_cnn (the small CNN trained on digits) or a torchvision classifier "
-        "name (torchvision.models.list_models(module=torchvision.models)), e.g. resnet18.",
+        description="digits_cnn (the small CNN trained on digits), a torchvision classifier "
+        "name (torchvision.models.list_models(module=torchvision.models)), e.g. resnet18, or "
+        "a model entry: a file the user brings (`torch_export`, `torchscript`, or `weights` "
+        "with `arch`; stages.spec.model_entry).",
     )
     weights: Literal["random", "pretrained"] | None = Field(
         None,
@@ -141,7 +149,14 @@ class ModelChoiceConfig(ModelStageConfig):
 
     @field_validator("model")
     @classmethod
-    def _known_model(cls, value: str) -> str:
+    def _known_model(cls, value: str | ModelEntry) -> str | ModelEntry:
+        if isinstance(value, ModelEntry):
+            if value.format not in CLASSIFIER_FORMATS:
+                formats = ", ".join(sorted(CLASSIFIER_FORMATS))
+                raise ValueError(f"a classifier loads {formats} entries, not {value.format}")
+            if value.arch is not None:
+                cls._known_model(value.arch)
+            return value
         if value == DIGITS_CNN:
             return value
         from stages.artifacts.torchvision_models import (
@@ -156,6 +171,12 @@ class ModelChoiceConfig(ModelStageConfig):
 
     @model_validator(mode="after")
     def _classes_fit(self) -> ModelChoiceConfig:
+        if isinstance(self.model, ModelEntry):
+            if self.weights is not None:
+                raise ValueError(
+                    "`weights` names a built-in model's weights: a model entry brings its own"
+                )
+            return self
         if self.model == DIGITS_CNN and self.num_classes not in (None, 10):
             raise ValueError("digits_cnn has 10 classes: leave num_classes out")
         if (
@@ -173,6 +194,10 @@ def load_classifier(config: ModelChoiceConfig) -> Any:
     from stages.artifacts.torchvision_models import load_torchvision_model
     from stages.artifacts.vision import build_digits_cnn, load_digits_cnn
 
+    if isinstance(config.model, ModelEntry):
+        from stages.library.model_files import load_torch_model
+
+        return load_torch_model(config.model)
     if config.model == DIGITS_CNN:
         if config.weights == "random":
             import torch

@@ -42,6 +42,9 @@ class StageConfig(StrictModel):
     file_fields: ClassVar[tuple[str, ...]] = ()
     """Fields that name a file: a spec's value is resolved against the spec's folder and must
     lie inside the allowed roots (stages.spec.paths)."""
+    model_entry_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields that take a model entry (`stages.spec.model_entry`) besides a model name: its
+    folder or file is resolved, kept inside the model roots and hashed by content."""
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -17,8 +18,14 @@ from yaml.composer import ComposerError
 from stages.contracts.errors import InvalidInputError
 from stages.runtime.registry import default_registry
 from stages.spec.checks import check_spec
+from stages.spec.model_entry import hash_form, is_model_entry
 from stages.spec.models import BenchmarkSpec
-from stages.spec.paths import check_file_paths, spec_folder
+from stages.spec.paths import (
+    check_file_paths,
+    check_model_entries,
+    spec_folder,
+    with_model_contents,
+)
 from stages.spec.problems import SpecProblem, one_line, problems_from_validation_error
 
 MAX_BYTES_ENV = "COLLOBENCH_SPEC_MAX_BYTES"
@@ -267,9 +274,11 @@ def validate_document(document: dict[str, Any], source: str = "") -> LoadedSpec:
         ) from None
     problems = check_spec(spec)
     if not problems:
-        problems = check_file_paths(spec, spec_folder(source))
+        spec_dir = spec_folder(source)
+        problems = check_file_paths(spec, spec_dir) + check_model_entries(spec, spec_dir)
     if problems:
         raise SpecError(problems, source)
+    spec = with_model_contents(spec, spec_folder(source))
     normalized = normalize(spec)
     return LoadedSpec(spec, normalized, spec_hash(normalized), source)
 
@@ -298,6 +307,14 @@ def normalize(spec: BenchmarkSpec) -> dict[str, Any]:
 
 
 def spec_hash(normalized: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of the normal form: equal specs hash equal."""
-    canonical = json.dumps(normalized, sort_keys=True, separators=(",", ":"))
+    """sha256 of the canonical JSON of the normal form: equal specs hash equal. A model entry
+    counts by its content's sha256, not its location (`model_entry.hash_form`)."""
+    hashed = copy.deepcopy(normalized)
+    for pipeline in hashed.get("pipelines", []):
+        for stage in pipeline.get("stages", []):
+            config = stage.get("config", {})
+            for key, value in config.items():
+                if is_model_entry(value):
+                    config[key] = hash_form(value)
+    canonical = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

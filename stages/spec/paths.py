@@ -15,6 +15,7 @@ from pathlib import Path
 
 from stages import settings
 from stages.runtime.registry import default_registry
+from stages.spec.model_entry import ModelEntry, content_sha256, is_model_entry, model_roots
 from stages.spec.models import BenchmarkSpec
 from stages.spec.problems import SpecProblem
 
@@ -55,6 +56,71 @@ def file_fields(spec: BenchmarkSpec) -> Iterator[tuple[str, str, tuple[int, int 
                 value = stage.config.get(name)
                 if isinstance(value, str):
                     yield f"pipelines[{p}].stages[{s}].config.{name}", value, (p, s, name)
+
+
+def model_entries(spec: BenchmarkSpec) -> Iterator[tuple[str, ModelEntry, tuple[int, int, str]]]:
+    """(YAML path, entry, (pipeline index, stage index, field)) of every model entry a stage
+    config holds in one of its `model_entry_fields` (a model name is not an entry)."""
+    registry = default_registry()
+    for p, pipeline in enumerate(spec.pipelines):
+        for s, stage in enumerate(pipeline.stages):
+            if stage.type not in registry:
+                continue  # check_spec reports it
+            for name in registry.get(stage.type).config_model.model_entry_fields:
+                value = stage.config.get(name)
+                if is_model_entry(value):
+                    entry = ModelEntry.model_validate(value)  # the config model validated it
+                    yield f"pipelines[{p}].stages[{s}].config.{name}", entry, (p, s, name)
+
+
+def check_model_entries(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem]:
+    """One problem per model entry whose folder or file is missing, of the wrong kind, outside
+    the model roots, or not the content its `sha256` pins."""
+    roots = model_roots(spec_dir)
+    problems = []
+    for where, entry, _ in model_entries(spec):
+        where = f"{where}.{entry.location_key}"
+        problem = _model_location_problem(entry, spec_dir, roots)
+        if problem is not None:
+            problems.append(SpecProblem(where, problem))
+    return problems
+
+
+def _model_location_problem(entry: ModelEntry, spec_dir: Path, roots: list[Path]) -> str | None:
+    try:
+        resolved = resolve_file(entry.location, spec_dir)
+    except (OSError, ValueError, RuntimeError) as error:
+        return f"not a usable path: {error}"
+    if not any(resolved.is_relative_to(root) for root in roots):
+        shown = ", ".join(str(root) for root in roots)
+        return (
+            f"{resolved} is outside the model roots ({shown}; add one with COLLOBENCH_MODEL_ROOTS)"
+        )
+    wants_folder = entry.location_key == "path"
+    if not resolved.exists():
+        return f"{resolved} does not exist"
+    if wants_folder != resolved.is_dir():
+        return f"{resolved} is not a {'folder' if wants_folder else 'file'}"
+    if entry.sha256 is not None and content_sha256(resolved) != entry.sha256:
+        return f"{resolved} is not the content `sha256` pins (it has changed)"
+    return None
+
+
+def with_model_contents(spec: BenchmarkSpec, spec_dir: Path) -> BenchmarkSpec:
+    """The spec with every model entry's location made absolute and its `sha256` filled in
+    (after `check_model_entries` passed)."""
+    entries = list(model_entries(spec))
+    if not entries:
+        return spec
+    pipelines = [pipeline.model_copy(deep=True) for pipeline in spec.pipelines]
+    for _, entry, (p, s, name) in entries:
+        resolved = resolve_file(entry.location, spec_dir)
+        filled = entry.with_location(str(resolved)).model_copy(
+            update={"sha256": content_sha256(resolved)}
+        )
+        stage = pipelines[p].stages[s]
+        stage.config = {**stage.config, name: filled.model_dump(mode="json", exclude_defaults=True)}
+    return spec.model_copy(update={"pipelines": pipelines})
 
 
 def service_model_paths(spec: BenchmarkSpec) -> Iterator[tuple[str, str, int]]:

@@ -1,0 +1,172 @@
+"""A model a user brings without code: one spec entry naming a model folder or file, where a
+model stage otherwise takes a model name.
+
+    model: {onnx: models/digits.onnx}
+    model: {torch_export: digits.pt2}
+    model: {torchscript: digits.ts}
+    model: {weights: resnet18.safetensors, arch: resnet18, labels: [3, 1, 4]}
+    model: {path: my-finetuned-bert/}          # a local Hugging Face folder
+
+Exactly one location key. A relative location is relative to the spec file's folder, and the
+resolved file must lie under the spec's folder, the artefact store or a folder listed in
+`COLLOBENCH_MODEL_ROOTS` (`model_roots`). The content's sha256 (`content_sha256`, a folder's
+over its files) is filled into the entry's normal form, and the spec hash covers that content
+instead of the location: a changed model is a different benchmark, a moved one is not. A spec
+may pin `sha256` itself; a file whose content differs is then refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from stages import settings
+from stages.spec.base import StrictModel
+
+MODEL_ROOTS_ENV = "COLLOBENCH_MODEL_ROOTS"
+"""os.pathsep-separated folders model files may also lie in."""
+ALLOW_REMOTE_CODE_ENV = "COLLOBENCH_ALLOW_REMOTE_CODE"
+"""Set to 1 (with `trust_remote_code: true` in the entry) to run a folder's own model code."""
+
+ModelFormat = Literal["hf_folder", "onnx", "torch_export", "torchscript", "torchvision_weights"]
+LOCATION_FORMATS: dict[str, ModelFormat] = {
+    "path": "hf_folder",
+    "onnx": "onnx",
+    "torch_export": "torch_export",
+    "torchscript": "torchscript",
+    "weights": "torchvision_weights",
+}
+"""Location key -> the format it names; an entry has exactly one of them."""
+
+
+class ModelEntry(StrictModel):
+    """A model folder or file a model stage runs instead of a named model."""
+
+    path: str | None = Field(
+        None,
+        description="A local Hugging Face model folder (config, weights, and a tokenizer or "
+        "image processor), loaded offline with the Auto class of the stage's task.",
+    )
+    onnx: str | None = Field(
+        None, description="An ONNX file, run by ONNX Runtime on the pipeline's device."
+    )
+    torch_export: str | None = Field(
+        None, description="A program saved by `torch.export.save` (`.pt2`)."
+    )
+    torchscript: str | None = Field(None, description="A module saved by `torch.jit.save`.")
+    weights: str | None = Field(
+        None,
+        description="Weights of the torchvision architecture `arch`: a safetensors file or a "
+        "state dict (read with `weights_only`; a pickled full model is refused).",
+    )
+    arch: str | None = Field(
+        None, description="The torchvision architecture of `weights` (e.g. resnet18)."
+    )
+    labels: str | list[int] | None = Field(
+        None,
+        description="Model output index -> dataset label, for a model whose classes are not "
+        "the dataset's: a file (a JSON list, or one integer per line) or an inline list.",
+    )
+    trust_remote_code: bool = Field(
+        False,
+        description="Run a `path` folder's own model code; also needs "
+        f"{ALLOW_REMOTE_CODE_ENV}=1 in the environment.",
+    )
+    sha256: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The content's sha256 (a folder's: over its files' relative paths and "
+        "bytes). Filled in by collobench; given in a spec, it pins the content.",
+    )
+
+    @model_validator(mode="after")
+    def _one_location(self) -> ModelEntry:
+        given = [key for key in LOCATION_FORMATS if getattr(self, key) is not None]
+        if len(given) != 1:
+            keys = ", ".join(f"`{key}`" for key in LOCATION_FORMATS)
+            found = ", ".join(given) or "none"
+            raise ValueError(f"give exactly one of {keys} (found: {found})")
+        if (self.arch is None) != (self.weights is None):
+            raise ValueError("`arch` goes with `weights`, and `weights` needs `arch`")
+        if self.trust_remote_code and self.path is None:
+            raise ValueError("`trust_remote_code` applies to a `path` folder only")
+        return self
+
+    @property
+    def location_key(self) -> str:
+        """The one location key given (`onnx`, `path`, ...)."""
+        return next(key for key in LOCATION_FORMATS if getattr(self, key) is not None)
+
+    @property
+    def location(self) -> str:
+        """The folder or file named, as written (or resolved, after `with_location`)."""
+        value = getattr(self, self.location_key)
+        assert isinstance(value, str)
+        return value
+
+    @property
+    def format(self) -> ModelFormat:
+        return LOCATION_FORMATS[self.location_key]
+
+    def with_location(self, location: str) -> ModelEntry:
+        """The same entry naming `location` instead (a resolved absolute path)."""
+        return self.model_copy(update={self.location_key: location})
+
+
+def model_roots(spec_dir: Path) -> list[Path]:
+    """Where model files may lie: the spec's folder, the artefact store and each folder in
+    `$COLLOBENCH_MODEL_ROOTS`, symlinks resolved."""
+    extra = [part for part in os.environ.get(MODEL_ROOTS_ENV, "").split(os.pathsep) if part]
+    roots = [spec_dir, settings.artifacts_dir(), *(Path(part) for part in extra)]
+    return [root.expanduser().resolve() for root in roots]
+
+
+def content_sha256(location: Path) -> str:
+    """sha256 of a file's bytes, or of a folder's files (relative path and bytes each, in path
+    order). Cached per location and the size and modification time of each file, so a run
+    does not read a large model twice."""
+    files = (
+        [location] if location.is_file() else sorted(p for p in location.rglob("*") if p.is_file())
+    )
+    stamps = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
+    return _content_sha256(str(location), stamps)
+
+
+@functools.lru_cache(maxsize=64)
+def _content_sha256(location: str, stamps: tuple[tuple[str, int, int], ...]) -> str:
+    root = Path(location)
+    digest = hashlib.sha256()
+    if root.is_file():
+        _update(digest, root)
+        return digest.hexdigest()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        _update(digest, path)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _update(digest: Any, path: Path) -> None:
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+
+
+def is_model_entry(value: Any) -> bool:
+    """Whether a config value (in its JSON form) is a model entry, not a model name."""
+    return isinstance(value, dict) and any(key in value for key in LOCATION_FORMATS)
+
+
+def hash_form(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry's JSON form as the spec hash sees it: its content's sha256 in place of its
+    location (a moved model is the same benchmark; a changed one is not)."""
+    if entry.get("sha256") is None:
+        return entry
+    return {
+        key: ("" if key in LOCATION_FORMATS and value else value) for key, value in entry.items()
+    }
