@@ -1,6 +1,7 @@
 """A model file a user brings (`stages.spec.model_entry`), loaded as a torch module: the
 weights of a torchvision architecture (safetensors, or a state dict read with `weights_only`),
-a TorchScript module or a `torch.export` program. One loader per format, in a registry.
+a TorchScript module or a `torch.export` program (one loader per format, in a registry); or
+an ONNX file as an ONNX Runtime session behind the same call (`OnnxModel`).
 
 Nothing here unpickles arbitrary objects: a state dict is read with `weights_only=True`, so a
 `.pt` file holding a pickled full model is refused with the reason, before any of its code
@@ -17,6 +18,8 @@ from typing import Any
 from stages.contracts.errors import InvalidInputError
 from stages.spec.model_entry import ModelEntry, ModelFormat
 
+INPUT_SHAPE_ATTRIBUTE = "collobench_input_shape"
+"""Set on a loaded `torch.export` module: the shape it was exported with."""
 REASON_CHARS = 300  # of the loader's message, on the one line a failed load gives
 
 
@@ -86,7 +89,73 @@ def _torchscript(entry: ModelEntry) -> Any:
 def _torch_export(entry: ModelEntry) -> Any:
     import torch
 
-    return torch.export.load(entry.location).module()
+    program = torch.export.load(entry.location)
+    module = program.module()
+    # The shape it was exported with: what `input_shape` reports.
+    example = program.example_inputs[0] if program.example_inputs else ()
+    setattr(module, INPUT_SHAPE_ATTRIBUTE, tuple(example[0].shape) if example else None)
+    return module
+
+
+class OnnxModel:
+    """An ONNX Runtime session answering as a torch model does: a tensor in, a tensor out.
+    `provider` is the execution provider the session runs on (recorded by the stage)."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        first = session.get_inputs()[0]
+        self._input = first.name
+        self._output = session.get_outputs()[0].name
+        self.input_shape = tuple(size if isinstance(size, int) else 1 for size in first.shape)
+        """The graph's input shape, a symbolic dimension (a dynamic batch) as 1."""
+        self.provider = str(session.get_providers()[0])
+
+    def __call__(self, x: Any) -> Any:
+        import torch
+
+        feed = {self._input: x.detach().to("cpu").numpy()}
+        return torch.from_numpy(self._session.run([self._output], feed)[0])
+
+    def to(self, *args: Any, **kwargs: Any) -> OnnxModel:
+        return self  # it runs where its execution provider runs
+
+    def train(self, mode: bool = True) -> OnnxModel:
+        if mode:
+            raise ModelFileError("an ONNX model runs inference only: it does not train")
+        return self
+
+
+def input_shape(model: Any) -> tuple[int, ...] | None:
+    """The input shape a loaded model file declares (a symbolic dimension, such as a dynamic
+    batch, as 1), or None when it declares none (a TorchScript module)."""
+    if isinstance(model, OnnxModel):
+        return model.input_shape
+    shape = getattr(model, INPUT_SHAPE_ATTRIBUTE, None)
+    return None if shape is None else tuple(int(size) for size in shape)
+
+
+def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> OnnxModel:
+    """An ONNX Runtime session of `entry` on the execution provider of `device` (CUDA on a
+    cuda device, the CPU otherwise), with `threads` intra-op threads (None: its default)."""
+    import onnxruntime
+
+    wanted = "CUDAExecutionProvider" if device.startswith("cuda") else "CPUExecutionProvider"
+    if wanted not in onnxruntime.get_available_providers():
+        raise ModelFileError(
+            f"{entry.location}: ONNX Runtime here has no {wanted} (for device {device}; "
+            "install onnxruntime-gpu for CUDA)"
+        )
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    try:
+        session = onnxruntime.InferenceSession(
+            entry.location, sess_options=options, providers=[wanted]
+        )
+    except Exception as error:  # not ONNX, a corrupt graph, an operator it does not know
+        reason = " ".join(str(error).split())[:REASON_CHARS] or type(error).__name__
+        raise ModelFileError(f"{entry.location}: cannot load as onnx: {reason}") from error
+    return OnnxModel(session)
 
 
 TORCH_LOADERS: dict[ModelFormat, Callable[[ModelEntry], Any]] = {

@@ -119,7 +119,7 @@ class PreprocessStage(Stage[PreprocessConfig]):
 # --------------------------------------------------------------------------- models
 
 
-CLASSIFIER_FORMATS = frozenset({"torch_export", "torchscript", "torchvision_weights"})
+CLASSIFIER_FORMATS = frozenset({"onnx", "torch_export", "torchscript", "torchvision_weights"})
 """Model entry formats a classifier stage loads (stages.library.model_files)."""
 
 
@@ -131,8 +131,8 @@ class ModelChoiceConfig(ModelStageConfig):
         DIGITS_CNN,
         description="digits_cnn (the small CNN trained on digits), a torchvision classifier "
         "name (torchvision.models.list_models(module=torchvision.models)), e.g. resnet18, or "
-        "a model entry: a file the user brings (`torch_export`, `torchscript`, or `weights` "
-        "with `arch`; stages.spec.model_entry).",
+        "a model entry: a file the user brings (`onnx`, `torch_export`, `torchscript`, or "
+        "`weights` with `arch`; stages.spec.model_entry).",
     )
     weights: Literal["random", "pretrained"] | None = Field(
         None,
@@ -172,6 +172,8 @@ class ModelChoiceConfig(ModelStageConfig):
     @model_validator(mode="after")
     def _classes_fit(self) -> ModelChoiceConfig:
         if isinstance(self.model, ModelEntry):
+            if self.model.format == "onnx" and (self.dtype != "float32" or self.compile):
+                raise ValueError("an ONNX model runs as exported: float32, without `compile`")
             if self.weights is not None:
                 raise ValueError(
                     "`weights` names a built-in model's weights: a model entry brings its own"
@@ -233,14 +235,31 @@ class _ModelStage(Stage[ModelChoiceConfigT]):
         self._torch = torch
         self._device = torch.device(self.context.device)
         self._dtype = getattr(torch, self.config.dtype)
-        model = load_classifier(self.config).to(self._device, self._dtype)
-        model.train(train)
+        entry = self.config.model
+        if isinstance(entry, ModelEntry) and entry.format == "onnx":
+            from stages.library.model_files import load_onnx_model
+
+            model = load_onnx_model(entry, self.context.device, self.config.threads)
+        else:
+            model = load_classifier(self.config).to(self._device, self._dtype)
+        if train or not isinstance(entry, ModelEntry):
+            model.train(train)  # a brought model loads for inference (an exported one can't switch)
         self._synchronize = device_synchronizer(self.context.device)
         return model
 
-    def _example_input(self) -> Any:
-        side, channels = (8, 1) if self.config.model == DIGITS_CNN else (224, 3)
-        return self._torch.zeros((1, channels, side, side), device=self._device, dtype=self._dtype)
+    def _example_input(self, model: Any) -> Any:
+        """A one-image batch of the model's input shape; None when a model entry's file does
+        not say its shape (a TorchScript module)."""
+        if isinstance(self.config.model, ModelEntry):
+            from stages.library.model_files import input_shape
+
+            shape = input_shape(model)
+            if shape is None:
+                return None
+        else:
+            side, channels = (8, 1) if self.config.model == DIGITS_CNN else (224, 3)
+            shape = (1, channels, side, side)
+        return self._torch.zeros(shape, device=self._device, dtype=self._dtype)
 
     def _inputs(self, query: Query) -> Any:
         return images_of(query.payload).to(self._device, self._dtype, non_blocking=True)
@@ -264,8 +283,10 @@ class ClassifyStage(_ModelStage[ClassifyConfig]):
             model = self._torch.compile(model)
         # One call before the barrier: compilation, and the lazy first-call set-up (cuDNN and
         # cuBLAS handles, kernel loading, oneDNN primitives), never land in a timed query.
+        example = self._example_input(model)
         with self._torch.inference_mode():
-            model(self._example_input())
+            if example is not None:
+                model(example)
         self._synchronize()
         self._model = model
 
@@ -285,11 +306,23 @@ class ClassifyStage(_ModelStage[ClassifyConfig]):
         return None
 
 
+TRAINABLE_FORMATS = frozenset({"torchscript", "torchvision_weights"})
+"""Model entry formats `torchvision.train` trains (an ONNX model and an exported program run
+inference only)."""
+
+
 class TrainConfig(ModelChoiceConfig):
     optimizer: Literal["sgd", "adamw"] = Field("sgd", description="Optimiser of the steps.")
     lr: float = Field(0.01, gt=0, description="Learning rate.")
     momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (sgd only).")
     weight_decay: float = Field(0.0, ge=0, description="Weight decay.")
+
+    @model_validator(mode="after")
+    def _trainable(self) -> TrainConfig:
+        if isinstance(self.model, ModelEntry) and self.model.format not in TRAINABLE_FORMATS:
+            formats = ", ".join(sorted(TRAINABLE_FORMATS))
+            raise ValueError(f"training takes {formats} entries, not {self.model.format}")
+        return self
 
 
 class TrainStage(_ModelStage[TrainConfig]):

@@ -12,7 +12,7 @@ import torchvision
 from safetensors.torch import save_file
 
 from stages.artifacts.vision import build_digits_cnn
-from stages.library.model_files import ModelFileError, load_torch_model
+from stages.library.model_files import ModelFileError, load_onnx_model, load_torch_model
 from stages.spec.model_entry import ModelEntry
 
 
@@ -68,3 +68,36 @@ def test_a_corrupt_file_fails_with_the_loaders_reason_on_one_line(tmp_path: Path
         load_torch_model(ModelEntry(torchscript=str(tmp_path / "bad.ts")))
     (line,) = str(raised.value).splitlines()
     assert line.startswith(f"{tmp_path / 'bad.ts'}: cannot load as torchscript: ")
+
+
+def test_an_onnx_file_answers_as_its_model_through_onnx_runtime(
+    tmp_path: Path, digits: tuple[torch.nn.Module, torch.Tensor]
+) -> None:
+    model, x = digits
+    with torch.inference_mode():
+        expected = model(x)
+    torch.onnx.export(
+        model,
+        (x,),
+        str(tmp_path / "m.onnx"),
+        input_names=["images"],
+        output_names=["logits"],
+        dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+    )
+    onnx_model = load_onnx_model(ModelEntry(onnx=str(tmp_path / "m.onnx")), "cpu", threads=1)
+    assert onnx_model.provider == "CPUExecutionProvider"
+    torch.testing.assert_close(onnx_model(x), expected, rtol=1e-4, atol=1e-5)
+    # The same top-1 answers as the torch model, on another batch size (a dynamic batch).
+    y = torch.randn(9, 1, 8, 8)
+    with torch.inference_mode():
+        assert torch.equal(onnx_model(y).argmax(1), model(y).argmax(1))
+    with pytest.raises(ModelFileError, match="does not train"):
+        onnx_model.train(True)
+
+
+def test_a_file_that_is_not_onnx_fails_on_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.onnx").write_bytes(b"not a protobuf")
+    with pytest.raises(ModelFileError) as raised:
+        load_onnx_model(ModelEntry(onnx=str(tmp_path / "bad.onnx")), "cpu", threads=None)
+    (line,) = str(raised.value).splitlines()
+    assert line.startswith(f"{tmp_path / 'bad.onnx'}: cannot load as onnx: ")

@@ -383,8 +383,8 @@ def test_classify_prepare_runs_the_model_once_before_the_barrier(
     examples: list[Any] = []
     original = ClassifyStage._example_input
 
-    def counted(self: ClassifyStage) -> Any:
-        examples.append(original(self))
+    def counted(self: ClassifyStage, model: Any) -> Any:
+        examples.append(original(self, model))
         return examples[-1]
 
     monkeypatch.setattr(ClassifyStage, "_example_input", counted)
@@ -393,3 +393,35 @@ def test_classify_prepare_runs_the_model_once_before_the_barrier(
     query = query_with({"images": torch.zeros((1, 1, 8, 8)), "labels": torch.tensor([0])})
     stage.run(query)
     assert len(examples) == 1  # run never builds an example input
+
+
+# --------------------------------------------------------------------------- model entries
+
+
+def test_a_brought_model_grades_as_the_built_in_one_in_every_format(tmp_path: Path) -> None:
+    """The trained digits_cnn saved as TorchScript, a torch.export program and ONNX, each run
+    by `torchvision.classify` from a model entry: the same 360 answers and the artefact's own
+    accuracy (ONNX through ONNX Runtime)."""
+    from stages.artifacts.vision import load_digits_cnn
+
+    model = load_digits_cnn(ensure_artifact("digits_cnn")).eval()
+    x = torch.zeros((40, 1, 8, 8))
+    torch.jit.trace(model, x).save(str(tmp_path / "d.ts"))
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
+    torch.export.save(program, str(tmp_path / "d.pt2"))
+    torch.onnx.export(
+        model, (x,), str(tmp_path / "d.onnx"), dynamic_axes={"x": {0: "batch"}}, input_names=["x"]
+    )
+    expected = ensure_artifact("digits_cnn").metadata["test_correct"]
+    for entry in ({"torchscript": "d.ts"}, {"torch_export": "d.pt2"}, {"onnx": "d.onnx"}):
+        ((key, name),) = entry.items()
+        data = make(DigitsDatasetStage, {"split": "test", "batch_size": 40, "shuffle": False})
+        classify = make(ClassifyStage, {"model": {key: str(tmp_path / name)}, "threads": 1})
+        correct = 0
+        for index in range(9):
+            query = query_with(query_id=index)
+            data.run(query)
+            classify.run(query)
+            correct += query.correct or 0
+        assert correct == expected, key
