@@ -167,12 +167,10 @@ def pipeline_qps(
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
     with PeriodicSampler(time.process_time, 0.02, "cpu-sampler") as cpu:
         result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=0)
-    measured = table.filter(pc.invert(table.column("warmup")))
-    ok = measured.filter(pc.equal(measured.column("status"), "ok"))
-    if result.status != "ok" or ok.num_rows == 0:
+    if result.status != "ok":
         raise RuntimeError(f"{spec.name}: pipeline {result.status}: {result.error}")
-    start_ns = pc.min(measured.column("scheduled_ns")).as_py()
-    end_ns = pc.max(ok.column("completed_ns")).as_py()
+    measured = table.filter(pc.invert(table.column("warmup")))
+    ok_count, start_ns, end_ns = measured_window(measured)
     events = read_table(run_dir, "stage_events")
     first_measured = pc.min(measured.column("query_id")).as_py()
     events = events.filter(pc.greater_equal(events.column("query_id"), first_measured))
@@ -183,18 +181,23 @@ def pipeline_qps(
         service_us[stage] = pc.mean(pc.filter(service_ns, mask)).as_py() / 1e3
     at_ns, cpu_s = np.array(cpu.samples, dtype=np.float64).T
     cpu_window_s = float(np.interp(end_ns, at_ns, cpu_s) - np.interp(start_ns, at_ns, cpu_s))
-    qps = float(ok.num_rows / ((end_ns - start_ns) / 1e9))
-    return qps, cpu_window_s / ok.num_rows * 1e6, service_us
+    qps = float(ok_count / ((end_ns - start_ns) / 1e9))
+    return qps, cpu_window_s / ok_count * 1e6, service_us
 
 
-def window_qps(measured: pa.Table) -> float:
-    """Measured ok queries / (last completion - first measured schedule)."""
+def measured_window(measured: pa.Table) -> tuple[int, int, int]:
+    """(ok queries, first measured schedule, last ok completion) of the measured rows."""
     ok = measured.filter(pc.equal(measured.column("status"), "ok"))
     if ok.num_rows == 0:
         raise RuntimeError("no measured query completed ok")
     start_ns = pc.min(measured.column("scheduled_ns")).as_py()
-    end_ns = pc.max(ok.column("completed_ns")).as_py()
-    return float(ok.num_rows / ((end_ns - start_ns) / 1e9))
+    return ok.num_rows, start_ns, pc.max(ok.column("completed_ns")).as_py()
+
+
+def window_qps(measured: pa.Table) -> float:
+    """Measured ok queries / (last completion - first measured schedule)."""
+    ok_count, start_ns, end_ns = measured_window(measured)
+    return float(ok_count / ((end_ns - start_ns) / 1e9))
 
 
 def cli_qps(

@@ -32,7 +32,7 @@ import numpy as np
 
 from perf import common, product_path
 from perf.common import spread
-from perf.loadgen_accuracy import LATE_ISSUE_NS, noop_pipeline
+from perf.loadgen_accuracy import LATE_ISSUE_NS, noop_pipeline, query_rows, schedule_figures
 from stages.runtime.os_threads import HINTS_ENV
 from stages.spec.loadgen import loadgen_spec
 
@@ -40,6 +40,7 @@ SCRIPT = "issue_delay_sources"
 RATE_QPS = 2000
 WINDOW_S = 5.0
 VARIANTS = {"hints_off": "0", "hints_on": "1"}
+FIGURES = ("issue_delay_p50_us", "issue_delay_p99_us", "issue_delay_over_100us_share")
 # A `perf sched timehist` line: time, [cpu], task[tid/pid], wait, sched delay, run time (ms).
 TIMEHIST = re.compile(
     r"\s*(\d+\.\d+)\s+\[(\d+)\]\s+(.+?)\[(\d+)(?:/(\d+))?\]\s+[\d.]+\s+[\d.]+\s+([\d.]+)"
@@ -105,17 +106,13 @@ def one_window(variant: str, work: Path, record: bool) -> dict[str, Any]:
     run_dir = product_path.run_spec(
         document, work, "noop", wrapper if record else None, {HINTS_ENV: VARIANTS[variant]}
     )
-    rows = product_path.measured_queries(run_dir, "noop")
-    issued_mask = np.array(rows.column("status").to_pylist()) != "dropped"
-    scheduled = rows.column("scheduled_ns").to_numpy(zero_copy_only=False)[issued_mask]
-    issued = rows.column("issued_ns").to_numpy(zero_copy_only=False)[issued_mask]
-    delay = (issued - scheduled).astype(np.int64)
-    figures: dict[str, Any] = {
-        "issue_delay_p50_us": round(float(np.percentile(delay, 50)) / 1e3, 2),
-        "issue_delay_p99_us": round(float(np.percentile(delay, 99)) / 1e3, 2),
-        "issue_delay_over_100us_share": round(float((delay > LATE_ISSUE_NS).mean()), 5),
-    }
+    rows = query_rows(product_path.measured_queries(run_dir, "noop"))
+    kept = schedule_figures(rows)
+    figures: dict[str, Any] = {name: kept[name] for name in FIGURES}
     if record:
+        issued_mask = rows["status"] != "dropped"
+        scheduled = rows["scheduled_ns"][issued_mask]
+        issued = rows["issued_ns"][issued_mask]
         timehist = subprocess.run(
             ["perf", "sched", "timehist", "-i", str(data)],
             capture_output=True,
@@ -150,8 +147,7 @@ def main() -> None:
         "perf_sched": record,
     }
     for variant, rows in measured.items():
-        figures = ("issue_delay_p50_us", "issue_delay_p99_us", "issue_delay_over_100us_share")
-        report[variant] = {name: spread([row[name] for row in rows], 5) for name in figures}
+        report[variant] = {name: spread([row[name] for row in rows], 5) for name in FIGURES}
         if record:
             roles = sorted({name for row in rows for name in row["cpu_held_during_lateness_share"]})
             report[variant]["cpu_held_during_lateness_share"] = {

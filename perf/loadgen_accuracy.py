@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from perf import common, product_path
 from perf.common import (
@@ -131,12 +132,36 @@ def run_recorded(spec: PipelineSpec, run_dir: Path) -> tuple[PhaseResult, dict[s
     """Run in this process with Parquet recording; return the result and the query rows."""
     # Stage threads start as in a fresh worker process.
     result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=DEFAULT_SLACK_NS)
+    return result, query_rows(table)
+
+
+def query_rows(table: pa.Table) -> dict[str, np.ndarray]:
+    """A `queries` table's scheduled, issued and completed times and its status, as arrays."""
     rows: dict[str, np.ndarray] = {
         name: table.column(name).to_numpy(zero_copy_only=False)
         for name in ("scheduled_ns", "issued_ns", "completed_ns")
     }
     rows["status"] = np.array(table.column("status").to_pylist())
-    return result, rows
+    return rows
+
+
+def schedule_figures(rows: dict[str, np.ndarray]) -> dict[str, Any]:
+    """How a window kept its schedule (`query_rows`): the query counts, issue delay p50/p99/max
+    in us, the share issued more than 100 us late, and latency p99 from the schedule (ok
+    queries)."""
+    issued = rows["status"] != "dropped"
+    ok = rows["status"] == "ok"
+    delay = (rows["issued_ns"] - rows["scheduled_ns"])[issued].astype(np.int64)
+    latency = (rows["completed_ns"][ok] - rows["scheduled_ns"][ok]).astype(np.int64)
+    return {
+        "queries": int(rows["status"].size),
+        "dropped": int((~issued).sum()),
+        "issue_delay_p50_us": us(pct_or_none(delay, 50), 2),
+        "issue_delay_p99_us": us(pct_or_none(delay, 99), 2),
+        "issue_delay_max_us": us(float(delay.max()) if delay.size else None, 2),
+        "issue_delay_over_100us_share": late_share(delay),
+        "latency_p99_us": us(pct_or_none(latency, 99)),
+    }
 
 
 def ours_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
@@ -156,16 +181,10 @@ def ours_server(rate: float, duration_s: float, work: Path) -> dict[str, Any]:
     figures = {
         "target_qps": rate,
         "status": result.status,
-        "queries": int(rows["status"].size),
-        "dropped": int((rows["status"] == "dropped").sum()),
-        "issue_delay_p50_us": us(pct_or_none(delay, 50), 2),
-        "issue_delay_p99_us": us(pct_or_none(delay, 99), 2),
-        "issue_delay_max_us": us(float(delay.max()) if delay.size else None, 2),
-        "issue_delay_over_100us_share": late_share(delay),
+        **schedule_figures(rows),
         "issued_early_fraction": round(float(early.size / max(1, delay.size)), 4),
         "issue_delay_min_us": us(float(delay.min()) if delay.size else None, 2),
         "latency_p50_us": us(pct_or_none(latency, 50)),
-        "latency_p99_us": us(pct_or_none(latency, 99)),
         "latency_max_us": us(float(latency.max()) if latency.size else None),
         "scheduled_qps": round(scheduled.size / ((scheduled[-1] - start_ns) / 1e9), 1),
         "issued_qps": round(issued_ns.size / ((issued_ns[-1] - start_ns) / 1e9), 1),
@@ -203,22 +222,7 @@ def ours_product_server(rate: float, duration_s: float, work: Path, path: str) -
     except product_path.ProductPathError as error:
         log(f"ours through {path}: {error}")
         return {"error": str(error).splitlines()[0]}
-    table = product_path.measured_queries(run_dir, "noop")
-    status = np.array(table.column("status").to_pylist())
-    scheduled = table.column("scheduled_ns").to_numpy(zero_copy_only=False)
-    issued = status != "dropped"
-    ok = status == "ok"
-    delay = (table.column("issued_ns").to_numpy(zero_copy_only=False) - scheduled)[issued]
-    latency = table.column("completed_ns").to_numpy(zero_copy_only=False)[ok] - scheduled[ok]
-    figures = {
-        "queries": int(status.size),
-        "dropped": int((status == "dropped").sum()),
-        "issue_delay_p50_us": us(pct_or_none(delay.astype(np.int64), 50), 2),
-        "issue_delay_p99_us": us(pct_or_none(delay.astype(np.int64), 99), 2),
-        "issue_delay_max_us": us(float(delay.max()) if delay.size else None, 2),
-        "issue_delay_over_100us_share": late_share(delay),
-        "latency_p99_us": us(pct_or_none(latency.astype(np.int64), 99)),
-    }
+    figures = schedule_figures(query_rows(product_path.measured_queries(run_dir, "noop")))
     log(
         f"ours through {path} {rate:.0f}/s: issue delay p50 {figures['issue_delay_p50_us']} us, "
         f"p99 {figures['issue_delay_p99_us']} us, latency p99 {figures['latency_p99_us']} us"

@@ -75,11 +75,20 @@ def run_spec(
         "COLUMNS": "200",
         **(environment or {}),
     }
+    completed = _run_to_end(command, work, child_environment)
+    runs = sorted(out.iterdir()) if out.exists() else []
+    return _the_run(completed, runs, f"collobench run {spec_file.name}")
+
+
+def _run_to_end(
+    command: list[str], cwd: Path, environment: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`command` run to its end (killed past RUN_TIMEOUT_S), started with every CPU."""
     with _every_cpu():
         process = subprocess.Popen(
             command,
-            cwd=work,
-            env=child_environment,
+            cwd=cwd,
+            env=environment,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -87,14 +96,17 @@ def run_spec(
     try:
         stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        process.kill()  # the launcher's workers die with it (PDEATHSIG)
+        process.kill()  # a launcher's workers die with it (PDEATHSIG)
         stdout, stderr = process.communicate()
-    completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-    runs = sorted(out.iterdir()) if out.exists() else []
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _the_run(completed: subprocess.CompletedProcess[str], runs: list[Path], what: str) -> Path:
+    """The one run directory `what` left; ProductPathError with its output's tail when it
+    failed or left none (or several)."""
     if completed.returncode != 0 or len(runs) != 1:
         tail = (completed.stdout[-1500:] + completed.stderr[-1500:]).strip()
-        message = f"collobench run {spec_file.name}: exit {completed.returncode}\n{tail}"
-        raise ProductPathError(message)
+        raise ProductPathError(f"{what}: exit {completed.returncode}\n{tail}")
     return runs[0]
 
 
@@ -125,21 +137,10 @@ def run_dagster(document: dict[str, Any], work: Path, label: str) -> Path:
     command += ["--specs-dir", str(specs)]
     environment = {**os.environ, "COLLOBENCH_HOME": str(work / "home"), "COLLOBENCH_MLFLOW": "0"}
     environment.pop("DAGSTER_HOME", None)  # the demo's instance lives in that home
-    with _every_cpu():
-        completed = subprocess.run(
-            command,
-            cwd=Path(__file__).resolve().parent.parent,  # bench_defs imports from the repository
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
-        )
+    # bench_defs imports from the repository
+    completed = _run_to_end(command, Path(__file__).resolve().parent.parent, environment)
     runs = sorted((work / "home" / "runs").glob("*"))
-    if completed.returncode != 0 or len(runs) != 1:
-        tail = (completed.stdout[-1500:] + completed.stderr[-1500:]).strip()
-        raise ProductPathError(f"Dagster {label}: exit {completed.returncode}\n{tail}")
-    return runs[0]
+    return _the_run(completed, runs, f"Dagster {label}")
 
 
 def measured_queries(run_dir: Path, pipeline: str, phase: str = "solo") -> pa.Table:

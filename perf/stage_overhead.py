@@ -350,11 +350,11 @@ def _cli_figures(
     ]
     if not rounds:
         return {"cli_error": "no collobench run finished"}
-    cli_all = np.concatenate([cli for cli, _, _ in rounds])
+    cli = per_stage_figures(np.concatenate([cli for cli, _, _ in rounds]), depth)
     return {
         "cli_rounds": len(rounds),
-        "cli_per_stage_median_us": per_stage_figures(cli_all, depth)["per_stage_median_us"],
-        "cli_per_stage_p99_us": per_stage_figures(cli_all, depth)["per_stage_p99_us"],
+        "cli_per_stage_median_us": cli["per_stage_median_us"],
+        "cli_per_stage_p99_us": cli["per_stage_p99_us"],
         "cli_ratio_median_by_round": spread(
             [pct(cli, 50) / pct(bare, 50) for cli, _, bare in rounds]
         ),

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,19 +104,25 @@ def recipe_hash(recipe: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def content_hash(folder: Path) -> str:
-    """sha256 over every file's relative path and bytes, in path order (`metadata.json` out)."""
+def content_hash(folder: Path, skip: Collection[str] = (METADATA,)) -> str:
+    """sha256 over every file's relative path and bytes, in path order, the relative names in
+    `skip` left out (an artefact's own `metadata.json` by default)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         relative = path.relative_to(folder).as_posix()
-        if relative == METADATA:
+        if relative in skip:
             continue
         digest.update(relative.encode() + b"\0")
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        update_with_file(digest, path)
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def update_with_file(digest: Any, path: Path) -> None:
+    """Feed a file's bytes to a hashlib digest, a megabyte at a time."""
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
 
 
 @contextmanager

@@ -37,10 +37,14 @@ def load_torch_model(entry: ModelEntry) -> Any:
     except ModelFileError:
         raise
     except Exception as error:  # a corrupt file, an unsupported operator, a wrong format
-        reason = " ".join(str(error).split())[:REASON_CHARS] or type(error).__name__
         raise ModelFileError(
-            f"{entry.location}: cannot load as {entry.format}: {reason}"
+            f"{entry.location}: cannot load as {entry.format}: {_reason(error)}"
         ) from error
+
+
+def _reason(error: Exception) -> str:
+    """A loader's message on one line, at most REASON_CHARS long (its type when empty)."""
+    return " ".join(str(error).split())[:REASON_CHARS] or type(error).__name__
 
 
 def _state_dict(path: Path) -> dict[str, Any]:
@@ -153,8 +157,7 @@ def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> Onnx
             entry.location, sess_options=options, providers=[wanted]
         )
     except Exception as error:  # not ONNX, a corrupt graph, an operator it does not know
-        reason = " ".join(str(error).split())[:REASON_CHARS] or type(error).__name__
-        raise ModelFileError(f"{entry.location}: cannot load as onnx: {reason}") from error
+        raise ModelFileError(f"{entry.location}: cannot load as onnx: {_reason(error)}") from error
     return OnnxModel(session)
 
 

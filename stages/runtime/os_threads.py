@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
 import sys
@@ -67,7 +68,9 @@ def hints_enabled() -> bool:
     return os.environ.get(HINTS_ENV, "1").strip() != "0"
 
 
-def _libc() -> ctypes.CDLL | None:
+@functools.cache
+def c_library() -> ctypes.CDLL | None:
+    """The C library (Linux only; None elsewhere or when it does not load), loaded once."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -104,7 +107,7 @@ def short_wakeup_slice(slice_ns: int = ISSUER_SLICE_NS) -> Iterator[bool]:
 
 def _request_slice(slice_ns: int) -> Callable[[], object] | None:
     """Ask for the slice; returns the call that puts the previous one back (None: not taken)."""
-    libc, numbers = _libc(), _SCHED_ATTR_CALLS.get(platform.machine())
+    libc, numbers = c_library(), _SCHED_ATTR_CALLS.get(platform.machine())
     if libc is None or numbers is None:
         return None
     set_number, get_number = numbers
@@ -138,7 +141,7 @@ def lower_priority(nice: int = BACKGROUND_NICE) -> bool:
 def name_os_thread(name: str) -> None:
     """Give the calling thread `name` in the kernel too (its first 15 bytes), as `top -H`,
     `ps -L` and `perf sched` show it; Python's thread names stay inside Python."""
-    libc = _libc()
+    libc = c_library()
     if libc is not None:
         encoded = name.encode("utf-8", "replace")[:OS_NAME_BYTES]
         libc.prctl(PR_SET_NAME, ctypes.c_char_p(encoded), 0, 0, 0)

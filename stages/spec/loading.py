@@ -272,13 +272,13 @@ def validate_document(document: dict[str, Any], source: str = "") -> LoadedSpec:
         raise SpecError(
             problems_from_validation_error(error, model=BenchmarkSpec), source
         ) from None
+    spec_dir = spec_folder(source)
     problems = check_spec(spec)
     if not problems:
-        spec_dir = spec_folder(source)
         problems = check_file_paths(spec, spec_dir) + check_model_entries(spec, spec_dir)
     if problems:
         raise SpecError(problems, source)
-    spec = with_model_contents(spec, spec_folder(source))
+    spec = with_model_contents(spec, spec_dir)
     normalized = normalize(spec)
     return LoadedSpec(spec, normalized, spec_hash(normalized), source)
 

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from stages import settings
+from stages.artifacts.store import content_hash, update_with_file
 from stages.spec.base import StrictModel
 
 MODEL_ROOTS_ENV = "COLLOBENCH_MODEL_ROOTS"
@@ -127,34 +128,27 @@ def model_roots(spec_dir: Path) -> list[Path]:
 
 
 def content_sha256(location: Path) -> str:
-    """sha256 of a file's bytes, or of a folder's files (relative path and bytes each, in path
-    order). Cached per location and the size and modification time of each file, so a run
-    does not read a large model twice."""
-    files = (
-        [location] if location.is_file() else sorted(p for p in location.rglob("*") if p.is_file())
-    )
-    stamps = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
-    return _content_sha256(str(location), stamps)
+    """sha256 of a file's bytes, or of a folder's files (`stages.artifacts.store.content_hash`,
+    nothing left out). Cached per location and the size and modification time of each file,
+    so a run does not read a large model twice."""
+    files = [location] if location.is_file() else sorted(location.rglob("*"))
+    stamps = []
+    for path in files:
+        if path.is_file():
+            stat = path.stat()
+            stamps.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return _content_sha256(str(location), tuple(stamps))
 
 
 @functools.lru_cache(maxsize=64)
 def _content_sha256(location: str, stamps: tuple[tuple[str, int, int], ...]) -> str:
+    """The hash itself; `stamps` (each file's path, size and mtime) only keys the cache."""
     root = Path(location)
+    if not root.is_file():
+        return content_hash(root, skip=())
     digest = hashlib.sha256()
-    if root.is_file():
-        _update(digest, root)
-        return digest.hexdigest()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        _update(digest, path)
-        digest.update(b"\0")
+    update_with_file(digest, root)
     return digest.hexdigest()
-
-
-def _update(digest: Any, path: Path) -> None:
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
 
 
 def is_model_entry(value: Any) -> bool:

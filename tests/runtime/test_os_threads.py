@@ -16,7 +16,7 @@ from stages.runtime import os_threads
 
 
 def _slice_ns() -> int:
-    libc = os_threads._libc()
+    libc = os_threads.c_library()
     assert libc is not None
     attr = os_threads._get_attr(libc, os_threads._SCHED_ATTR_CALLS[platform.machine()][1])
     assert attr is not None

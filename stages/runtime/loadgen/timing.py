@@ -13,10 +13,9 @@ real issue time is always recorded.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import sys
 import time
+
+from stages.runtime.os_threads import c_library
 
 PR_SET_TIMERSLACK = 29
 PR_GET_TIMERSLACK = 30
@@ -31,23 +30,23 @@ _MAX_MARGIN_NS = SPIN_LIMIT_NS
 
 def set_timer_slack_ns(slack_ns: int = 1) -> bool:
     """Set the calling thread's timer slack (Linux); False where unsupported."""
-    if not sys.platform.startswith("linux"):
+    libc = c_library()
+    if libc is None:
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         return int(libc.prctl(PR_SET_TIMERSLACK, slack_ns, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
+    except AttributeError:
         return False
 
 
 def timer_slack_ns() -> int | None:
     """The calling thread's timer slack as the kernel reports it (Linux), else None."""
-    if not sys.platform.startswith("linux"):
+    libc = c_library()
+    if libc is None:
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         return int(libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0))
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
 
 
