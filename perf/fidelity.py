@@ -221,12 +221,8 @@ class BareLoop:
 
         from stages.artifacts.catalogue import ensure_artifact
         from stages.artifacts.vision import load_digits_split, load_fake_images
-        from stages.library.vision import (
-            IMAGENET_MEAN,
-            IMAGENET_STD,
-            ModelChoiceConfig,
-            load_classifier,
-        )
+        from stages.library.classifier_choice import ModelChoiceConfig, load_classifier
+        from stages.library.vision import IMAGENET_MEAN, IMAGENET_STD
 
         self.torch = torch
         self.batch = batch

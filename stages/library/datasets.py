@@ -19,6 +19,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
+from stages.artifacts.vision import DIGITS_CLASSES, FakeImagesParams
+from stages.contracts.image_batches import ImageBatch
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
 
@@ -59,6 +61,9 @@ class DigitsConfig(DatasetConfig):
             )
         return self
 
+    def images_out(self, images_in: ImageBatch | None) -> ImageBatch | None:
+        return ImageBatch(1, 8, 8, "float32", DIGITS_CLASSES)
+
 
 class FakeImagesConfig(DatasetConfig):
     size: int = Field(256, ge=1, le=100_000, description="Number of images in the dataset.")
@@ -73,6 +78,11 @@ class FakeImagesConfig(DatasetConfig):
                 f"batch_size {self.batch_size} is larger than the dataset (size {self.size})"
             )
         return self
+
+    def images_out(self, images_in: ImageBatch | None) -> ImageBatch | None:
+        side = self.image_size
+        channels = FakeImagesParams.model_fields["channels"].default  # the stage keeps it
+        return ImageBatch(channels, side, side, "uint8", self.num_classes)
 
 
 DatasetConfigT = TypeVar("DatasetConfigT", bound=DatasetConfig)

@@ -38,11 +38,11 @@ def load_torch_model(entry: ModelEntry) -> Any:
         raise
     except Exception as error:  # a corrupt file, an unsupported operator, a wrong format
         raise ModelFileError(
-            f"{entry.location}: cannot load as {entry.format}: {_reason(error)}"
+            f"{entry.location}: cannot load as {entry.format}: {model_file_reason(error)}"
         ) from error
 
 
-def _reason(error: Exception) -> str:
+def model_file_reason(error: Exception) -> str:
     """A loader's message on one line, at most REASON_CHARS long (its type when empty)."""
     return " ".join(str(error).split())[:REASON_CHARS] or type(error).__name__
 
@@ -157,7 +157,9 @@ def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> Onnx
             entry.location, sess_options=options, providers=[wanted]
         )
     except Exception as error:  # not ONNX, a corrupt graph, an operator it does not know
-        raise ModelFileError(f"{entry.location}: cannot load as onnx: {_reason(error)}") from error
+        raise ModelFileError(
+            f"{entry.location}: cannot load as onnx: {model_file_reason(error)}"
+        ) from error
     return OnnxModel(session)
 
 

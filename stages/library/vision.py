@@ -8,17 +8,20 @@ share it). torch and torchvision are imported in `prepare` and in validators, ne
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, TypeVar
+from dataclasses import replace
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
+from stages.contracts.image_batches import ImageBatch
+from stages.library.classifier_choice import DIGITS_CNN, ModelChoiceConfig, load_classifier
+from stages.library.model_fit import check_answers
 from stages.library.profiling import OperatorProfiler
-from stages.library.torch_common import ModelStageConfig, device_synchronizer
+from stages.library.torch_common import device_synchronizer
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig, StageContext
 from stages.spec.model_entry import ModelEntry
 
-DIGITS_CNN = "digits_cnn"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -71,6 +74,19 @@ class PreprocessConfig(StageConfig):
             raise ValueError("std values must be > 0")
         return self
 
+    def images_out(self, images_in: ImageBatch | None) -> ImageBatch | None:
+        if images_in is None:
+            return None
+        side = self.size
+        height, width = (side, side) if side is not None else (images_in.height, images_in.width)
+        return replace(images_in, height=height, width=width, dtype="float32")
+
+    def images_problems(self, images_in: ImageBatch) -> list[tuple[str, str]]:
+        if len(self.mean) in (1, images_in.channels):
+            return []
+        message = f"{len(self.mean)} values for {images_in.channels}-channel images"
+        return [("mean", f"{message} (the stage before gives {images_in.describe()})")]
+
 
 class PreprocessStage(Stage[PreprocessConfig]):
     """ONE QUERY = one batch: uint8 images become float in [0,1] (float images pass as they
@@ -119,103 +135,6 @@ class PreprocessStage(Stage[PreprocessConfig]):
 # --------------------------------------------------------------------------- models
 
 
-CLASSIFIER_FORMATS = frozenset({"onnx", "torch_export", "torchscript", "torchvision_weights"})
-"""Model entry formats a classifier stage loads (stages.library.model_files)."""
-
-
-class ModelChoiceConfig(ModelStageConfig):
-    """Which classifier a model stage runs, and with which weights."""
-
-    model_entry_fields: ClassVar[tuple[str, ...]] = ("model",)
-    model: str | ModelEntry = Field(
-        DIGITS_CNN,
-        description="digits_cnn (the small CNN trained on digits), a torchvision classifier "
-        "name (torchvision.models.list_models(module=torchvision.models)), e.g. resnet18, or "
-        "a model entry: a file the user brings (`onnx`, `torch_export`, `torchscript`, or "
-        "`weights` with `arch`; stages.spec.model_entry).",
-    )
-    weights: Literal["random", "pretrained"] | None = Field(
-        None,
-        description="random: seeded init; pretrained: digits_cnn's trained weights, or "
-        "torchvision's DEFAULT weights from the torch hub cache. Default: pretrained for "
-        "digits_cnn, random for torchvision models (no download).",
-    )
-    seed: int = Field(0, description="Seed of random weights (the model artefact's recipe).")
-    num_classes: int | None = Field(
-        None,
-        ge=1,
-        description="Classes of the final layer; default 10 for digits_cnn, 1000 otherwise.",
-    )
-
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, value: str | ModelEntry) -> str | ModelEntry:
-        if isinstance(value, ModelEntry):
-            if value.format not in CLASSIFIER_FORMATS:
-                formats = ", ".join(sorted(CLASSIFIER_FORMATS))
-                raise ValueError(f"a classifier loads {formats} entries, not {value.format}")
-            if value.arch is not None:
-                cls._known_model(value.arch)
-            return value
-        if value == DIGITS_CNN:
-            return value
-        from stages.artifacts.torchvision_models import (
-            torchvision_model_names,
-            unknown_torchvision_message,
-        )
-
-        message = unknown_torchvision_message(value, [DIGITS_CNN, *torchvision_model_names()])
-        if message:
-            raise ValueError(message)
-        return value
-
-    @model_validator(mode="after")
-    def _classes_fit(self) -> ModelChoiceConfig:
-        if isinstance(self.model, ModelEntry):
-            if self.model.format == "onnx" and (self.dtype != "float32" or self.compile):
-                raise ValueError("an ONNX model runs as exported: float32, without `compile`")
-            if self.weights is not None:
-                raise ValueError(
-                    "`weights` names a built-in model's weights: a model entry brings its own"
-                )
-            return self
-        if self.model == DIGITS_CNN and self.num_classes not in (None, 10):
-            raise ValueError("digits_cnn has 10 classes: leave num_classes out")
-        if (
-            self.model != DIGITS_CNN
-            and self.weights == "pretrained"
-            and self.num_classes not in (None, 1000)
-        ):
-            raise ValueError("pretrained torchvision weights have 1000 classes: num_classes 1000")
-        return self
-
-
-def load_classifier(config: ModelChoiceConfig) -> Any:
-    """The `nn.Module` a model stage runs (CPU, float32), from its artefact."""
-    from stages.artifacts.catalogue import ensure_artifact
-    from stages.artifacts.torchvision_models import load_torchvision_model
-    from stages.artifacts.vision import build_digits_cnn, load_digits_cnn
-
-    if isinstance(config.model, ModelEntry):
-        from stages.library.model_files import load_torch_model
-
-        return load_torch_model(config.model)
-    if config.model == DIGITS_CNN:
-        if config.weights == "random":
-            import torch
-
-            torch.manual_seed(config.seed)
-            return build_digits_cnn()
-        return load_digits_cnn(ensure_artifact(DIGITS_CNN))
-    params = {
-        "name": config.model,
-        "seed": config.seed,
-        "num_classes": config.num_classes or 1000,
-        "weights": config.weights or "random",
-    }
-    return load_torchvision_model(ensure_artifact("torchvision_model", params))
-
-
 ModelChoiceConfigT = TypeVar("ModelChoiceConfigT", bound=ModelChoiceConfig)
 
 
@@ -248,17 +167,21 @@ class _ModelStage(Stage[ModelChoiceConfigT]):
         return model
 
     def _example_input(self, model: Any) -> Any:
-        """A one-image batch of the model's input shape; None when a model entry's file does
-        not say its shape (a TorchScript module)."""
-        if isinstance(self.config.model, ModelEntry):
+        """A one-image batch of what the stage before makes, else of the model's input shape;
+        None when neither is known (a TorchScript module after an undeclared stage)."""
+        images_in = self.context.images_in
+        shape: tuple[int, ...] | None
+        if images_in is not None:
+            shape = (1, *images_in.image_shape)
+        elif isinstance(self.config.model, ModelEntry):
             from stages.library.model_files import input_shape
 
             shape = input_shape(model)
-            if shape is None:
-                return None
         else:
             side, channels = (8, 1) if self.config.model == DIGITS_CNN else (224, 3)
             shape = (1, channels, side, side)
+        if shape is None:
+            return None
         return self._torch.zeros(shape, device=self._device, dtype=self._dtype)
 
     def _inputs(self, query: Query) -> Any:
@@ -286,9 +209,11 @@ class ClassifyStage(_ModelStage[ClassifyConfig]):
         example = self._example_input(model)
         with self._torch.inference_mode():
             if example is not None:
-                model(example)
+                check_answers(self.config, self.context.images_in, lambda: model(example))
         self._synchronize()
         self._model = model
+        labels = self.config.labels_map()
+        self._label_of = None if labels is None else self._torch.tensor(labels, device=self._device)
 
     def run(self, query: Query) -> Route:
         torch = self._torch
@@ -298,6 +223,8 @@ class ClassifyStage(_ModelStage[ClassifyConfig]):
             with self.profiler.around(query):
                 logits = self._model(x)
             predictions = logits.argmax(1)
+            if self._label_of is not None:  # model output -> dataset label (`labels`)
+                predictions = self._label_of[predictions]
             if labels is not None:
                 query.graded = int(labels.shape[0])
                 query.correct = int((predictions == labels.to(predictions.device)).sum())
@@ -322,6 +249,8 @@ class TrainConfig(ModelChoiceConfig):
         if isinstance(self.model, ModelEntry) and self.model.format not in TRAINABLE_FORMATS:
             formats = ", ".join(sorted(TRAINABLE_FORMATS))
             raise ValueError(f"training takes {formats} entries, not {self.model.format}")
+        if isinstance(self.model, ModelEntry) and self.model.labels is not None:
+            raise ValueError("training learns the dataset's labels: leave `labels` out")
         return self
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, cast, get_args
 
 from stages import settings
+from stages.contracts.image_batches import ImageBatch
 from stages.runtime.query import Query
 from stages.spec.models import StrictModel
 
@@ -46,6 +47,16 @@ class StageConfig(StrictModel):
     """Fields that take a model entry (`stages.spec.model_entry`) besides a model name: its
     folder or file is resolved, kept inside the model roots and hashed by content."""
 
+    def images_out(self, images_in: ImageBatch | None) -> ImageBatch | None:
+        """The image batches this stage passes on, given those it gets (None: none, or not
+        known). Only the stages that make or reshape images say; the rest break the chain."""
+        return None
+
+    def images_problems(self, images_in: ImageBatch) -> list[tuple[str, str]]:
+        """(config field, message) for each way this stage cannot take `images_in` (a model
+        whose input or output does not fit), found before the run."""
+        return []
+
 
 @dataclass
 class StageContext:
@@ -67,6 +78,9 @@ class StageContext:
     service_urls: Mapping[str, str] = field(default_factory=dict)
     """The spec's services that are up: name -> base URL (`http://127.0.0.1:PORT`, no trailing
     slash); a stage whose config names a `service` finds its server here."""
+    images_in: ImageBatch | None = None
+    """The image batches the stage before this one passes on, when the pipeline's stages say
+    (`StageConfig.images_out`): a model stage checks its model against them in `prepare`."""
     replica: int = 0
     """Which of the stage's `concurrency` threads this instance serves (0 for the first; the
     seed of replica r > 0 is offset by r * REPLICA_SEED_STRIDE)."""

@@ -19,6 +19,7 @@ from stages.runtime.channels import (
     PriorityInbox,
 )
 from stages.runtime.graph import StageGraph, StageNode
+from stages.runtime.image_flow import images_in_by_stage
 from stages.runtime.registry import StageRegistry
 from stages.runtime.stage import Stage, StageContext
 
@@ -66,15 +67,25 @@ def build_nodes(
     """One runtime node per graph node, its stage instances built from the registry with its
     validated config and `context_of(node, replica)`, its outputs connected to the targets'
     inboxes."""
+    classes = [registry.get(node.spec.type) for node in graph.nodes]
+    configs = [
+        stage_class.config_model.model_validate(node.spec.config)
+        for stage_class, node in zip(classes, graph.nodes, strict=True)
+    ]
+    images_in = images_in_by_stage(graph, configs)
+
+    def context(node: StageNode, replica: int) -> StageContext:
+        built = context_of(node, replica)
+        built.images_in = images_in[node.index]
+        return built
+
     nodes = []
-    for node in graph.nodes:
-        stage_class = registry.get(node.spec.type)
-        config = stage_class.config_model.model_validate(node.spec.config)
-        first = stage_class(config, context_of(node, 0))
+    for node, stage_class, config in zip(graph.nodes, classes, configs, strict=True):
+        first = stage_class(config, context(node, 0))
         replicas = [first]
         for replica in range(1, node.spec.concurrency):
             shared = stage_class.thread_safe
-            replicas.append(first if shared else stage_class(config, context_of(node, replica)))
+            replicas.append(first if shared else stage_class(config, context(node, replica)))
         inbox = _make_inbox(node, graph, capacity)
         nodes.append(RuntimeNode(node, first, inbox, replicas))
     loop_edges = back_edges(graph)

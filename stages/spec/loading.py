@@ -18,6 +18,7 @@ from yaml.composer import ComposerError
 from stages.contracts.errors import InvalidInputError
 from stages.runtime.registry import default_registry
 from stages.spec.checks import check_spec
+from stages.spec.image_fit import check_image_fit
 from stages.spec.model_entry import hash_form, is_model_entry
 from stages.spec.models import BenchmarkSpec
 from stages.spec.paths import (
@@ -279,6 +280,9 @@ def validate_document(document: dict[str, Any], source: str = "") -> LoadedSpec:
     if problems:
         raise SpecError(problems, source)
     spec = with_model_contents(spec, spec_dir)
+    problems = check_image_fit(spec)
+    if problems:
+        raise SpecError(problems, source)
     normalized = normalize(spec)
     return LoadedSpec(spec, normalized, spec_hash(normalized), source)
 

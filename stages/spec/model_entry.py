@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -68,8 +69,9 @@ class ModelEntry(StrictModel):
     arch: str | None = Field(
         None, description="The torchvision architecture of `weights` (e.g. resnet18)."
     )
-    labels: str | list[int] | None = Field(
+    labels: str | list[Annotated[int, Field(ge=0)]] | None = Field(
         None,
+        min_length=1,
         description="Model output index -> dataset label, for a model whose classes are not "
         "the dataset's: a file (a JSON list, or one integer per line) or an inline list.",
     )
@@ -149,6 +151,30 @@ def _content_sha256(location: str, stamps: tuple[tuple[str, int, int], ...]) -> 
     digest = hashlib.sha256()
     update_with_file(digest, root)
     return digest.hexdigest()
+
+
+MAX_LABELS_BYTES = 1 << 20
+"""Largest `labels` file read (a million-class mapping is a mistake)."""
+
+
+def read_labels(path: Path) -> list[int]:
+    """A `labels` file: a JSON list of integers, or one integer per line. ValueError (its
+    message one line) when it is neither."""
+    if path.stat().st_size > MAX_LABELS_BYTES:
+        raise ValueError(f"{path} is over {MAX_LABELS_BYTES} bytes: not a labels file")
+    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    try:
+        values = json.loads(text) if text.startswith("[") else [int(line) for line in text.split()]
+    except ValueError as error:
+        reason = " ".join(str(error).split())
+        raise ValueError(f"{path}: not a JSON list or one integer per line ({reason})") from None
+    if not isinstance(values, list) or not all(
+        isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in values
+    ):
+        raise ValueError(f"{path}: labels must be integers >= 0")
+    if not values:
+        raise ValueError(f"{path}: no labels")
+    return values
 
 
 def is_model_entry(value: Any) -> bool:

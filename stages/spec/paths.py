@@ -15,7 +15,13 @@ from pathlib import Path
 
 from stages import settings
 from stages.runtime.registry import default_registry
-from stages.spec.model_entry import ModelEntry, content_sha256, is_model_entry, model_roots
+from stages.spec.model_entry import (
+    ModelEntry,
+    content_sha256,
+    is_model_entry,
+    model_roots,
+    read_labels,
+)
 from stages.spec.models import BenchmarkSpec
 from stages.spec.problems import SpecProblem
 
@@ -83,7 +89,23 @@ def check_model_entries(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem
         problem = _model_location_problem(entry, spec_dir, roots)
         if problem is not None:
             problems.append(SpecProblem(where, problem))
+        if isinstance(entry.labels, str):
+            problem = _labels_file_problem(entry.labels, spec_dir, roots)
+            if problem is not None:
+                problems.append(SpecProblem(f"{where.rsplit('.', 1)[0]}.labels", problem))
     return problems
+
+
+def _labels_file_problem(value: str, spec_dir: Path, roots: list[Path]) -> str | None:
+    """Why a `labels` file cannot be read (outside the model roots, missing, malformed)."""
+    try:
+        resolved = resolve_file(value, spec_dir)
+        if not any(resolved.is_relative_to(root) for root in roots):
+            return f"{resolved} is outside the model roots (add one with COLLOBENCH_MODEL_ROOTS)"
+        read_labels(resolved)
+    except (OSError, ValueError, RuntimeError) as error:
+        return " ".join(str(error).split())
+    return None
 
 
 def _model_location_problem(entry: ModelEntry, spec_dir: Path, roots: list[Path]) -> str | None:
@@ -107,17 +129,18 @@ def _model_location_problem(entry: ModelEntry, spec_dir: Path, roots: list[Path]
 
 
 def with_model_contents(spec: BenchmarkSpec, spec_dir: Path) -> BenchmarkSpec:
-    """The spec with every model entry's location made absolute and its `sha256` filled in
-    (after `check_model_entries` passed)."""
+    """The spec with every model entry's location made absolute, its `sha256` filled in and a
+    `labels` file read into its list (after `check_model_entries` passed)."""
     entries = list(model_entries(spec))
     if not entries:
         return spec
     pipelines = [pipeline.model_copy(deep=True) for pipeline in spec.pipelines]
     for _, entry, (p, s, name) in entries:
         resolved = resolve_file(entry.location, spec_dir)
-        filled = entry.with_location(str(resolved)).model_copy(
-            update={"sha256": content_sha256(resolved)}
-        )
+        update: dict[str, object] = {"sha256": content_sha256(resolved)}
+        if isinstance(entry.labels, str):  # inlined: the hash counts the mapping, not its file
+            update["labels"] = read_labels(resolve_file(entry.labels, spec_dir))
+        filled = entry.with_location(str(resolved)).model_copy(update=update)
         stage = pipelines[p].stages[s]
         stage.config = {**stage.config, name: filled.model_dump(mode="json", exclude_defaults=True)}
     return spec.model_copy(update={"pipelines": pipelines})

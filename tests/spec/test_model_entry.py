@@ -21,7 +21,10 @@ pipelines:
     loadgen: {{type: closed_loop, concurrency: 1, duration_s: 1}}
     stages:
       - {{id: data, type: dataset.digits, outputs: [prep]}}
-      - {{id: prep, type: torchvision.preprocess, outputs: [model]}}
+      - id: prep
+        type: torchvision.preprocess
+        outputs: [model]
+        config: {{mean: [0.5], std: [0.5]}}
       - id: model
         type: torchvision.classify
         config: {{model: {model}}}
