@@ -1,6 +1,7 @@
 """A model file a user brings (`stages.spec.model_entry`), loaded as a torch module: the
 weights of a torchvision architecture (safetensors, or a state dict read with `weights_only`),
-a TorchScript module or a `torch.export` program (one loader per format, in a registry); or
+a TorchScript module, a `torch.export` program or a Hugging Face image classifier folder
+(`stages.library.hf_folders`; one loader per format, in a registry); or
 an ONNX file as an ONNX Runtime session behind the same call (`OnnxModel`).
 
 Nothing here unpickles arbitrary objects: a state dict is read with `weights_only=True`, so a
@@ -38,11 +39,11 @@ def load_torch_model(entry: ModelEntry) -> Any:
         raise
     except Exception as error:  # a corrupt file, an unsupported operator, a wrong format
         raise ModelFileError(
-            f"{entry.location}: cannot load as {entry.format}: {_reason(error)}"
+            f"{entry.location}: cannot load as {entry.format}: {load_reason(error)}"
         ) from error
 
 
-def _reason(error: Exception) -> str:
+def load_reason(error: Exception) -> str:
     """A loader's message on one line, at most REASON_CHARS long (its type when empty)."""
     return " ".join(str(error).split())[:REASON_CHARS] or type(error).__name__
 
@@ -157,11 +158,20 @@ def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> Onnx
             entry.location, sess_options=options, providers=[wanted]
         )
     except Exception as error:  # not ONNX, a corrupt graph, an operator it does not know
-        raise ModelFileError(f"{entry.location}: cannot load as onnx: {_reason(error)}") from error
+        raise ModelFileError(
+            f"{entry.location}: cannot load as onnx: {load_reason(error)}"
+        ) from error
     return OnnxModel(session)
 
 
+def _hf_folder(entry: ModelEntry) -> Any:
+    from stages.library.hf_folders import load_hf_classifier
+
+    return load_hf_classifier(entry)
+
+
 TORCH_LOADERS: dict[ModelFormat, Callable[[ModelEntry], Any]] = {
+    "hf_folder": _hf_folder,
     "torchvision_weights": _torchvision_weights,
     "torchscript": _torchscript,
     "torch_export": _torch_export,

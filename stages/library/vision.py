@@ -119,7 +119,9 @@ class PreprocessStage(Stage[PreprocessConfig]):
 # --------------------------------------------------------------------------- models
 
 
-CLASSIFIER_FORMATS = frozenset({"onnx", "torch_export", "torchscript", "torchvision_weights"})
+CLASSIFIER_FORMATS = frozenset(
+    {"hf_folder", "onnx", "torch_export", "torchscript", "torchvision_weights"}
+)
 """Model entry formats a classifier stage loads (stages.library.model_files)."""
 
 
