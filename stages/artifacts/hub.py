@@ -76,16 +76,20 @@ def probe_endpoint(endpoint: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         pass
 
 
-def load_pretrained(source: str | Path, task: Task, local_files_only: bool) -> tuple[Any, Any]:
+def load_pretrained(
+    source: str | Path, task: Task, local_files_only: bool, trust_remote_code: bool = False
+) -> tuple[Any, Any]:
     """(model in eval mode, tokenizer) through transformers, from a hub name or a model folder;
-    the one place collobench calls `from_pretrained`."""
+    the one place collobench calls `from_pretrained` for a text model. `trust_remote_code`
+    lets a folder's own model code run (a model entry allowed to, only)."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     loader = AutoModelForCausalLM if task == "causal_lm" else AutoModel
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
-    model = loader.from_pretrained(source, local_files_only=local_files_only).eval()
+    options = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
+    tokenizer = AutoTokenizer.from_pretrained(source, **options)
+    model = loader.from_pretrained(source, **options).eval()
     return model, tokenizer
 
 

@@ -19,7 +19,9 @@ from stages.spec.model_entry import ModelEntry
 DIGITS_CNN = "digits_cnn"
 
 
-CLASSIFIER_FORMATS = frozenset({"onnx", "torch_export", "torchscript", "torchvision_weights"})
+CLASSIFIER_FORMATS = frozenset(
+    {"hf_folder", "onnx", "torch_export", "torchscript", "torchvision_weights"}
+)
 """Model entry formats a classifier stage loads (stages.library.model_files)."""
 
 
@@ -31,8 +33,9 @@ class ModelChoiceConfig(ModelStageConfig):
         DIGITS_CNN,
         description="digits_cnn (the small CNN trained on digits), a torchvision classifier "
         "name (torchvision.models.list_models(module=torchvision.models)), e.g. resnet18, or "
-        "a model entry: a file the user brings (`onnx`, `torch_export`, `torchscript`, or "
-        "`weights` with `arch`; stages.spec.model_entry).",
+        "a model entry: a file the user brings (`onnx`, `torch_export`, `torchscript`, "
+        "`weights` with `arch`, or `path`: a Hugging Face image classifier folder; "
+        "stages.spec.model_entry).",
     )
     weights: Literal["random", "pretrained"] | None = Field(
         None,

