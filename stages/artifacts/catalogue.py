@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stages.artifacts import text, torchvision_models, vision
+from stages.artifacts import model_exports, text, torchvision_models, vision
 from stages.artifacts.store import ArtifactBuilder, ArtifactError, ArtifactStore, BuiltArtifact
 from stages.name_registry import NameRegistry
 
@@ -31,7 +31,8 @@ class ArtifactRegistry(NameRegistry[ArtifactBuilder[Any]]):
 
 def _builtin_artifacts() -> ArtifactRegistry:
     registry = ArtifactRegistry()
-    for builder in (*vision.BUILDERS, *torchvision_models.BUILDERS, *text.BUILDERS):
+    builders = (*vision.BUILDERS, *model_exports.BUILDERS, *torchvision_models.BUILDERS)
+    for builder in (*builders, *text.BUILDERS):
         registry.register(builder)
     return registry
 

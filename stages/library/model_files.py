@@ -28,8 +28,21 @@ class ModelFileError(InvalidInputError, ValueError):
     """A model file that cannot be loaded as the format its entry names."""
 
 
+def located(entry: ModelEntry, build: bool = True) -> ModelEntry:
+    """`entry` with an `artifact:<name>` location replaced by the artefact's model file, built
+    first when needed (`build=False`: an ArtifactError instead); any other entry as it is."""
+    name = entry.artifact_name
+    if name is None:
+        return entry
+    from stages.artifacts.catalogue import ensure_artifact
+
+    built = ensure_artifact(name, build=build)
+    return entry.with_location(str(built.path / built.metadata["model_file"]))
+
+
 def load_torch_model(entry: ModelEntry) -> Any:
     """The module `entry` names, on the CPU in float32 (the stage moves it)."""
+    entry = located(entry)
     loader = TORCH_LOADERS.get(entry.format)
     if loader is None:
         raise ModelFileError(f"{entry.location}: a {entry.format} model does not load into torch")
@@ -143,6 +156,8 @@ def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> Onnx
     """An ONNX Runtime session of `entry` on the execution provider of `device` (CUDA on a
     cuda device, the CPU otherwise), with `threads` intra-op threads (None: its default)."""
     import onnxruntime
+
+    entry = located(entry)
 
     wanted = "CUDAExecutionProvider" if device.startswith("cuda") else "CPUExecutionProvider"
     if wanted not in onnxruntime.get_available_providers():

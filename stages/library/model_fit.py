@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stages.contracts.image_batches import ImageBatch
-from stages.library.model_files import ModelFileError, model_file_reason
+from stages.library.model_files import ModelFileError, located, model_file_reason
 from stages.spec.model_entry import ModelEntry, ModelFormat
 
 if TYPE_CHECKING:
@@ -134,6 +134,7 @@ def entry_signature(entry: ModelEntry) -> ModelSignature:
     if reader is None:
         return ModelSignature()
     try:
+        entry = located(entry, build=False)  # an artefact not built yet: prepare checks it
         return reader(Path(entry.location), entry)
     except Exception:  # a corrupt file: prepare's loader gives the reason, in one line
         return ModelSignature()

@@ -6,13 +6,16 @@ model stage otherwise takes a model name.
     model: {torchscript: digits.ts}
     model: {weights: resnet18.safetensors, arch: resnet18, labels: [3, 1, 4]}
     model: {path: my-finetuned-bert/}          # a local Hugging Face folder
+    model: {onnx: artifact:digits_cnn_onnx}    # a model file artefact built here
 
 Exactly one location key. A relative location is relative to the spec file's folder, and the
 resolved file must lie under the spec's folder, the artefact store or a folder listed in
 `COLLOBENCH_MODEL_ROOTS` (`model_roots`). The content's sha256 (`content_sha256`, a folder's
 over its files) is filled into the entry's normal form, and the spec hash covers that content
 instead of the location: a changed model is a different benchmark, a moved one is not. A spec
-may pin `sha256` itself; a file whose content differs is then refused.
+may pin `sha256` itself; a file whose content differs is then refused. An `artifact:<name>`
+location is a model file artefact of the store, named and hashed by its recipe as a named model
+is, and resolved where it runs (stages.library.model_files).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ MODEL_ROOTS_ENV = "COLLOBENCH_MODEL_ROOTS"
 ALLOW_REMOTE_CODE_ENV = "COLLOBENCH_ALLOW_REMOTE_CODE"
 """Set to 1 (with `trust_remote_code: true` in the entry) to run a folder's own model code."""
 
+ARTIFACT_PREFIX = "artifact:"
+"""A location `artifact:<name>` names a model file artefact of this store (e.g.
+`artifact:digits_cnn_onnx`): built when first needed, its file found from its metadata."""
 ModelFormat = Literal["hf_folder", "onnx", "torch_export", "torchscript", "torchvision_weights"]
 LOCATION_FORMATS: dict[str, ModelFormat] = {
     "path": "hf_folder",
@@ -111,6 +117,15 @@ class ModelEntry(StrictModel):
         value = getattr(self, self.location_key)
         assert isinstance(value, str)
         return value
+
+    @property
+    def artifact_name(self) -> str | None:
+        """The artefact an `artifact:<name>` location names (built here, found by recipe like
+        a named model), else None."""
+        location = self.location
+        return (
+            location.removeprefix(ARTIFACT_PREFIX) if location.startswith(ARTIFACT_PREFIX) else None
+        )
 
     @property
     def format(self) -> ModelFormat:

@@ -96,7 +96,10 @@ def check_model_entries(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem
                     f"{ALLOW_REMOTE_CODE_ENV}=1 in the environment as well",
                 )
             )
-        problem = _model_location_problem(entry, spec_dir, roots)
+        if entry.artifact_name is not None:
+            problem = _model_artifact_problem(entry.artifact_name)
+        else:
+            problem = _model_location_problem(entry, spec_dir, roots)
         if problem is not None:
             problems.append(SpecProblem(f"{where}.{entry.location_key}", problem))
         if isinstance(entry.labels, str):
@@ -104,6 +107,18 @@ def check_model_entries(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem
             if problem is not None:
                 problems.append(SpecProblem(f"{where}.labels", problem))
     return problems
+
+
+def _model_artifact_problem(name: str) -> str | None:
+    """Why `artifact:<name>` names no model file artefact."""
+    from stages.artifacts.catalogue import ARTIFACTS
+
+    if name not in ARTIFACTS or not hasattr(ARTIFACTS.get(name), "model_file"):
+        known = [
+            key for key, builder in ARTIFACTS.entries().items() if hasattr(builder, "model_file")
+        ]
+        return f"no model file artefact '{name}'; known: {', '.join(sorted(known))}"
+    return None
 
 
 def _labels_file_problem(value: str, spec_dir: Path, roots: list[Path]) -> str | None:
@@ -146,6 +161,8 @@ def with_model_contents(spec: BenchmarkSpec, spec_dir: Path) -> BenchmarkSpec:
         return spec
     pipelines = [pipeline.model_copy(deep=True) for pipeline in spec.pipelines]
     for _, entry, (p, s, name) in entries:
+        if entry.artifact_name is not None:
+            continue  # named and hashed by its recipe, resolved where it runs
         resolved = resolve_file(entry.location, spec_dir)
         update: dict[str, object] = {"sha256": content_sha256(resolved)}
         if isinstance(entry.labels, str):  # inlined: the hash counts the mapping, not its file
