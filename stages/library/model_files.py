@@ -1,7 +1,8 @@
 """A model file a user brings (`stages.spec.model_entry`), loaded as a torch module: the
 weights of a torchvision architecture (safetensors, or a state dict read with `weights_only`),
 a TorchScript module or a `torch.export` program (one loader per format, in a registry); or
-an ONNX file as an ONNX Runtime session behind the same call (`OnnxModel`).
+an ONNX file as an ONNX Runtime session behind the same call (`OnnxModel`, which also
+feeds several inputs by name); and the inputs each file declares, to check a spec against.
 
 Nothing here unpickles arbitrary objects: a state dict is read with `weights_only=True`, so a
 `.pt` file holding a pickled full model is refused with the reason, before any of its code
@@ -20,7 +21,25 @@ from stages.spec.model_entry import ModelEntry, ModelFormat
 
 INPUT_SHAPE_ATTRIBUTE = "collobench_input_shape"
 """Set on a loaded `torch.export` module: the shape it was exported with."""
+INPUTS_ATTRIBUTE = "collobench_inputs"
+"""Set on a loaded `torch.export` module: its user inputs (`DeclaredInput`s, in call order)."""
 REASON_CHARS = 300  # of the loader's message, on the one line a failed load gives
+ONNX_ELEMENT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(bfloat16)": "bfloat16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
+}
+"""ONNX Runtime's element type -> the dtype name torch and numpy use."""
+
+DeclaredInput = tuple[str, tuple[int | None, ...], str]
+"""An input a model file declares: name, shape (None for a symbolic dimension), dtype name."""
 
 
 class ModelFileError(InvalidInputError, ValueError):
@@ -38,11 +57,11 @@ def load_torch_model(entry: ModelEntry) -> Any:
         raise
     except Exception as error:  # a corrupt file, an unsupported operator, a wrong format
         raise ModelFileError(
-            f"{entry.location}: cannot load as {entry.format}: {_reason(error)}"
+            f"{entry.location}: cannot load as {entry.format}: {reason_line(error)}"
         ) from error
 
 
-def _reason(error: Exception) -> str:
+def reason_line(error: Exception) -> str:
     """A loader's message on one line, at most REASON_CHARS long (its type when empty)."""
     return " ".join(str(error).split())[:REASON_CHARS] or type(error).__name__
 
@@ -98,7 +117,23 @@ def _torch_export(entry: ModelEntry) -> Any:
     # The shape it was exported with: what `input_shape` reports.
     example = program.example_inputs[0] if program.example_inputs else ()
     setattr(module, INPUT_SHAPE_ATTRIBUTE, tuple(example[0].shape) if example else None)
+    setattr(module, INPUTS_ATTRIBUTE, _exported_inputs(program))
     return module
+
+
+def _exported_inputs(program: Any) -> list[DeclaredInput]:
+    """The user inputs of a `torch.export` program, from its graph's placeholders: a dynamic
+    dimension (a symbol) as None."""
+    import torch
+
+    user = set(program.graph_signature.user_inputs)
+    found: list[DeclaredInput] = []
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder" and node.name in user and isinstance(value, torch.Tensor):
+            shape = tuple(size if isinstance(size, int) else None for size in value.shape)
+            found.append((node.name, shape, str(value.dtype).removeprefix("torch.")))
+    return found
 
 
 class OnnxModel:
@@ -113,6 +148,23 @@ class OnnxModel:
         self.input_shape = tuple(size if isinstance(size, int) else 1 for size in first.shape)
         """The graph's input shape, a symbolic dimension (a dynamic batch) as 1."""
         self.provider = str(session.get_providers()[0])
+        self.output_names = [output.name for output in session.get_outputs()]
+
+    def declared_inputs(self) -> list[DeclaredInput]:
+        """The graph's inputs: name, shape (a symbolic dimension as None), element type."""
+        return [
+            (
+                graph_input.name,
+                tuple(size if isinstance(size, int) else None for size in graph_input.shape),
+                ONNX_ELEMENT_TYPES.get(graph_input.type, graph_input.type),
+            )
+            for graph_input in self._session.get_inputs()
+        ]
+
+    def run_named(self, feed: dict[str, Any]) -> list[Any]:
+        """Every graph output (numpy arrays, in `output_names` order) for the inputs fed by
+        name (numpy arrays): a model of several inputs or outputs."""
+        return list(self._session.run(None, feed))
 
     def __call__(self, x: Any) -> Any:
         import torch
@@ -138,6 +190,14 @@ def input_shape(model: Any) -> tuple[int, ...] | None:
     return None if shape is None else tuple(int(size) for size in shape)
 
 
+def declared_inputs(model: Any) -> list[DeclaredInput] | None:
+    """The inputs a loaded model file declares (an ONNX graph's, a `torch.export` program's),
+    or None when it declares none (a TorchScript module)."""
+    if isinstance(model, OnnxModel):
+        return model.declared_inputs()
+    return getattr(model, INPUTS_ATTRIBUTE, None)
+
+
 def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> OnnxModel:
     """An ONNX Runtime session of `entry` on the execution provider of `device` (CUDA on a
     cuda device, the CPU otherwise), with `threads` intra-op threads (None: its default)."""
@@ -157,7 +217,9 @@ def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> Onnx
             entry.location, sess_options=options, providers=[wanted]
         )
     except Exception as error:  # not ONNX, a corrupt graph, an operator it does not know
-        raise ModelFileError(f"{entry.location}: cannot load as onnx: {_reason(error)}") from error
+        raise ModelFileError(
+            f"{entry.location}: cannot load as onnx: {reason_line(error)}"
+        ) from error
     return OnnxModel(session)
 
 
