@@ -160,7 +160,7 @@ def synthetic_inputs(inputs: list[InputSpec], seed: int, device: Any) -> list[An
     booleans."""
     import torch
 
-    generator = torch.Generator().manual_seed(seed % 2**63)  # a derived seed may be 64-bit
+    generator = torch.Generator().manual_seed(seed % 2**63)  # a stage seed may pass 64 bits
     made = []
     for spec in inputs:
         dtype = getattr(torch, spec.dtype)
