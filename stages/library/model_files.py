@@ -1,8 +1,9 @@
 """A model file a user brings (`stages.spec.model_entry`), loaded as a torch module: the
 weights of a torchvision architecture (safetensors, or a state dict read with `weights_only`),
 a TorchScript module, a `torch.export` program or a Hugging Face image classifier folder
-(`stages.library.hf_folders`; one loader per format, in a registry); or
-an ONNX file as an ONNX Runtime session behind the same call (`OnnxModel`).
+(`stages.library.hf_folders`; one loader per format, in a registry); or an ONNX file as an ONNX
+Runtime session behind the same call (`OnnxModel`, which also feeds several inputs by name);
+and the inputs each file declares, to check a spec against.
 
 Nothing here unpickles arbitrary objects: a state dict is read with `weights_only=True`, so a
 `.pt` file holding a pickled full model is refused with the reason, before any of its code
@@ -21,7 +22,25 @@ from stages.spec.model_entry import ModelEntry, ModelFormat
 
 INPUT_SHAPE_ATTRIBUTE = "collobench_input_shape"
 """Set on a loaded `torch.export` module: the shape it was exported with."""
+INPUTS_ATTRIBUTE = "collobench_inputs"
+"""Set on a loaded `torch.export` module: its user inputs (`DeclaredInput`s, in call order)."""
 REASON_CHARS = 300  # of the loader's message, on the one line a failed load gives
+ONNX_ELEMENT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(bfloat16)": "bfloat16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
+}
+"""ONNX Runtime's element type -> the dtype name torch and numpy use."""
+
+DeclaredInput = tuple[str, tuple[int | None, ...], str]
+"""An input a model file declares: name, shape (None for a symbolic dimension), dtype name."""
 
 
 class ModelFileError(InvalidInputError, ValueError):
@@ -112,7 +131,23 @@ def _torch_export(entry: ModelEntry) -> Any:
     # The shape it was exported with: what `input_shape` reports.
     example = program.example_inputs[0] if program.example_inputs else ()
     setattr(module, INPUT_SHAPE_ATTRIBUTE, tuple(example[0].shape) if example else None)
+    setattr(module, INPUTS_ATTRIBUTE, _exported_inputs(program))
     return module
+
+
+def _exported_inputs(program: Any) -> list[DeclaredInput]:
+    """The user inputs of a `torch.export` program, from its graph's placeholders: a dynamic
+    dimension (a symbol) as None."""
+    import torch
+
+    user = set(program.graph_signature.user_inputs)
+    found: list[DeclaredInput] = []
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder" and node.name in user and isinstance(value, torch.Tensor):
+            shape = tuple(size if isinstance(size, int) else None for size in value.shape)
+            found.append((node.name, shape, str(value.dtype).removeprefix("torch.")))
+    return found
 
 
 class OnnxModel:
@@ -127,6 +162,23 @@ class OnnxModel:
         self.input_shape = tuple(size if isinstance(size, int) else 1 for size in first.shape)
         """The graph's input shape, a symbolic dimension (a dynamic batch) as 1."""
         self.provider = str(session.get_providers()[0])
+        self.output_names = [output.name for output in session.get_outputs()]
+
+    def declared_inputs(self) -> list[DeclaredInput]:
+        """The graph's inputs: name, shape (a symbolic dimension as None), element type."""
+        return [
+            (
+                graph_input.name,
+                tuple(size if isinstance(size, int) else None for size in graph_input.shape),
+                ONNX_ELEMENT_TYPES.get(graph_input.type, graph_input.type),
+            )
+            for graph_input in self._session.get_inputs()
+        ]
+
+    def run_named(self, feed: dict[str, Any]) -> list[Any]:
+        """Every graph output (numpy arrays, in `output_names` order) for the inputs fed by
+        name (numpy arrays): a model of several inputs or outputs."""
+        return list(self._session.run(None, feed))
 
     def __call__(self, x: Any) -> Any:
         import torch
@@ -150,6 +202,14 @@ def input_shape(model: Any) -> tuple[int, ...] | None:
         return model.input_shape
     shape = getattr(model, INPUT_SHAPE_ATTRIBUTE, None)
     return None if shape is None else tuple(int(size) for size in shape)
+
+
+def declared_inputs(model: Any) -> list[DeclaredInput] | None:
+    """The inputs a loaded model file declares (an ONNX graph's, a `torch.export` program's),
+    or None when it declares none (a TorchScript module)."""
+    if isinstance(model, OnnxModel):
+        return model.declared_inputs()
+    return getattr(model, INPUTS_ATTRIBUTE, None)
 
 
 def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> OnnxModel:
