@@ -1,12 +1,13 @@
 """Dagster definitions of collobench (`dagster dev -w workspace.yaml` loads them).
 
-Assets: one per dataset and model builder (group `artifacts`); `benchmark_run` (one dynamic
+Assets: one per dataset and model builder (group `artifacts`); one per model file a spec
+names (group `model_files`, bench_defs/model_files.py); `benchmark_run` (one dynamic
 partition per spec file), `warehouse` with its checks (group `benchmark`); the report assets
 (group `reports`); `capacity` (one dynamic partition per search target `<spec>|<pipeline>` or
 `<spec>|<A>+<B>@ray<k>of<n>`, with its checks; group `capacity`). Jobs `artifacts_job`,
 `benchmark_job`, `capacity_job`, `capacity_region_job`; sensors `spec_files_sensor`,
-`capacity_region_sensor`; schedule `nightly_benchmarks`. Nothing here imports torch: models
-load in the Pipes child's workers.
+`capacity_region_sensor` (and `model_files_sensor` when a spec names a model file); schedule
+`nightly_benchmarks`. Nothing here imports torch: models load in the Pipes child's workers.
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ from bench_defs.benchmark import benchmark_run
 from bench_defs.capacity_assets import CapacitySearchResource, capacity, capacity_job
 from bench_defs.capacity_region import capacity_region_job, capacity_region_sensor
 from bench_defs.jobs import artifacts_job, benchmark_job
+from bench_defs.model_files import model_file_definitions, with_model_file_deps
 from bench_defs.reports import report_assets
-from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
+from bench_defs.resources import (
+    CollobenchResource,
+    GroupPipesClient,
+    WarehouseResource,
+    default_specs_dir,
+)
 from bench_defs.schedules import nightly_benchmarks
 from bench_defs.sensors import spec_files_sensor
 from bench_defs.warehouse import warehouse
@@ -40,13 +47,26 @@ def default_resources() -> dict[str, Any]:
 
 def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definitions:
     """The code location's definitions; `resources` replace the defaults by key (tests point
-    them at temporary folders)."""
+    them at temporary folders). The model files the specs name become assets when it loads."""
+    merged = {**default_resources(), **(resources or {})}
+    collobench = merged["collobench"]
+    specs_dir = default_specs_dir()
+    if isinstance(collobench, CollobenchResource):
+        specs_dir = collobench.specs_path()
+    model = model_file_definitions(specs_dir)
     return dg.Definitions(
-        assets=[*artifact_assets, benchmark_run, warehouse, *report_assets, capacity],
+        assets=[
+            *artifact_assets,
+            *model.assets,
+            with_model_file_deps(benchmark_run, model.files),
+            warehouse,
+            *report_assets,
+            capacity,
+        ],
         jobs=[artifacts_job, benchmark_job, capacity_job, capacity_region_job],
-        sensors=[spec_files_sensor, capacity_region_sensor],
+        sensors=[spec_files_sensor, capacity_region_sensor, *model.sensors],
         schedules=[nightly_benchmarks],
-        resources={**default_resources(), **(resources or {})},
+        resources=merged,
     )
 
 
