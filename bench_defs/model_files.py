@@ -67,6 +67,7 @@ def _entries_of(path: Path) -> list[tuple[str, Path, str]]:
         return [
             (where, resolve_file(entry.location, path.parent), entry.format)
             for where, entry, _ in model_entries(spec)
+            if entry.artifact_name is None  # an `artifact:` model is an artefact asset
         ]
     except (SpecError, ValueError, OSError, RuntimeError):
         return []

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from bench_defs.k8s import k8s_run_tags
 from bench_defs.pools import Pool, pool_tags
+from stages.spec.model_entry import ModelEntry, is_model_entry
 
 SPEC_PARTITIONS = "spec_files"
 spec_partitions = dg.DynamicPartitionsDefinition(name=SPEC_PARTITIONS)
@@ -71,7 +72,11 @@ def artifacts_used(normalized: Mapping[str, Any], known: Iterable[str]) -> list[
                 used.add(DATASET_STAGES[stage_type])
             for key in ARTIFACT_KEYS:
                 value = config.get(key)
-                if isinstance(value, str) and value in names:
+                if is_model_entry(value):  # a model entry: `artifact:<name>` names one
+                    named = ModelEntry.model_validate(value).artifact_name
+                    if named in names:
+                        used.add(named)
+                elif isinstance(value, str) and value in names:
                     if not (key == "model" and config.get("weights") == "random"):
                         used.add(value)
                 elif (
