@@ -234,6 +234,8 @@ class Launcher:
             lambda: self._calibration.boundary(trial, phase, pipelines, "before"),
         )
         end_ns = time.monotonic_ns()
+        if start_ns is None:  # no worker got ready (each failed in prepare): an empty window
+            start_ns = end_ns
         self.warnings += samplers.stop()
         self._samplers = None
         for worker in workers:

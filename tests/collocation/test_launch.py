@@ -348,6 +348,22 @@ def test_a_worker_failing_in_prepare_is_reported_with_its_traceback(tmp_path: Pa
 
 @pytest.mark.spawns
 @pytest.mark.slow
+def test_a_phase_whose_every_worker_fails_in_prepare_is_reported(tmp_path: Path) -> None:
+    """No worker reaches the barrier: the phase's load window is empty (start = end), the
+    manifest stays valid, and the failure is the outcome's error, not a manifest problem."""
+    doc = spec_doc({"type": "copy", "config": {"bytes": 10**15}})
+    doc["pipelines"] = doc["pipelines"][:1]
+    result = run(doc, tmp_path)
+    victim = outcome(result, "victim")
+    assert victim.status == "failed" and victim.error.startswith("MemoryError")
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    (phase,) = [entry for entry in manifest["timeline"] if entry["what"] == "phase"]
+    assert phase["start_ns"] == phase["end_ns"]
+    assert manifest["status"] == "failed"
+
+
+@pytest.mark.spawns
+@pytest.mark.slow
 def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
     folder = tmp_path / "bench"
     folder.mkdir()
