@@ -43,7 +43,10 @@ hand-offs are then same-core thread switches, whose cost is stable, instead of c
 wake-ups, which on these VMs vary from ~4 us to ~25 us with what else the machine is doing.
 `--cpu -1` leaves the process free on every core.
 
-`--quick`: shorter windows and fewer repeats (~40 s).
+Backends: the trained digits_cnn through PyTorch, ONNX Runtime and torch.export, each against a
+bare loop of its own runtime (`perf/backend_fidelity.py`, reported under `backends`).
+
+`--quick`: shorter windows and fewer repeats (~40 s, and ~90 s for the backends).
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perf import common, product_path
+from perf import backend_fidelity, common, product_path
 from perf.common import (
     BackgroundLoad,
     PeriodicSampler,
@@ -434,6 +437,10 @@ def main() -> None:
         with BackgroundLoad() as load:
             profiling = measure_profiling(repeats, window_s, warmup, work)
         background["profiling"] = load.pct
+        # Last: it points this process's COLLOBENCH_HOME at the CLI runs' home.
+        with BackgroundLoad() as load:
+            backends = backend_fidelity.measure_backends(repeats, window_s, warmup, work, cli_cpus)
+        background["backends"] = load.pct
     report = {
         **report_header(SCRIPT, "quick" if args.quick else "full", waited_s, background),
         "device": "cpu",
@@ -445,6 +452,9 @@ def main() -> None:
         "load": "closed_loop, concurrency 1, recording on",
         "configs": configs,
         "profiling": profiling,
+        # The trained digits_cnn through each backend against a bare loop of that backend
+        # (perf/backend_fidelity.py), at batch 32.
+        "backends": backends,
         "targets": {
             "ratio_min": TARGET_RATIO_MIN,
             "sub_ms_ratio_min": TARGET_SUB_MS_RATIO_MIN,
@@ -460,6 +470,7 @@ def main() -> None:
                 f"{c['model']}_b{c['batch']}_cli": c["cli_ratio_median"] >= _ratio_target(c)
                 for c in configs
             },
+            **{f"backend_{entry['backend']}": entry["met"] for entry in backends},
             **{
                 f"{c['model']}_b{c['batch']}_fused": c["fused_ratio_median"]
                 >= TARGET_SUB_MS_FUSED_RATIO_MIN
