@@ -17,7 +17,9 @@ from stages.rundir.manifest import FORMAT_VERSION, parse_manifest
 from stages.rundir.tables import MANIFEST
 from stages.runtime.driver import arrival_seed
 from stages.spec.loading import LoadedSpec
+from stages.spec.model_entry import onnx_execution_provider
 from stages.spec.models import BenchmarkSpec
+from stages.spec.paths import model_entries
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunState) -> di
         "started_at": record.started_at,
         "ended_at": record.ended_at,
         "status": record.status,
+        "models": model_records(spec),
         "environment": record.environment,
         "energy": record.energy,
         "warnings": [str.__str__(warning) for warning in record.warnings],
@@ -83,3 +86,24 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     temporary = run_dir / (MANIFEST + ".tmp")
     temporary.write_text(text)
     os.replace(temporary, run_dir / MANIFEST)
+
+
+def model_records(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+    """The manifest's `models`: each model entry with its format, resolved location, content
+    hash, and the runtime and execution provider it runs on."""
+    records = []
+    for _, entry, (p, s, _name) in model_entries(spec):
+        pipeline = spec.pipelines[p]
+        onnx = entry.format == "onnx"
+        records.append(
+            {
+                "pipeline": pipeline.name,
+                "stage": pipeline.stages[s].id,
+                "format": entry.format,
+                "location": entry.location,
+                "sha256": entry.sha256,
+                "runtime": "onnxruntime" if onnx else "torch",
+                "execution_provider": onnx_execution_provider(pipeline.device) if onnx else None,
+            }
+        )
+    return records

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.contracts.errors import InvalidInputError
-from stages.spec.model_entry import ModelEntry, ModelFormat
+from stages.spec.model_entry import ModelEntry, ModelFormat, onnx_execution_provider
 
 INPUT_SHAPE_ATTRIBUTE = "collobench_input_shape"
 """Set on a loaded `torch.export` module: the shape it was exported with."""
@@ -219,7 +219,7 @@ def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> Onnx
 
     entry = located(entry)
 
-    wanted = "CUDAExecutionProvider" if device.startswith("cuda") else "CPUExecutionProvider"
+    wanted = onnx_execution_provider(device)
     if wanted not in onnxruntime.get_available_providers():
         raise ModelFileError(
             f"{entry.location}: ONNX Runtime here has no {wanted} (for device {device}; "

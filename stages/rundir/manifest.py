@@ -213,6 +213,26 @@ class PipelineResult(QueryCounters, _ResultIdentity):
     )
 
 
+class ModelRecord(_Ours):
+    """A model a stage ran from a model entry (a file or folder the user brought)."""
+
+    pipeline: str = Field(description="The pipeline.")
+    stage: str = Field(description="The stage's id.")
+    format: str = Field(
+        description="hf_folder | onnx | torch_export | torchscript | torchvision_weights"
+    )
+    location: str = Field(
+        description="The resolved file or folder, or `artifact:<name>` for a model artefact."
+    )
+    sha256: str | None = Field(
+        None, description="The content's sha256 (None for an artefact: named by its recipe)."
+    )
+    runtime: str = Field(description="onnxruntime (an `onnx` entry) | torch (the others).")
+    execution_provider: str | None = Field(
+        None, description="ONNX Runtime's execution provider (onnx only): CPU or CUDA."
+    )
+
+
 class Manifest(_Ours):
     """manifest.json: identity, spec, seeds, clocks, timeline, environment and per-pipeline
     results of one run. Written when the run starts (status running) and again at its end."""
@@ -246,6 +266,11 @@ class Manifest(_Ours):
         None,
         description="ok | failed | interrupted | running | device_busy (the pre-flight found a "
         "foreign compute process on a device of the run: nothing was measured)",
+    )
+    models: list[ModelRecord] = Field(
+        default_factory=list,
+        description="Every model entry of the spec, as it ran (empty in manifests from before "
+        "issue 34, and for a spec with named models only).",
     )
     environment: EnvironmentPart | None = Field(
         None, description="The environment probe's findings; None until it finished."

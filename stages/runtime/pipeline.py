@@ -95,7 +95,7 @@ class PipelineRuntime:
 
     def _stage_context(self, node: StageNode, replica: int = 0) -> StageContext:
         pipeline = self.spec
-        return StageContext(
+        context = StageContext(
             stage_id=node.id,
             stage_index=node.index,
             pipeline=pipeline.name,
@@ -106,8 +106,10 @@ class PipelineRuntime:
             stop_event=self.stop_event,
             write_rows=self.recorder.write_rows,
             service_urls=self._service_urls,
-            **({"cache_dir": self._cache_dir} if self._cache_dir else {}),
         )
+        if self._cache_dir:
+            context.cache_dir = self._cache_dir
+        return context
 
     # ----------------------------------------------------------------- state seen from outside
 

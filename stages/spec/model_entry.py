@@ -52,6 +52,13 @@ LOCATION_FORMATS: dict[str, ModelFormat] = {
 """Location key -> the format it names; an entry has exactly one of them."""
 
 
+def onnx_execution_provider(device: str) -> str:
+    """The ONNX Runtime execution provider an `onnx` entry runs on for a pipeline's device:
+    CUDA on a cuda device, the CPU otherwise (never a silent fallback: the stage refuses to
+    start when the provider is missing, so the manifest's record is what ran)."""
+    return "CUDAExecutionProvider" if device.startswith("cuda") else "CPUExecutionProvider"
+
+
 class ModelEntry(StrictModel):
     """A model folder or file a model stage runs instead of a named model."""
 

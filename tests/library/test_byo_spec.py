@@ -48,6 +48,11 @@ def test_the_three_backends_report_the_same_accuracy(tmp_path: Path) -> None:
     assert models[0] == "digits_cnn"
     assert models[1]["onnx"] == "artifact:digits_cnn_onnx"
     assert models[2]["torch_export"] == "artifact:digits_cnn_pt2"
+    assert [(m["pipeline"], m["runtime"], m["execution_provider"]) for m in manifest["models"]] == [
+        ("onnx", "onnxruntime", "CPUExecutionProvider"),
+        ("torch_export", "torch", None),
+    ]
+    assert manifest["environment"]["packages"]["onnxruntime"] is not None
     db = duckdb.connect(str(home / "results.duckdb"), read_only=True)
     rows = db.execute(
         "SELECT pipeline, graded, correct FROM accuracy WHERE run_id = ? ORDER BY pipeline",
