@@ -2,8 +2,8 @@
 search (not once per probe), every probe's run names it as an `external` service at the same
 URL, and nothing is left running afterwards. The server is the scripted OpenAI stub (a
 `command` service, opted in), serving one stream at a time, 36 ms a request: it saturates at
-about 27 requests/s, and the closed-loop ceiling (4 clients) queues past the 100 ms SLO, so the
-search has a real knee to find."""
+about 27 requests/s, where the queue grows without bound and the SLO is missed at any bound, so
+the search has a real knee to find."""
 
 from __future__ import annotations
 
@@ -30,7 +30,14 @@ STUB = str(Path(__file__).parents[1] / "library" / "openai_stub.py")
 SERVICE_STUB = str(Path(__file__).parents[1] / "services" / "stub_service.py")
 PROBE_S = 4.0
 PERCENTILE = 0.5  # the median: decidable in a 4 s probe at these rates (p99 needs 459 queries)
-SLO_MS = 100.0
+SLO_MS = 250.0
+"""Far enough above the 36 ms service that the search's start rate (half the ceiling) is
+decided `met` on a machine 30% slower than usual: at 100 ms a slow minute put 15-25% of the
+start rate's queries over the SLO, in bursts whose design effect (stages.capacity.clustering)
+leaves a p50 verdict undecided at any window length, and the search certified nothing."""
+MAX_PROBES = 8
+"""The ceiling probe, a bracket of three or four search probes and two re-probes, and room for a
+second confirmation 10% lower when the first is not met."""
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +105,7 @@ def test_a_served_pipeline_is_searched_against_one_server(tmp_path: Path) -> Non
         slo_ms=SLO_MS,
         percentile=PERCENTILE,
         precision=0.5,
-        max_probes=6,
+        max_probes=MAX_PROBES,
         probe_s=PROBE_S,
         base_seed=loaded.spec.seed,
         min_rate=min_passing_queries(0, PERCENTILE, 0.99) / PROBE_S,
@@ -112,7 +119,8 @@ def test_a_served_pipeline_is_searched_against_one_server(tmp_path: Path) -> Non
     result = run_capacity_search(loaded, settings, options)
     assert len(result.probes) >= 3
     # One stream at a time, 36 ms each: nothing above 1 / 36 ms (27.8 q/s) keeps the median
-    # within 100 ms; half of that (utilisation 0.5) does easily.
+    # within any bound (M/D/1: p50 <= 250 ms up to 26.3 q/s); half of that (utilisation 0.5)
+    # keeps it within 250 ms easily, even 30% slower (19.8 q/s).
     assert result.certified_qps is not None and 10 <= result.certified_qps <= 27.8, result
     assert result.ceiling_qps is not None and 10 < result.ceiling_qps < 30
     search_dir = tmp_path / "served"
