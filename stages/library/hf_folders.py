@@ -14,7 +14,12 @@ import functools
 from pathlib import Path
 from typing import Any, Literal
 
-from stages.library.model_files import INPUT_SHAPE_ATTRIBUTE, ModelFileError, model_file_reason
+from stages.library.model_files import (
+    INPUT_SHAPE_ATTRIBUTE,
+    ModelFileError,
+    located,
+    model_file_reason,
+)
 from stages.spec.model_entry import (
     ALLOW_REMOTE_CODE_ENV,
     ModelEntry,
@@ -54,6 +59,7 @@ def load_hf_text_model(
     """(model in eval mode, tokenizer, label) of a text model folder, hub offline."""
     from stages.artifacts.hub import load_pretrained
 
+    entry = located(entry)
     trust = trust_remote_code(entry)
     try:
         model, tokenizer = load_pretrained(entry.location, task, True, trust_remote_code=trust)

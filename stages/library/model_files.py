@@ -56,6 +56,8 @@ def located(entry: ModelEntry, build: bool = True) -> ModelEntry:
     from stages.artifacts.catalogue import ensure_artifact
 
     built = ensure_artifact(name, build=build)
+    if entry.location_key == "path":  # a model folder artefact (tiny_lm, minilm)
+        return entry.with_location(str(built.path))
     return entry.with_location(str(built.path / built.metadata["model_file"]))
 
 

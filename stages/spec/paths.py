@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from stages import settings
 from stages.runtime.registry import default_registry
@@ -97,7 +98,7 @@ def check_model_entries(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem
                 )
             )
         if entry.artifact_name is not None:
-            problem = _model_artifact_problem(entry.artifact_name)
+            problem = _model_artifact_problem(entry.artifact_name, entry.location_key == "path")
         else:
             problem = _model_location_problem(entry, spec_dir, roots)
         if problem is not None:
@@ -109,15 +110,18 @@ def check_model_entries(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem
     return problems
 
 
-def _model_artifact_problem(name: str) -> str | None:
-    """Why `artifact:<name>` names no model file artefact."""
+def _model_artifact_problem(name: str, folder: bool) -> str | None:
+    """Why `artifact:<name>` names no model artefact of the right kind: a `path` entry takes a
+    model folder artefact (tiny_lm, minilm), a file entry one with a `model_file`."""
     from stages.artifacts.catalogue import ARTIFACTS
 
-    if name not in ARTIFACTS or not hasattr(ARTIFACTS.get(name), "model_file"):
-        known = [
-            key for key, builder in ARTIFACTS.entries().items() if hasattr(builder, "model_file")
-        ]
-        return f"no model file artefact '{name}'; known: {', '.join(sorted(known))}"
+    def fits(builder: Any) -> bool:
+        return builder.kind == "model" and hasattr(builder, "model_file") != folder
+
+    known = sorted(key for key, builder in ARTIFACTS.entries().items() if fits(builder))
+    if name not in known:
+        kind = "model folder" if folder else "model file"
+        return f"no {kind} artefact '{name}'; known: {', '.join(known)}"
     return None
 
 

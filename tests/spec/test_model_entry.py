@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from stages import settings
 from stages.spec.loading import SpecError, load_spec
 from stages.spec.model_entry import MODEL_ROOTS_ENV, ModelEntry, content_sha256
 
@@ -142,3 +143,18 @@ def test_model_stages_refuse_formats_they_cannot_run(tmp_path: Path) -> None:
         (tmp_path / "spec.yaml").write_text(training)
         (line,) = _problems(tmp_path / "spec.yaml")
         assert wanted in line
+
+
+def test_an_artifact_location_names_a_model_artefact_of_its_kind(tmp_path: Path) -> None:
+    """`artifact:<name>`: a file entry takes a model file artefact, a `path` entry a model
+    folder artefact; the normal form keeps the name (the recipe), nothing is built to validate."""
+    assert _problems(_spec(tmp_path, "{onnx: 'artifact:tiny_lm'}")) == [
+        f"{tmp_path / 'spec.yaml'}: {WHERE}.onnx: no model file artefact 'tiny_lm'; known: "
+        "digits_cnn_onnx, digits_cnn_pt2"
+    ]
+    (line,) = _problems(_spec(tmp_path, "{path: 'artifact:digits'}"))
+    assert "no model folder artefact 'digits'; known: " in line and "tiny_lm" in line
+    loaded = load_spec(_spec(tmp_path, "{onnx: 'artifact:digits_cnn_onnx'}"))
+    entry = loaded.normalized["pipelines"][0]["stages"][2]["config"]["model"]
+    assert entry["onnx"] == "artifact:digits_cnn_onnx" and entry.get("sha256") is None
+    assert not (settings.artifacts_dir() / "digits_cnn_onnx").exists()
