@@ -90,13 +90,13 @@ def check_environment(
 
 def check_traces(spec: BenchmarkSpec) -> list[str]:
     """Trace files are read now, so a bad one is an input error, not a failed worker."""
-    from stages.runtime.loadgen.arrivals import TraceError, read_trace
+    from stages.runtime.loadgen.trace_formats import TraceError, read_trace
 
     problems = []
     for index, pipeline in enumerate(spec.pipelines):
         if pipeline.loadgen.type == "trace" and pipeline.loadgen.trace:
             try:
-                read_trace(Path(pipeline.loadgen.trace))
+                read_trace(Path(pipeline.loadgen.trace), pipeline.loadgen)
             except TraceError as error:
                 problems.append(f"pipelines[{index}].loadgen.trace: {error}")
     return problems

@@ -152,9 +152,14 @@ class PipelineRuntime:
         )
 
     def new_query(
-        self, query_id: int, scheduled_ns: int, samples: int = 1, warmup: bool = False
+        self,
+        query_id: int,
+        scheduled_ns: int,
+        samples: int = 1,
+        warmup: bool = False,
+        payload: Any = None,
     ) -> Query:
-        return Query(query_id, scheduled_ns, samples, None, warmup, self.stage_count)
+        return Query(query_id, scheduled_ns, samples, payload, warmup, self.stage_count)
 
     def error_rows(self) -> list[dict[str, Any]]:
         """The `errors` table: one row per distinct stage error."""

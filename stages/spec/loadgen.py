@@ -28,8 +28,34 @@ from stages.spec.base import StrictModel
 DEFAULT_LOADGEN_TYPE: Final = "single_stream"
 """The type of a `loadgen` block that names none."""
 
-_TOKEN_SLO_FIELDS: Final = ("ttft_slo_ms", "tpot_slo_ms")
+_OMITTED_WHEN_UNSET: Final = (
+    "ttft_slo_ms",
+    "tpot_slo_ms",
+    "trace_format",
+    "trace_columns",
+    "trace_time_scale",
+    "trace_start_s",
+    "trace_duration_s",
+)
 """Optional fields left out of the normal form when unset (spec hashes unchanged)."""
+TraceFormatName = Literal["offsets", "mooncake", "azure", "burstgpt"]
+
+
+class TraceColumns(StrictModel):
+    """Which column of a trace file holds what (None: the format's own name for it)."""
+
+    offset: str | None = Field(None, description="The arrival time column.")
+    offset_unit: Literal["ms", "s"] | None = Field(
+        None, description="The unit of a numeric arrival time column (ms or s)."
+    )
+    samples: str | None = Field(None, description="Samples the query carries.")
+    input_tokens: str | None = Field(None, description="The request's input token count.")
+    output_tokens: str | None = Field(None, description="The request's output token count.")
+    hash_ids: str | None = Field(
+        None,
+        description="Mooncake's prefix block ids (a list; JSON text in a CSV): requests "
+        "sharing an id share that block of their prompt.",
+    )
 
 
 class LoadgenBase(StrictModel):
@@ -55,6 +81,28 @@ class LoadgenBase(StrictModel):
     trace: str | None = Field(
         None,
         description="trace: CSV or Parquet file with column `offset_ms` (and optional `samples`).",
+    )
+    trace_format: TraceFormatName | None = Field(
+        None,
+        description="trace: the file's format: offsets (the default: CSV or Parquet with "
+        "offset_ms, samples, input_tokens, output_tokens, hash_ids), mooncake (JSON lines: "
+        "timestamp ms, input_length, output_length, hash_ids), azure (CSV: TIMESTAMP, "
+        "ContextTokens, GeneratedTokens), burstgpt (CSV: Timestamp s, Request tokens, "
+        "Response tokens).",
+    )
+    trace_columns: TraceColumns | None = Field(
+        None, description="trace: column names that differ from the format's."
+    )
+    trace_time_scale: float | None = Field(
+        None,
+        gt=0,
+        description="trace: offsets multiplied by this (0.5 replays twice as fast); default 1.",
+    )
+    trace_start_s: float | None = Field(
+        None, ge=0, description="trace: replay from this second of the trace (trace time)."
+    )
+    trace_duration_s: float | None = Field(
+        None, gt=0, description="trace: replay this many seconds of the trace (trace time)."
     )
     duration_s: float = Field(10.0, ge=0, description="Minimum length of the load window.")
     min_queries: int = Field(0, ge=0, description="Minimum number of queries to issue.")
@@ -98,11 +146,11 @@ class LoadgenBase(StrictModel):
     )
 
     @model_serializer(mode="wrap")
-    def _omit_unset_token_slos(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave unset token SLOs out of the dump: the normal form, and so the spec hash, of
-        every spec written before the fields existed is unchanged."""
+    def _omit_unset_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave unset token SLOs and trace options out of the dump: the normal form, and so
+        the spec hash, of every spec written before the fields existed is unchanged."""
         data: dict[str, Any] = handler(self)
-        for name in _TOKEN_SLO_FIELDS:
+        for name in _OMITTED_WHEN_UNSET:
             if data.get(name) is None:
                 data.pop(name, None)
         return data

@@ -14,8 +14,9 @@ import pytest
 from scipy import stats
 
 from stages.runtime.driver import arrival_seed, run_pipeline
-from stages.runtime.loadgen.arrivals import PoissonArrivals, TraceError, read_trace
+from stages.runtime.loadgen.arrivals import PoissonArrivals
 from stages.runtime.loadgen.timing import set_timer_slack_ns, timer_slack_ns
+from stages.runtime.loadgen.trace_formats import TraceError, read_trace
 from stages.spec.loadgen import ServerLoadgen
 from stages.spec.models import PipelineSpec
 from tests.helpers import rows
@@ -118,10 +119,14 @@ def test_trace_parquet_and_bad_traces(tmp_path: Path) -> None:
 
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"offset_ms": [0.0, 1.5, 3.0]}), path)
-    assert read_trace(path) == [(0, 1), (1_500_000, 1), (3_000_000, 1)]
+    assert [(r.offset_ns, r.samples, r.shape) for r in read_trace(path)] == [
+        (0, 1, None),
+        (1_500_000, 1, None),
+        (3_000_000, 1, None),
+    ]
     backwards = tmp_path / "back.csv"
     backwards.write_text("offset_ms\n5\n3\n")
-    with pytest.raises(TraceError, match="row 2: offsets must be non-decreasing"):
+    with pytest.raises(TraceError, match="row 2: offsets must be >= 0 and non-decreasing"):
         read_trace(backwards)
     with pytest.raises(TraceError, match="trace file not found"):
         read_trace(tmp_path / "missing.csv")

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-import csv
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from stages.contracts.errors import InvalidInputError
+from stages.runtime.loadgen.trace_formats import read_trace
 from stages.spec.loadgen import ConstantLoadgen, SamplesPerQuery, ServerLoadgen, TraceLoadgen
 
 SpecT = TypeVar("SpecT", bound=SamplesPerQuery)
 
 Arrival = tuple[int, int]
 """(offset_ns from the start of the load window, samples carried by the query)"""
+
+
+class _NoPayloads:
+    """Every arrival's payload is None (what an arrival process without payloads gives)."""
+
+    def __getitem__(self, index: int) -> None:
+        return None
+
+
+NO_PAYLOADS = _NoPayloads()
 
 
 class ArrivalProcess(ABC, Generic[SpecT]):
@@ -29,6 +38,10 @@ class ArrivalProcess(ABC, Generic[SpecT]):
     @abstractmethod
     def schedule(self, rng: random.Random) -> Iterator[Arrival]:
         """Arrivals in time order; may be endless (the end conditions stop it)."""
+
+    def payloads(self) -> list[dict[str, Any] | None] | None:
+        """Per arrival (by index), the payload its query starts with; None: none at all."""
+        return None
 
 
 class PoissonArrivals(ArrivalProcess[ServerLoadgen]):
@@ -58,45 +71,16 @@ class ConstantArrivals(ArrivalProcess[ConstantLoadgen]):
 
 
 class TraceArrivals(ArrivalProcess[TraceLoadgen]):
-    """Replays arrival offsets (column `offset_ms`, optional `samples`) from CSV or Parquet."""
+    """Replays a trace file's arrivals (`stages.runtime.loadgen.trace_formats`), each query
+    carrying the request shape the trace gives it (input and output tokens, hash_ids)."""
+
+    def __init__(self, spec: TraceLoadgen) -> None:
+        super().__init__(spec)
+        self._requests = read_trace(Path(spec.trace), spec)
 
     def schedule(self, rng: random.Random) -> Iterator[Arrival]:
-        yield from read_trace(Path(self.spec.trace), self.spec.samples_per_query)
+        return ((request.offset_ns, request.samples) for request in self._requests)
 
-
-class TraceError(InvalidInputError, ValueError):
-    """A trace file that cannot be replayed."""
-
-
-def read_trace(path: Path, default_samples: int = 1) -> list[Arrival]:
-    """Load and check a trace: offsets must be non-negative and non-decreasing."""
-    if not path.exists():
-        raise TraceError(f"{path}: trace file not found")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path).to_pydict()
-        offsets = table.get("offset_ms")
-        sizes = table.get("samples")
-    else:
-        with path.open(newline="") as handle:
-            rows = list(csv.DictReader(handle))
-        offsets = [row.get("offset_ms") for row in rows] if rows else None
-        sizes = [row.get("samples") for row in rows] if rows and "samples" in rows[0] else None
-    if not offsets:
-        raise TraceError(f"{path}: needs a non-empty column `offset_ms`")
-    arrivals: list[Arrival] = []
-    previous_ns = 0
-    for row, value in enumerate(offsets):
-        try:
-            offset_ns = round(float(value) * 1e6)
-            samples = int(sizes[row]) if sizes and sizes[row] not in (None, "") else default_samples
-        except (TypeError, ValueError):
-            raise TraceError(f"{path}: row {row + 1}: not a number") from None
-        if offset_ns < previous_ns or offset_ns < 0 or samples < 1:
-            raise TraceError(
-                f"{path}: row {row + 1}: offsets must be non-decreasing and >= 0, samples >= 1"
-            )
-        arrivals.append((offset_ns, samples))
-        previous_ns = offset_ns
-    return arrivals
+    def payloads(self) -> list[dict[str, Any] | None] | None:
+        shapes = [request.shape for request in self._requests]
+        return shapes if any(shape is not None for shape in shapes) else None

@@ -8,7 +8,7 @@ import random
 import time
 from typing import Any
 
-from stages.runtime.loadgen.arrivals import ArrivalProcess
+from stages.runtime.loadgen.arrivals import NO_PAYLOADS, ArrivalProcess
 from stages.runtime.loadgen.idle_gc import IdleCollector
 from stages.runtime.loadgen.scenarios import EARLY_STOPS, LoadOutcome, Scenario
 from stages.runtime.loadgen.timing import ArrivalClock
@@ -43,16 +43,16 @@ class OpenLoopScenario(Scenario[LoadgenBase]):
         clock = ArrivalClock()
         block = self.spec.on_full == "backlog"
         end = self.end
-        issued = measured = dropped = 0
+        issued = measured = dropped = not_issued = 0
         last_issue_ns = start_ns
         stopped_by = "schedule_end"
-        not_issued = 0
         stop_issuing = runtime.stop_issuing
         wait_idle = runtime.wait_idle
         # Announced to the recorder's writer, which keeps its GIL-holding slices clear of it.
         issue_schedule = runtime.recorder.issue_schedule
         deadline_ns = start_ns + end.timeout_ns
         numbered = enumerate(arrivals.schedule(random.Random(self.seed)))
+        payloads = arrivals.payloads() or NO_PAYLOADS  # a trace's request shapes, by index
         for index, (offset_ns, samples) in numbered:
             reason = end.reached(offset_ns, issued, measured)
             if reason is None and time.monotonic_ns() >= deadline_ns:
@@ -62,7 +62,7 @@ class OpenLoopScenario(Scenario[LoadgenBase]):
             if reason is None:
                 scheduled_ns = start_ns + offset_ns
                 warmup = end.is_warmup(index, offset_ns)
-                query = runtime.new_query(index, scheduled_ns, samples, warmup)
+                query = runtime.new_query(index, scheduled_ns, samples, warmup, payloads[index])
                 issue_schedule.next_issue_ns = scheduled_ns
                 collector.before_sleep(scheduled_ns, wait_idle)
                 clock.sleep_until(scheduled_ns)
