@@ -81,6 +81,31 @@ class ServiceReadySpec(StrictModel):
     )
 
 
+class ServiceMetricsSpec(StrictModel):
+    """The server's Prometheus endpoint, scraped every period of each phase into
+    `server_samples` (view `server_metrics` maps vLLM, SGLang and TGI names to common ones)."""
+
+    path: str = Field(
+        "/metrics",
+        pattern=r"^/",
+        description="Path of the Prometheus text endpoint on the service's host and port.",
+    )
+    period_ms: float = Field(
+        1000.0, ge=50, le=60_000, description="Scrape every this many milliseconds."
+    )
+    timeout_ms: float = Field(
+        1000.0,
+        gt=0,
+        le=60_000,
+        description="Give up a scrape after this many milliseconds (a failed scrape: `up` 0).",
+    )
+    buckets: bool = Field(
+        False,
+        description="Keep histogram `_bucket` series too (many rows per scrape); `_sum` and "
+        "`_count` are always kept.",
+    )
+
+
 class ServiceSpec(StrictModel):
     """One server of the benchmark: started before the first phase, stopped at the end."""
 
@@ -112,6 +137,11 @@ class ServiceSpec(StrictModel):
     )
     restart: Literal["once", "per_phase"] = Field(
         "once", description="once: up across all phases; per_phase: restarted for each phase."
+    )
+    metrics: ServiceMetricsSpec | None = Field(
+        None,
+        description="Scrape the server's Prometheus metrics during every phase (loopback only); "
+        "null: not scraped.",
     )
     url: str | None = Field(
         None,
