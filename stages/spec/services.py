@@ -16,7 +16,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from stages.spec.base import StrictModel
 
@@ -154,6 +160,15 @@ class ServiceSpec(StrictModel):
         description="command type only (needs COLLOBENCH_ALLOW_COMMANDS=1): the argv; "
         "`{port}`, `{host}` and `{model}` are replaced.",
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_no_metrics(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Leave `metrics: null` out of the dump, so the spec hash of every spec written before
+        the field existed is unchanged."""
+        data: dict[str, object] = handler(self)
+        if data.get("metrics", False) is None:
+            data.pop("metrics")
+        return data
 
     @field_validator("env")
     @classmethod

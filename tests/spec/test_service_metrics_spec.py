@@ -49,3 +49,14 @@ def test_validate_exits_2_on_a_remote_metrics_endpoint(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     (line,) = result.output.strip().splitlines()
     assert "services[0].metrics: metrics are scraped over loopback only" in line
+
+
+def test_a_service_without_metrics_keeps_its_hash(tmp_path: Path) -> None:
+    """`metrics: null` is left out of the normal form: a spec written before the field hashes
+    as it did; one with metrics hashes apart."""
+    plain = load_spec(spec_with(tmp_path, LOCAL.replace(", metrics: %s", "")))
+    (service,) = plain.normalized["services"]
+    assert "metrics" not in service
+    scraped = load_spec(spec_with(tmp_path, LOCAL % "{}"))
+    assert scraped.normalized["services"][0]["metrics"]["path"] == "/metrics"
+    assert scraped.spec_hash != plain.spec_hash
