@@ -102,8 +102,9 @@ class ServiceMetricsSpec(StrictModel):
     timeout_ms: float = Field(
         1000.0,
         gt=0,
-        le=60_000,
-        description="Give up a scrape after this many milliseconds (a failed scrape: `up` 0).",
+        le=2000,
+        description="Give up a scrape after this many milliseconds (a failed scrape: `up` 0); "
+        "at most 2 s, so a hung endpoint never holds up a phase's start or stop.",
     )
     buckets: bool = Field(
         False,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -128,3 +129,21 @@ def test_a_dead_endpoint_leaves_an_open_gap_to_the_end(tmp_path: Path) -> None:
     assert warning.details["end_ns"] == last_up
     assert result.scrapes >= 3 and result.failed >= 3
     assert "refused" in warning.details["error"].lower()
+
+
+def test_a_hung_endpoint_times_out_each_scrape(tmp_path: Path) -> None:
+    """A port that accepts connections and never answers: every scrape ends at its timeout as
+    a failed one (`up` 0, a timeout error), so the schedule goes on instead of hanging."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)  # connections queue in the backlog, unanswered
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/metrics"
+        target = MetricsTarget("hung", url, period_ms=100, timeout_ms=150)
+        started = time.monotonic()
+        result, rows = scrape_for(tmp_path, target, 1.0)
+    assert time.monotonic() - started < 2.0
+    assert result.scrapes == 0 and result.failed >= 4
+    errors = {json.loads(row["labels"])["error"] for row in rows}
+    assert all("timed out" in error for error in errors), errors
+    (warning,) = result.warnings
+    assert warning.details["failed_scrapes"] == result.failed
