@@ -28,6 +28,8 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from analysis.db import sql_text
+from analysis.server_plot import PANELS as SERVER_PANELS
+from analysis.server_plot import draw_server_panels, server_timeline
 
 DPI = 110
 PHASE_STYLE = {"solo": "--", "collocated": "-", "collocated:": "-."}
@@ -170,24 +172,33 @@ def _mark_windows(axis: Axes, windows: pd.DataFrame, label: bool) -> None:
 def plot_timeline(connection: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> Path | None:
     """Throughput (completions per bin), power (per device, source named) and CPU use, stacked
     on one time axis from the run's first instant, with each load window shaded (blue: a solo
-    baseline, orange: the pipelines collocated). Panels without data say so; None when the
-    run recorded no query and no sample."""
+    baseline, orange: the pipelines collocated); below them, when a service's metrics were
+    scraped, the client's latency and the server's figures (analysis.server_plot). Panels
+    without data say so; None when the run recorded no query and no sample."""
     try:
         base = timebase(connection, run_id)
     except LookupError:
         return None  # a run cut short before its first query or sample: nothing to draw
     params = {"run_id": run_id, "origin_ns": base.origin_ns}
     windows = _frame(connection, "windows", **params)
-    figure, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 7.5), sharex=True)
+    scrapes = server_timeline(connection, run_id, base.origin_ns)
+    rows = 3 if scrapes.empty else 3 + SERVER_PANELS
+    figure, axes = plt.subplots(rows, 1, figsize=(11, 2.5 * rows), sharex=True, squeeze=False)
+    top, middle, bottom, *server = list(axes[:, 0])
     _throughput_panel(top, _frame(connection, "throughput_timeline", bin_s=base.bin_s, **params))
     top.set_ylabel(f"completed q/s\n({base.bin_s:g} s bins)")
     _power_panel(middle, _frame(connection, "power_timeline", **params))
     _cpu_panel(bottom, _frame(connection, "cpu_timeline", **params))
-    for axis in (top, middle, bottom):
+    if server:  # the services' metrics, under the rest (the time axis label moves down)
+        draw_server_panels(server, scrapes)
+        server[-1].set_xlabel(bottom.get_xlabel())
+        bottom.set_xlabel("")
+    for axis in (top, middle, bottom, *server):
         _mark_windows(axis, windows, label=axis is top)
         axis.grid(True, alpha=0.3)
         _dedup_legend(axis)
-    figure.suptitle("Throughput, power and CPU over time (shaded: load windows)", fontsize=10)
+    what = "Throughput, power and CPU" + ("" if scrapes.empty else ", latency and server")
+    figure.suptitle(f"{what} over time (shaded: load windows)", fontsize=10)
     figure.tight_layout()
     return save(figure, path)
 

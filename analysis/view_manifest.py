@@ -141,6 +141,11 @@ VIEW_FILES: tuple[ViewFile, ...] = (
         reads=(_MACROS, _THROUGHPUT, _QUERY_LATENCY, _PIPELINE_SPECS),
         empty_unless=_STREAMED,
     ),
+    ViewFile(
+        "87_server_metrics.sql",
+        ("server_metric_names", "server_metrics"),
+        reads=(_QUERY_LATENCY, _LOAD_WINDOWS),
+    ),
     ViewFile("90_operators.sql", ("profiled_queries", "operator_summary")),
     ViewFile("95_capacity.sql", ("capacity", "capacity_region")),
     ViewFile("96_run_history.sql", ("run_history",), reads=(_THROUGHPUT, _LATENCY)),

@@ -56,5 +56,9 @@ NOT_REPORTED: dict[str, str] = {
     "phase_figures": "each phase's headline figures: read by contention and interference",
     "host_load": "host CPU load per window: the run summary's foreign-load warnings",
     "profiled_queries": "profiled queries: read by operator_summary",
+    "server_metrics": "one row per scrape of a service's metrics: drawn under the timeline "
+    "plot (timeline.png); `collobench sql`",
+    "server_metric_names": "the servers' metric names mapped to common figures: read by "
+    "server_metrics",
     **{table: "raw rows: a view over the loaded runs' Parquet files" for table in TABLES},
 }

@@ -110,6 +110,23 @@ CREATE TABLE IF NOT EXISTS gpu_process_samples (
     mem_used_mib DOUBLE
 );
 
+-- A service's Prometheus endpoint (`services[].metrics`), scraped every `period_ms` of each
+-- phase by a sampler process outside the workers (pipeline NULL). One row per exposed sample
+-- (the series name as exposed: `vllm:prefix_cache_hits_total`; histogram `_bucket` series only
+-- with `buckets: true`), plus per scrape `up` (1: it worked; 0: it failed, the error in labels,
+-- and no other row: a gap) and `scrape_duration_seconds`. View `server_metrics` maps the names.
+CREATE TABLE IF NOT EXISTS server_samples (
+    run_id VARCHAR NOT NULL,
+    trial INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    pipeline VARCHAR,
+    ts_ns BIGINT NOT NULL,          -- when the scrape started (monotonic clock)
+    service VARCHAR NOT NULL,       -- the spec's service name
+    metric VARCHAR NOT NULL,        -- as exposed, e.g. vllm:num_requests_running
+    labels VARCHAR NOT NULL,        -- JSON object of the sample's labels, keys sorted
+    value DOUBLE                    -- NULL for NaN
+);
+
 -- Operator profiling (model stages with profile_every = N): one row per torch.profiler event of
 -- every Nth query's model call, and one row per profiled query with device_type 'window' (the
 -- profiler's whole window, operator '[profiler window]'), which marks the (query_id, stage,

@@ -305,8 +305,9 @@ class Launcher:
             self.context, self.run_dir, self.run_id, self.spec.telemetry, self._gpu_count
         )
         self._samplers = samplers
+        services = self._services
         samplers.start(
-            trial, phase, pids, harness_pid=os.getpid(), service_pids=self._services.root_pids()
+            trial, phase, pids, os.getpid(), services.root_pids(), services.metric_targets()
         )
         return samplers
 

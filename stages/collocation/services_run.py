@@ -5,7 +5,8 @@ start, ready, warm-up and stop span in the manifest's `timeline`.
 
 Each phase's workers get the services' base URLs (`base_urls`, in `WorkerTask.service_urls`),
 its samplers the servers' pids (`root_pids`: the host sampler follows each server's
-descendants, the GPU sampler attributes them to the service). A service that dies during a
+descendants, the GPU sampler attributes them to the service) and the metrics endpoints to
+scrape (`metric_targets`). A service that dies during a
 load window stops the pipelines that use it at once (`dead_users`, polled by the supervisor's
 wait), not only after the phase."""
 
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from stages.collocation.results import PipelineOutcome
 from stages.services.group import ServiceGroup
 from stages.services.lifecycle import ServiceError
 from stages.spec.models import BenchmarkSpec
+from stages.telemetry.server_metrics import MetricsTarget
 
 SERVICE_CONFIG_KEY = "service"
 """The stage config key that names a service of the spec (`http.openai`'s `service`)."""
@@ -90,6 +93,21 @@ class RunServices:
             if service.popen is not None and service.popen.poll() is None:
                 roots[name] = service.popen.pid
         return roots
+
+    def metric_targets(self) -> list[MetricsTarget]:
+        """The endpoints to scrape this phase: each service with `metrics`, at its base URL's
+        scheme, host and port (any path of an `external` url dropped) plus `metrics.path`."""
+        targets = []
+        for name, service in self._group.services.items():
+            metrics = service.spec.metrics
+            if metrics is None:
+                continue
+            origin = urlsplit(service.base_url)
+            url = urlunsplit((origin.scheme, origin.netloc, metrics.path, "", ""))
+            targets.append(
+                MetricsTarget(name, url, metrics.period_ms, metrics.timeout_ms, metrics.buckets)
+            )
+        return targets
 
     def dead_users(self) -> dict[str, str]:
         """pipeline -> the reason of a dead service it uses (empty while every service is up);

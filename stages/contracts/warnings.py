@@ -20,6 +20,9 @@ class WarningCode(StrEnum):
     the run was refused as device_busy)."""
     CALIBRATION_FAILED = "calibration_failed"
     """A calibration before or after a phase could not run (no row for it; the run goes on)."""
+    SERVER_METRICS_GAP = "server_metrics_gap"
+    """Scrapes of a service's metrics endpoint failed in a row (a gap in `server_samples`; its
+    `up` rows are 0); the run goes on."""
     OTHER = "other"
     """Anything else: read the message."""
 
@@ -72,7 +75,8 @@ class WarningRecord(BaseModel):
         default_factory=dict,
         description="The figures behind it (foreign_compute_process: pid, "
         "name, gpu, used_memory_mib; calibration_failed: trial, phase, position, pipelines, "
-        "workload).",
+        "workload; server_metrics_gap: service, trial, phase, start_ns, end_ns, "
+        "failed_scrapes, error).",
     )
 
     @classmethod

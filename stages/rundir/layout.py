@@ -22,6 +22,7 @@ TABLES = (
     "host_samples",
     "gpu_samples",
     "gpu_process_samples",
+    "server_samples",
     "operator_spans",
     "token_events",
     "calibration",

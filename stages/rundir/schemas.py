@@ -99,6 +99,20 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("mem_used_mib", pa.float64()),
         ]
     ),
+    # A service's Prometheus endpoint (`services[].metrics`), scraped every period of each
+    # phase by a sampler process (pipeline NULL): one row per exposed sample, histogram buckets
+    # only with `buckets: true`, plus `up` (1 ok, 0 failed: its error in labels) and
+    # `scrape_duration_seconds` per scrape. A failed scrape has only its `up` 0 row.
+    "server_samples": pa.schema(
+        [
+            *_KEY_FIELDS,
+            pa.field("ts_ns", pa.int64(), nullable=False),  # when the scrape started
+            pa.field("service", pa.string(), nullable=False),
+            pa.field("metric", pa.string(), nullable=False),  # as exposed: vllm:..._total
+            pa.field("labels", pa.string(), nullable=False),  # JSON object, keys sorted
+            pa.field("value", pa.float64()),  # NULL for NaN
+        ]
+    ),
     # Operator profiling (`profile_every` of model stages): one row per profiler event of a
     # sampled query's model call, plus one `window` row per profiled query (the profiler's own
     # span), so the set of profiled (query_id, stage, visit) is known even without events.

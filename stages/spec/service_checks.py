@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping
+from urllib.parse import urlsplit
 
 from stages.services.registry import ServiceRegistry, default_service_registry
 from stages.spec.problems import SpecProblem, format_location
@@ -43,6 +44,7 @@ def check_services(
                     "telemetry names both alike",
                 )
             )
+        problems += _check_metrics_url(service, at)
         if service.type not in registry:
             message = registry.unknown_message(service.type)
             problems.append(SpecProblem(format_location((*at, "type")), message))
@@ -62,3 +64,23 @@ def _check_artifact(name: str, at: tuple[int | str, ...]) -> list[SpecProblem]:
         return []
     where = format_location((*at, "model", "artifact"))
     return [SpecProblem(where, ARTIFACTS.unknown_message(name))]
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""Where metrics are scraped: the services the benchmark starts listen there; an `external`
+one must too (the scraper never leaves the machine)."""
+
+
+def _check_metrics_url(service: ServiceSpec, at: tuple[int | str, ...]) -> list[SpecProblem]:
+    if service.metrics is None or service.url is None:
+        return []
+    host = urlsplit(service.url).hostname
+    if host in LOOPBACK_HOSTS:
+        return []
+    return [
+        SpecProblem(
+            format_location((*at, "metrics")),
+            f"metrics are scraped over loopback only; url host {host!r} is not one of "
+            + ", ".join(LOOPBACK_HOSTS),
+        )
+    ]

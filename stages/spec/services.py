@@ -16,7 +16,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from stages.spec.base import StrictModel
 
@@ -81,6 +87,32 @@ class ServiceReadySpec(StrictModel):
     )
 
 
+class ServiceMetricsSpec(StrictModel):
+    """The server's Prometheus endpoint, scraped every period of each phase into
+    `server_samples` (view `server_metrics` maps vLLM, SGLang and TGI names to common ones)."""
+
+    path: str = Field(
+        "/metrics",
+        pattern=r"^/",
+        description="Path of the Prometheus text endpoint on the service's host and port.",
+    )
+    period_ms: float = Field(
+        1000.0, ge=50, le=60_000, description="Scrape every this many milliseconds."
+    )
+    timeout_ms: float = Field(
+        1000.0,
+        gt=0,
+        le=2000,
+        description="Give up a scrape after this many milliseconds (a failed scrape: `up` 0); "
+        "at most 2 s, so a hung endpoint never holds up a phase's start or stop.",
+    )
+    buckets: bool = Field(
+        False,
+        description="Keep histogram `_bucket` series too (many rows per scrape); `_sum` and "
+        "`_count` are always kept.",
+    )
+
+
 class ServiceSpec(StrictModel):
     """One server of the benchmark: started before the first phase, stopped at the end."""
 
@@ -113,6 +145,11 @@ class ServiceSpec(StrictModel):
     restart: Literal["once", "per_phase"] = Field(
         "once", description="once: up across all phases; per_phase: restarted for each phase."
     )
+    metrics: ServiceMetricsSpec | None = Field(
+        None,
+        description="Scrape the server's Prometheus metrics during every phase (loopback only); "
+        "null: not scraped.",
+    )
     url: str | None = Field(
         None,
         pattern=r"^https?://",
@@ -124,6 +161,15 @@ class ServiceSpec(StrictModel):
         description="command type only (needs COLLOBENCH_ALLOW_COMMANDS=1): the argv; "
         "`{port}`, `{host}` and `{model}` are replaced.",
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_no_metrics(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Leave `metrics: null` out of the dump, so the spec hash of every spec written before
+        the field existed is unchanged."""
+        data: dict[str, object] = handler(self)
+        if data.get("metrics", False) is None:
+            data.pop("metrics")
+        return data
 
     @field_validator("env")
     @classmethod

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
@@ -23,6 +24,7 @@ from stages.collocation.lifetime import die_with_parent
 from stages.runtime.os_threads import name_os_thread
 from stages.spec.models import TelemetrySpec
 from stages.telemetry.sampler_process import SamplerSettings, gpu_sampler_main, host_sampler_main
+from stages.telemetry.server_metrics import MetricsTarget, server_metrics_main
 
 STOP_GRACE_S = 5.0
 
@@ -44,7 +46,8 @@ class _Sampler:
 
 
 class SamplerGroup:
-    """The host sampler and one sampler per GPU, for one phase of one trial."""
+    """The host sampler, one sampler per GPU and one scraper per service metrics endpoint, for
+    one phase of one trial."""
 
     def __init__(
         self,
@@ -68,9 +71,12 @@ class SamplerGroup:
         pipeline_pids: dict[str, int],
         harness_pid: int | None = None,
         service_pids: dict[str, int] | None = None,
+        metric_targets: Sequence[MetricsTarget] = (),
     ) -> None:
         """Spawn the samplers; `harness_pid` (the launcher) adds the harness CPU rows,
-        `service_pids` (service name -> server pid) the services' rows."""
+        `service_pids` (service name -> server pid) the services' rows, `metric_targets` one
+        scraper per service endpoint (`server_samples`)."""
+        self._start_scrapers(trial, phase, metric_targets)
         telemetry = self._telemetry
         services = dict(service_pids or {})
         if telemetry.host.enabled:
@@ -99,6 +105,13 @@ class SamplerGroup:
             )
             for index in range(self._gpu_count):
                 self._spawn(gpu_sampler_main, (settings, index), f"collobench:gpu{index}-sampler")
+
+    def _start_scrapers(self, trial: int, phase: str, targets: Sequence[MetricsTarget]) -> None:
+        keys = {"run_id": self._run_id, "trial": trial, "phase": phase}
+        for target in targets:
+            label = f"metrics-{target.service}-{phase}-t{trial}-{secrets.token_hex(3)}"
+            args = (self._run_dir, keys, label, target)
+            self._spawn(server_metrics_main, args, f"collobench:metrics-{target.service}")
 
     def _spawn(self, target: Callable[..., object], args: tuple[Any, ...], name: str) -> None:
         stop_event = self._context.Event()
@@ -156,6 +169,7 @@ class SamplerGroup:
                 warnings.append(
                     f"{process.name}: {summary['error']} (samples taken before it are kept)"
                 )
+            warnings += summary.get("warnings") or []  # a metrics scraper's gaps
             if summary.get("counter_resets"):
                 warnings.append(
                     f"{process.name}: energy counter reset {summary['counter_resets']} time(s); "

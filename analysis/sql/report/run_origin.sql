@@ -10,4 +10,6 @@ FROM (
     SELECT min(ts_ns), max(ts_ns) FROM host_samples WHERE run_id = $run_id
     UNION ALL
     SELECT min(ts_ns), max(ts_ns) FROM gpu_samples WHERE run_id = $run_id
+    UNION ALL
+    SELECT min(ts_ns), max(ts_ns) FROM server_samples WHERE run_id = $run_id
 );
