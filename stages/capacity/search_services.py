@@ -78,6 +78,8 @@ def as_external(
                 "type": "external",
                 "url": up.base_url,
                 "ready": {"path": up.ready_path, "timeout_s": PROBE_READY_TIMEOUT_S},
+                # Each probe scrapes the server's metrics as a run does.
+                **({"metrics": service["metrics"]} if service.get("metrics") else {}),
             }
         )
         overrides.append(f"services.{service['name']}.type=external")
