@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from stages.runtime.loadgen.trace_formats import read_trace
+from stages.runtime.loadgen.trace_formats import TraceRequest, read_trace
 from stages.spec.loadgen import ConstantLoadgen, SamplesPerQuery, ServerLoadgen, TraceLoadgen
 
 SpecT = TypeVar("SpecT", bound=SamplesPerQuery)
@@ -74,9 +75,10 @@ class TraceArrivals(ArrivalProcess[TraceLoadgen]):
     """Replays a trace file's arrivals (`stages.runtime.loadgen.trace_formats`), each query
     carrying the request shape the trace gives it (input and output tokens, hash_ids)."""
 
-    def __init__(self, spec: TraceLoadgen) -> None:
-        super().__init__(spec)
-        self._requests = read_trace(Path(spec.trace), spec)
+    @functools.cached_property
+    def _requests(self) -> list[TraceRequest]:
+        """The trace, read when the load starts (the launcher checked it before the run)."""
+        return read_trace(Path(self.spec.trace), self.spec)
 
     def schedule(self, rng: random.Random) -> Iterator[Arrival]:
         return ((request.offset_ns, request.samples) for request in self._requests)
