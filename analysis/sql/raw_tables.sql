@@ -42,7 +42,9 @@ CREATE TABLE IF NOT EXISTS stage_events (
     joined_ns BIGINT,               -- join stages: when every branch had arrived (merged)
     graded INTEGER,                 -- stages that know the right answers: samples graded
     correct INTEGER,                --   and samples answered right (accuracy = correct / graded)
-    loss DOUBLE                     -- training stages: the step's loss
+    loss DOUBLE,                    -- training stages: the step's loss
+    prompt_tokens INTEGER           -- served models (http.openai): input tokens as the server
+                                    -- counted them (its usage.prompt_tokens)
 );
 
 -- Each distinct stage error once per (run, trial, phase, pipeline, stage), with its count.

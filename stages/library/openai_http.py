@@ -25,6 +25,13 @@ from pydantic import Field, model_validator
 from stages.contracts.errors import RunFailedError
 from stages.library.http_wire import ConnectionPool, HttpError, Response
 from stages.library.openai_stream import SseReader, StreamedCompletion, StreamError, excerpt
+from stages.library.request_shape import (
+    EnforceOutput,
+    TokenMismatch,
+    asked_output,
+    mismatch,
+    output_fields,
+)
 from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
 from stages.runtime.query import Query
@@ -65,7 +72,28 @@ class OpenAIConfig(AsyncStageConfig):
         description="The request's `model`; null leaves it out, and a server serving one model "
         "(`transformers serve MODEL`, vLLM, SGLang) uses that one.",
     )
-    max_tokens: int = Field(16, ge=1, le=1_000_000, description="`max_tokens` of each request.")
+    max_tokens: int = Field(
+        16,
+        ge=1,
+        le=1_000_000,
+        description="`max_tokens` of each request; a payload's `output_tokens` "
+        "(dataset.synthetic_prompts, a trace) replaces it for its request.",
+    )
+    enforce_output: EnforceOutput = Field(
+        "off",
+        description="Make the server generate exactly max_tokens (the payload's "
+        "`output_tokens` or `max_tokens`): off (max_tokens only: the model may stop early); "
+        "min_tokens (also `min_tokens` = max_tokens and `ignore_eos`: vLLM, SGLang); "
+        "generation_config (a `generation_config` with min_new_tokens = max_new_tokens: "
+        "`transformers serve`, which refuses unknown fields such as min_tokens).",
+    )
+    on_token_mismatch: TokenMismatch = Field(
+        "fail",
+        description="When the server's usage differs from what the payload asked (its "
+        "`input_tokens` counted for this api; the output length when enforced): fail (the "
+        "visit fails with the difference as its reason, in `errors` and the summary; its row "
+        "keeps tokens and prompt_tokens) or record (only the row's figures).",
+    )
     min_tokens: int | None = Field(
         None, ge=0, description="`min_tokens` (vLLM, SGLang); sent only when set."
     )
@@ -104,6 +132,9 @@ class OpenAIConfig(AsyncStageConfig):
             raise ValueError("give exactly one of service and base_url")
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http:// or https:// URL, not {self.base_url!r}")
+        if self.enforce_output != "off" and (self.min_tokens, self.ignore_eos) != (None, None):
+            raise ValueError("enforce_output sets the output length: leave min_tokens and "
+                             "ignore_eos unset")  # fmt: skip
         return self
 
 
@@ -116,9 +147,10 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
     """Sends ONE QUERY's prompt (the payload's `text_field`, with retrieved documents as
     context) to an OpenAI-compatible server and waits for the whole answer. Records
     `first_token_ns` (the first content chunk's arrival; for a response not streamed, the
-    body's), `tokens` (the server's `usage.completion_tokens`, else the content chunks) and,
-    streamed, one `token_events` row per content chunk. Payload out: the input's fields plus
-    `text` and `new_tokens`."""
+    body's), `tokens` (the server's `usage.completion_tokens`, else the content chunks),
+    `prompt_tokens` (the server's `usage.prompt_tokens`) and, streamed, one `token_events` row
+    per content chunk. A payload's `output_tokens` sets the request's max_tokens. Payload out:
+    the input's fields plus `text` and `new_tokens`."""
 
     records_outcome = True
 
@@ -151,7 +183,8 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
     def _request_fields(self) -> dict[str, Any]:
         """The fields every request carries besides the prompt."""
         config = self.config
-        fields: dict[str, Any] = {"max_tokens": config.max_tokens, "stream": config.stream}
+        fields = output_fields(config.max_tokens, config.enforce_output)
+        fields["stream"] = config.stream
         optional = {
             "model": config.model,
             "min_tokens": config.min_tokens,
@@ -187,8 +220,10 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
 
         return asyncio.run(visit())
 
-    def _body(self, prompt: str) -> bytes:
+    def _body(self, prompt: str, output_tokens: int | None) -> bytes:
         fields = dict(self.request_fields)
+        if output_tokens is not None:
+            fields.update(output_fields(output_tokens, self.config.enforce_output))
         if self.config.api == "chat":
             fields["messages"] = [{"role": "user", "content": prompt}]
         else:
@@ -202,9 +237,10 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         if batched:
             raise ValueError(f"one prompt per query, got a list of {len(texts)}")
         completion = StreamedCompletion(self.config.api == "chat")
+        output_tokens = asked_output(payload)
         try:
             async with asyncio.timeout(self.config.timeout_s):
-                await self._request(self._body(texts[0]), completion)
+                await self._request(self._body(texts[0], output_tokens), completion)
         except TimeoutError:
             raise OpenAIRequestError(
                 f"{self.url}: no complete response within timeout_s {self.config.timeout_s:g}"
@@ -213,10 +249,29 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         except (StreamError, OSError) as error:
             raise OpenAIRequestError(self._reason(error)) from None
         self._record(query, visit, completion)
+        self._check_shape(payload, output_tokens, query)
         payload["text"] = "".join(completion.pieces)
         payload["new_tokens"] = query.tokens
         query.payload = payload
         return None
+
+    def _check_shape(
+        self, payload: dict[str, Any], output_tokens: int | None, query: Query
+    ) -> None:
+        """Fail the visit (on_token_mismatch fail) when the server's usage differs from what
+        the payload asked; the row keeps the figures either way."""
+        if self.config.on_token_mismatch != "fail":
+            return
+        enforced = output_tokens or self.config.max_tokens
+        problem = mismatch(
+            payload,
+            self.config.api,
+            enforced if self.config.enforce_output != "off" else None,
+            query.prompt_tokens,
+            query.tokens,
+        )
+        if problem is not None:
+            raise OpenAIRequestError(f"{self.url}: {problem}")
 
     def _reason(self, error: Exception) -> str:
         """One line, without the API key whatever the error's text holds."""
@@ -248,6 +303,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         query.first_token_ns = arrivals[0] if arrivals else None
         # Not streamed, the body is one chunk: only the server's usage counts tokens.
         query.tokens = completion.tokens if self.config.stream else completion.usage_tokens
+        query.prompt_tokens = completion.usage_prompt_tokens
         if not self.config.stream or not arrivals:
             return
         stage, query_id = self.context.stage_id, query.query_id

@@ -103,7 +103,9 @@ class StreamedCompletion:
     """What a response said so far: the text pieces, when each content chunk arrived
     (monotonic ns), whether a choice finished or `[DONE]` came, and the server's usage."""
 
-    __slots__ = ("arrivals_ns", "chat", "done", "finished", "pieces", "usage_tokens")
+    __slots__ = (
+        "arrivals_ns", "chat", "done", "finished", "pieces", "usage_prompt_tokens", "usage_tokens"
+    )  # fmt: skip
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
@@ -112,6 +114,8 @@ class StreamedCompletion:
         self.done = False
         self.finished = False
         self.usage_tokens: int | None = None
+        self.usage_prompt_tokens: int | None = None
+        """The server's `usage.prompt_tokens` (input tokens as it counted them), if given."""
 
     def add_event(self, data: bytes, arrived_ns: int) -> None:
         """One SSE event's data, read at `arrived_ns`."""
@@ -142,8 +146,12 @@ class StreamedCompletion:
                 self.finished = True
 
     def _add_usage(self, usage: Any) -> None:
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        if not isinstance(usage, dict):
+            return
+        if isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
+        if isinstance(usage.get("prompt_tokens"), int):
+            self.usage_prompt_tokens = usage["prompt_tokens"]
 
     def check_complete(self) -> None:
         """At the end of a stream: it must have said it was done (`[DONE]`, or a choice with a

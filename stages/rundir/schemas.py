@@ -46,6 +46,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("graded", pa.int32()),
             pa.field("correct", pa.int32()),
             pa.field("loss", pa.float64()),  # training stages: the step's loss
+            # served models (http.openai): input tokens as the server counted them (usage)
+            pa.field("prompt_tokens", pa.int32()),
         ]
     ),
     "errors": pa.schema(

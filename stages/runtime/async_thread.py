@@ -32,7 +32,7 @@ from stages.runtime.wiring import RuntimeNode
 ASYNC_STOP_GRACE_S = 1.0
 """After STOP, how long visits still in flight may finish before they are cancelled."""
 
-_NO_OUTCOME = (None, None, None, None, None)
+_NO_OUTCOME = (None, None, None, None, None, None)
 
 
 class AsyncStageThread:
@@ -152,13 +152,15 @@ class AsyncStageThread:
         query to the row (the next stage starts with none)."""
         outcome: tuple[Any, ...] = _NO_OUTCOME
         if self.stage.records_outcome:
-            outcome = (query.first_token_ns, query.tokens, query.graded, query.correct, query.loss)
+            outcome = (query.first_token_ns, query.tokens, query.graded, query.correct, query.loss,
+                       query.prompt_tokens)  # fmt: skip
             query.first_token_ns = query.tokens = query.graded = query.correct = None
-            query.loss = None
+            query.loss = query.prompt_tokens = None
         buffer = self.buffer
         buffer.stage_rows.append((
             query.query_id, self.node.index, visit, query.enqueued_ns, started_ns, finished_ns,
-            status, outcome[0], outcome[1], None, outcome[2], outcome[3], outcome[4]))  # fmt: skip
+            status, outcome[0], outcome[1], None, outcome[2], outcome[3], outcome[4],
+            outcome[5]))  # fmt: skip
         if finished_ns >= buffer.next_flush_ns or len(buffer.stage_rows) >= CHUNK_ROWS:
             buffer.flush()
 

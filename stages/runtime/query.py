@@ -30,6 +30,7 @@ class Query:
         "loss",
         "outstanding",
         "payload",
+        "prompt_tokens",
         "query_id",
         "root",
         "samples",
@@ -58,6 +59,7 @@ class Query:
         self.source = -1  # index of the stage that sent this record; -1 = the load generator
         self.first_token_ns: int | None = None  # generation stages set these two
         self.tokens: int | None = None
+        self.prompt_tokens: int | None = None  # a served model's count of the input tokens
         # A stage that knows the right answers sets these two: samples graded, samples right.
         self.graded: int | None = None
         self.correct: int | None = None
@@ -81,7 +83,7 @@ class Query:
         twin.enqueued_ns = self.enqueued_ns
         twin.source = self.source
         twin.first_token_ns = None
-        twin.tokens = None
+        twin.tokens = twin.prompt_tokens = None
         twin.graded = twin.correct = None
         twin.loss = None
         twin.root = self.root

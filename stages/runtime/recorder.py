@@ -40,7 +40,7 @@ DRAIN_TICK_S = 0.05
 
 # Row layouts (tuples, in this order).
 # stage row: query_id, stage_index, visit, enqueued_ns, started_ns, finished_ns, status,
-#            first_token_ns, tokens, joined_ns, graded, correct, loss
+#            first_token_ns, tokens, joined_ns, graded, correct, loss, prompt_tokens
 #            (a stage that records no outcome and joins nothing writes only the first
 #            SHORT_STAGE_ROW fields: the rest are null, and the tuple is built per visit)
 # query row: query_id, scheduled_ns, issued_ns, completed_ns, status, samples, warmup
@@ -59,6 +59,7 @@ STAGE_COLUMNS = (
     "graded",
     "correct",
     "loss",
+    "prompt_tokens",
 )
 QUERY_COLUMNS = (
     "query_id",
@@ -86,6 +87,7 @@ _STAGE_ROW_TYPES = (
     pa.int32(),
     pa.int32(),
     pa.float64(),
+    pa.int32(),
 )
 _QUERY_ROW_TYPES = (
     pa.int64(),

@@ -50,11 +50,12 @@ class Outcome:
     """What a stage that `records_outcome` reported for its latest visit (the stage row's
     outcome columns); stays all None for the other stages."""
 
-    __slots__ = ("correct", "first_token_ns", "graded", "loss", "tokens")
+    __slots__ = ("correct", "first_token_ns", "graded", "loss", "prompt_tokens", "tokens")
 
     def __init__(self) -> None:
         self.first_token_ns: int | None = None
         self.tokens: int | None = None
+        self.prompt_tokens: int | None = None
         self.graded: int | None = None
         self.correct: int | None = None
         self.loss: float | None = None
@@ -139,9 +140,9 @@ class StageThread:
                                       started_ns, finished_ns, status))  # fmt: skip
                 else:
                     append_stage_row((
-                        query.query_id, index, visit, query.enqueued_ns, started_ns,
-                        finished_ns, status, outcome.first_token_ns, outcome.tokens, joined_ns,
-                        outcome.graded, outcome.correct, outcome.loss))  # fmt: skip
+                        query.query_id, index, visit, query.enqueued_ns, started_ns, finished_ns,
+                        status, outcome.first_token_ns, outcome.tokens, joined_ns, outcome.graded,
+                        outcome.correct, outcome.loss, outcome.prompt_tokens))  # fmt: skip
                 if (route is None and ends_here and query.root.outstanding == 1
                         and query.root.status == OK
                         and inflight_pop(query.query_id, None) is not None):  # fmt: skip
@@ -186,7 +187,7 @@ class StageThread:
         self.buffer.stage_rows.append((
             query.query_id, index, visit, query.enqueued_ns, started_ns, finished_ns, status,
             outcome.first_token_ns, outcome.tokens, None, outcome.graded, outcome.correct,
-            outcome.loss))  # fmt: skip
+            outcome.loss, outcome.prompt_tokens))  # fmt: skip
         only_output = self.only_output
         if route is None and only_output is not None and only_output.qsize() < only_output.capacity:
             query.source = index
@@ -267,6 +268,7 @@ class StageThread:
             outcome.graded, query.graded = query.graded, None
             outcome.correct, query.correct = query.correct, None
             outcome.loss, query.loss = query.loss, None
+            outcome.prompt_tokens, query.prompt_tokens = query.prompt_tokens, None
 
     def _note_failure(self, query: Query, error: Exception) -> None:
         self.completion.errors.note(self.node.index, query.query_id, failure_text(error))

@@ -50,9 +50,18 @@ class Script:
     mode: str = "ok"
     usage: bool = True
     tokens_per_chunk: int = 1
+    prompt_tokens: int | None = None
+    """`usage.prompt_tokens` the server reports (None: left out of usage)."""
     max_streams: int = 0
     """Answers served at once (the others wait, as requests queue for a busy server's
     batch slots); 0 = no limit."""
+
+    def usage_document(self) -> dict[str, int]:
+        """The `usage` the stub reports."""
+        usage = {"completion_tokens": self.tokens * self.tokens_per_chunk}
+        if self.prompt_tokens is not None:
+            usage["prompt_tokens"] = self.prompt_tokens
+        return usage
 
 
 @dataclass
@@ -210,7 +219,7 @@ class StubServer:
             choice["text"] = text
         document: dict[str, Any] = {"choices": [choice]}
         if script.usage:
-            document["usage"] = {"completion_tokens": script.tokens * script.tokens_per_chunk}
+            document["usage"] = script.usage_document()
         return document
 
     @staticmethod
@@ -262,7 +271,7 @@ class StubServer:
             writer.write(self._content(chat, "", "length"))
             wants_usage = (request.get("stream_options") or {}).get("include_usage")
             if script.usage and wants_usage:
-                usage = {"completion_tokens": script.tokens * script.tokens_per_chunk}
+                usage = script.usage_document()
                 writer.write(_event({"choices": [], "usage": usage}))
             writer.write(_chunk(b"data: [DONE]\n\n"))
         writer.write(b"0\r\n\r\n")

@@ -28,6 +28,29 @@ KILL_AFTER_MEASURED = 8
 """The server is killed once the second trial has recorded this many measured queries."""
 
 
+SHAPED_INPUT_TOKENS = 128
+SHAPED_OUTPUT_TOKENS = {"distribution": "empirical", "values": [4, 12]}
+SHAPED_PIPELINE = {
+    "name": "shaped",
+    "loadgen": {"type": "closed_loop", "concurrency": 2, "duration_s": 6, "timeout_s": 60},
+    "stages": [
+        {
+            "id": "synthetic",
+            "type": "dataset.synthetic_prompts",
+            "config": {"input_tokens": SHAPED_INPUT_TOKENS, "output_tokens": SHAPED_OUTPUT_TOKENS},
+            "outputs": ["shaped_llm"],
+        },
+        {
+            "id": "shaped_llm",
+            "type": "http.openai",
+            "config": {"service": "llm", "api": "chat", "enforce_output": "generation_config"},
+        },
+    ],
+}
+"""Requests built for exactly 128 input tokens (chat template included) and 4 or 12 output
+tokens, against the same server (one start): a difference fails the visit with its reason."""
+
+
 def served_doc() -> dict[str, Any]:
     return {
         "name": "served-real",
@@ -70,7 +93,8 @@ def served_doc() -> dict[str, Any]:
                         },
                     },
                 ],
-            }
+            },
+            SHAPED_PIPELINE,
         ],
     }
 
@@ -126,7 +150,7 @@ def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def test_the_first_trial_measures_the_served_model(served_run: Any) -> None:
     result, db, _ = served_run
-    first = next(o for o in result.results if o.trial == 0)
+    first = next(o for o in result.results if o.trial == 0 and o.pipeline == "chat")
     assert first.status == "ok", (first.error, result.warnings)
     # More than one request in flight: some visits of the stage overlap.
     (overlapping,) = query(
@@ -148,10 +172,13 @@ def test_the_first_trial_measures_the_served_model(served_run: Any) -> None:
     assert ttft_p50 > 0 and tokens > 0 and itl_p50 is not None and itl_p50 >= 0
     ((token_rows, visits),) = query(
         db,
-        "SELECT count(*), count(DISTINCT query_id) FROM token_events WHERE trial = 0",
+        "SELECT count(*), count(DISTINCT query_id) FROM token_events WHERE trial = 0 "
+        "AND stage = 'llm'",
     )
     assert token_rows > visits > 0
-    ((goodput_share,),) = query(db, "SELECT goodput_share FROM token_goodput WHERE trial = 0")
+    ((goodput_share,),) = query(
+        db, "SELECT goodput_share FROM token_goodput WHERE trial = 0 AND pipeline = 'chat'"
+    )
     assert goodput_share is not None and 0 <= goodput_share <= 1
     environment = read_manifest(result.run_dir).environment
     assert environment is not None  # the server's program, for comparing runs
@@ -172,7 +199,7 @@ def test_the_server_process_is_in_the_host_samples(served_run: Any) -> None:
 def test_a_killed_server_fails_its_pipeline_and_keeps_its_rows(served_run: Any) -> None:
     result, db, killer = served_run
     assert killer.killed_pid is not None
-    second = next(o for o in result.results if o.trial == 1)
+    second = next(o for o in result.results if o.trial == 1 and o.pipeline == "chat")
     assert second.status == "failed"
     assert second.error is not None and "service llm killed by signal 9" in second.error
     ((ok_before_kill,),) = query(
@@ -183,3 +210,21 @@ def test_a_killed_server_fails_its_pipeline_and_keeps_its_rows(served_run: Any) 
     assert not psutil.pid_exists(killer.killed_pid) or (
         psutil.Process(killer.killed_pid).status() == psutil.STATUS_ZOMBIE
     )
+
+
+def test_requests_built_for_128_input_tokens_arrive_as_128(served_run: Any) -> None:
+    result, db, _ = served_run
+    shaped = next(o for o in result.results if o.trial == 0 and o.pipeline == "shaped")
+    errors = query(db, "SELECT error, count FROM errors WHERE trial = 0 AND pipeline = 'shaped'")
+    assert shaped.status == "ok" and errors == [], (shaped.error, errors)
+    events = query(
+        db,
+        "SELECT status, prompt_tokens, tokens FROM stage_events WHERE trial = 0 "
+        "AND stage = 'shaped_llm'",
+    )
+    assert len(events) >= 4
+    # The server's own usage.prompt_tokens: the chat template's tokens are counted in the 128.
+    assert {(status, prompt) for status, prompt, _ in events} == {("ok", SHAPED_INPUT_TOKENS)}
+    # Output lengths enforced (generation_config): each is one the distribution can draw.
+    outputs = {tokens for _, _, tokens in events}
+    assert outputs <= set(SHAPED_OUTPUT_TOKENS["values"]) and len(outputs) == 2, outputs

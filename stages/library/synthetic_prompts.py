@@ -1,0 +1,179 @@
+"""`dataset.synthetic_prompts`: prompts of an exact input token count, built with the served
+model's own tokenizer, each carrying the output length to ask for: requests shaped as a
+deployment's are (AIPerf's and vLLM bench's synthetic input), seeded so reruns repeat.
+
+transformers is imported in `prepare()`: specs validate without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, Field
+
+from stages.library.exact_prompts import CountAs, PromptBuilder, PromptLengthError
+from stages.library.token_lengths import TokenLength, query_rng, sample_length
+from stages.runtime.query import Query
+from stages.runtime.stage import Route, Stage, StageConfig
+from stages.spec.model_entry import ModelEntry
+
+LOCAL_TOKENIZER = "tiny_lm"
+UNBOUNDED_MAX_LENGTH = 10_000_000
+"""A tokenizer's `model_max_length` at or above this is transformers' "no limit" sentinel."""
+TRACE_FIELDS = ("input_tokens", "output_tokens")
+"""Payload fields (or query attributes) of a trace's request shape: when present they win."""
+
+
+def _tokenizer_reference(value: str | ModelEntry) -> str | ModelEntry:
+    if isinstance(value, ModelEntry):
+        if value.format != "hf_folder":
+            raise ValueError(
+                f"a tokenizer entry is a Hugging Face folder (`path`), not {value.format}"
+            )
+        return value
+    if value != LOCAL_TOKENIZER:
+        raise ValueError(
+            f"unknown tokenizer '{value}': use {LOCAL_TOKENIZER} or {{path: <folder>}}"
+        )
+    return value
+
+
+class SyntheticPromptsConfig(StageConfig):
+    model_entry_fields: ClassVar[tuple[str, ...]] = ("tokenizer",)
+    tokenizer: Annotated[str | ModelEntry, AfterValidator(_tokenizer_reference)] = Field(
+        LOCAL_TOKENIZER,
+        description="The served model's tokenizer: `tiny_lm` (the artefact built here, as "
+        "`transformers.serve` serves it) or a model entry `{path: DIR}` (a local Hugging Face "
+        "folder with tokenizer files, loaded offline).",
+    )
+    input_tokens: TokenLength = Field(
+        128,
+        description="Input tokens per request, as `count_as` counts them: a number or a "
+        "distribution ({distribution: normal|lognormal, mean, std}, {distribution: uniform, "
+        "low, high}, {distribution: empirical, values, weights}).",
+    )
+    output_tokens: TokenLength = Field(
+        16, description="Output tokens to ask for per request: a number or a distribution."
+    )
+    count_as: CountAs = Field(
+        "chat",
+        description="What the input count is exact for: chat (the user message through the "
+        "chat template with the generation prompt, what /v1/chat/completions counts), "
+        "completions (the text with the tokenizer's special tokens, what /v1/completions "
+        "counts) or text (the text alone).",
+    )
+    max_model_tokens: int | None = Field(
+        None,
+        ge=2,
+        description="The model's context in tokens (input + output); null: from the folder's "
+        "config (`max_position_embeddings`, `n_positions`) or tokenizer.",
+    )
+
+
+def _load(reference: str | ModelEntry) -> tuple[Any, Path]:
+    """(tokenizer, its folder), offline."""
+    from transformers import AutoTokenizer
+
+    from stages.library.hf_folders import TOKENIZER_PROBE
+    from stages.library.model_files import ModelFileError
+
+    if isinstance(reference, ModelEntry):
+        from stages.library.hf_folders import trust_remote_code
+
+        folder, trust = Path(reference.location), trust_remote_code(reference)
+    else:
+        from stages.artifacts.catalogue import ensure_artifact
+
+        folder, trust = ensure_artifact(reference, {}).path, False
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=trust
+        )
+        # transformers builds an empty tokenizer from a config alone: refused here.
+        if not tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]:
+            raise ValueError("the tokenizer is empty (no tokenizer files in the folder?)")
+    except Exception as error:  # no tokenizer files, a broken config
+        raise ModelFileError(f"{folder}: cannot load a tokenizer: {error}") from error
+    return tokenizer, folder
+
+
+def context_tokens(tokenizer: Any, folder: Path) -> int | None:
+    """The model's context length from its config or tokenizer; None when neither says."""
+    from transformers import AutoConfig
+
+    limits = []
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    except Exception:  # a tokenizer-only folder: the tokenizer's limit alone
+        config = None
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            limits.append(value)
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model_max, int) and 0 < model_max < UNBOUNDED_MAX_LENGTH:
+        limits.append(model_max)
+    return min(limits) if limits else None
+
+
+def _trace_length(query: Query, field: str) -> int | None:
+    """A trace's length for this query: a payload field or query attribute, else None."""
+    payload = query.payload
+    value = payload.get(field) if isinstance(payload, dict) else getattr(query, field, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
+    """Builds one prompt per query. ONE QUERY = one request: its input length (exact, as
+    `count_as` counts) and output length are drawn from generators seeded by the pipeline
+    seed and query id (a trace's `input_tokens` / `output_tokens` on the query win), clipped
+    to [the fewest a prompt can take, the context - 1] and [1, context - input]. Payload out:
+    `prompt`, `prompt_id` (the query id), `input_tokens`, `counted_as`, `text_tokens` (the
+    text alone) and `output_tokens` (http.openai asks for exactly that many)."""
+
+    def prepare(self) -> None:
+        from stages.runtime.pipeline import REPLICA_SEED_STRIDE
+
+        tokenizer, folder = _load(self.config.tokenizer)
+        self.builder = PromptBuilder(tokenizer, self.config.count_as)
+        context = self.config.max_model_tokens or context_tokens(tokenizer, folder)
+        self.context_tokens = context if context is not None else UNBOUNDED_MAX_LENGTH
+        if self.context_tokens <= self.builder.min_tokens:
+            raise PromptLengthError(
+                f"the context of {self.context_tokens} tokens has no room for a prompt of "
+                f"{self.builder.min_tokens} and one output token"
+            )
+        # Every replica draws as replica 0 would: a query's prompt does not depend on which
+        # thread built it.
+        self.seed = self.context.seed - self.context.replica * REPLICA_SEED_STRIDE
+
+    def lengths(self, query: Query) -> tuple[int, int]:
+        """(input tokens, output tokens) of a query, drawn or from its trace, clipped."""
+        config, query_id = self.config, query.query_id
+        high = self.context_tokens - 1
+        asked_in = _trace_length(query, "input_tokens")
+        length_in = config.input_tokens if asked_in is None else asked_in
+        rng = query_rng(self.seed, query_id, "input_tokens")
+        input_tokens = sample_length(length_in, rng, self.builder.min_tokens, high)
+        asked_out = _trace_length(query, "output_tokens")
+        length_out = config.output_tokens if asked_out is None else asked_out
+        rng = query_rng(self.seed, query_id, "output_tokens")
+        output_tokens = sample_length(length_out, rng, 1, self.context_tokens - input_tokens)
+        return input_tokens, output_tokens
+
+    def run(self, query: Query) -> Route:
+        input_tokens, output_tokens = self.lengths(query)
+        rng = query_rng(self.seed, query.query_id, "words")
+        text, text_tokens = self.builder.build(input_tokens, rng)
+        carried = query.payload if isinstance(query.payload, dict) else {}
+        query.payload = {
+            **carried,
+            "prompt": text,
+            "prompt_id": query.query_id,
+            "input_tokens": input_tokens,
+            "counted_as": self.config.count_as,
+            "text_tokens": text_tokens,
+            "output_tokens": output_tokens,
+        }
+        return None

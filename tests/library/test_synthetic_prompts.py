@@ -1,0 +1,309 @@
+"""`dataset.synthetic_prompts` with tiny_lm's real tokenizer (built locally): prompts of exactly
+the asked token count however it is counted, lengths drawn from seeded distributions that
+repeat on a rerun, a trace's lengths winning, clipping to the model's context; and
+`http.openai` asking for the payload's output length, recording the server's prompt_tokens
+and failing a visit whose usage differs from what was asked (the scripted stub server)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from stages.library.model_files import ModelFileError
+from stages.library.openai_http import OpenAIStage
+from stages.library.synthetic_prompts import SyntheticPromptsConfig, SyntheticPromptsStage
+from stages.library.token_lengths import EmpiricalLength, query_rng, sample_length
+from stages.runtime.query import Query
+from stages.runtime.stage import StageContext
+from stages.spec.loading import load_spec
+from stages.spec.model_entry import content_sha256
+from stages.spec.models import PipelineSpec
+from tests.helpers import registry_with, rows, run_in_process
+from tests.library.openai_calibration import make_query
+from tests.library.openai_stub import Script, ThreadedStub
+from tests.library.test_openai_http import make_stage as make_http_stage
+
+TINY_LM_CONTEXT = 256
+
+
+def make_stage(seed: int = 0, replica: int = 0, **config: Any) -> SyntheticPromptsStage:
+    context = StageContext(stage_id="prompts", seed=seed, replica=replica)
+    stage = SyntheticPromptsStage(SyntheticPromptsConfig.model_validate(config), context)
+    stage.prepare()
+    return stage
+
+
+def built(stage: SyntheticPromptsStage, query_id: int, payload: Any = None) -> dict[str, Any]:
+    query = Query(query_id, 0, stage_count=1, payload=payload)
+    stage.run(query)
+    assert isinstance(query.payload, dict)
+    return query.payload
+
+
+@pytest.mark.parametrize("count_as", ["chat", "completions", "text"])
+@pytest.mark.parametrize("tokens", [24, 32, 100, 128, 200])
+def test_prompts_have_exactly_the_asked_tokens(count_as: str, tokens: int) -> None:
+    stage = make_stage(input_tokens=tokens, count_as=count_as)
+    for query_id in range(12):
+        payload = built(stage, query_id)
+        assert stage.builder.count(payload["prompt"]) == tokens == payload["input_tokens"]
+        assert payload["counted_as"] == count_as
+        assert payload["text_tokens"] == stage.builder.count_text(payload["prompt"])
+    if count_as == "chat":  # the template's own tokens are not the text's
+        assert payload["text_tokens"] < tokens
+
+
+def test_the_chat_count_is_what_the_chat_template_gives() -> None:
+    stage = make_stage(input_tokens=128)
+    tokenizer = _tokenizer()
+    payload = built(stage, 3)
+    messages = [{"role": "user", "content": payload["prompt"]}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    assert len(ids["input_ids"]) == 128
+
+
+def _tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    from stages.artifacts.catalogue import ensure_artifact
+
+    return AutoTokenizer.from_pretrained(ensure_artifact("tiny_lm", {}).path, local_files_only=True)
+
+
+SPEC = """\
+name: synthetic
+pipelines:
+  - name: p
+    loadgen: {type: closed_loop, concurrency: 1, duration_s: 1}
+    stages:
+      - {id: prompts, type: dataset.synthetic_prompts, config: {tokenizer: {path: lm}}}
+"""
+
+
+def test_a_folder_entry_builds_what_the_named_tokenizer_builds(tmp_path: Path) -> None:
+    from stages.artifacts.catalogue import ensure_artifact
+
+    folder = tmp_path / "lm"
+    shutil.copytree(ensure_artifact("tiny_lm", {}).path, folder)
+    by_path = make_stage(2, tokenizer={"path": str(folder)}, input_tokens=77)
+    assert built(by_path, 1) == built(make_stage(2, input_tokens=77), 1)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    loaded = load_spec(spec)  # the entry resolved and hashed as a model entry is
+    entry = loaded.normalized["pipelines"][0]["stages"][0]["config"]["tokenizer"]
+    assert (entry["path"], entry["sha256"]) == (str(folder.resolve()), content_sha256(folder))
+    (folder / "tokenizer.json").unlink()
+    (folder / "tokenizer_config.json").unlink()
+    with pytest.raises(ModelFileError, match="lm: cannot load a tokenizer: the tokenizer is empty"):
+        make_stage(tokenizer={"path": str(folder)})
+    with pytest.raises(ValidationError, match="a tokenizer entry is a Hugging Face folder"):
+        SyntheticPromptsConfig.model_validate({"tokenizer": {"onnx": "m.onnx"}})
+
+
+DISTRIBUTIONS: list[Any] = [
+    {"distribution": "normal", "mean": 96, "std": 20},
+    {"distribution": "lognormal", "mean": 96, "std": 30},
+    {"distribution": "uniform", "low": 40, "high": 150},
+    {"distribution": "empirical", "values": [30, 64, 180], "weights": [1, 2, 1]},
+]
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_drawn_lengths_are_exact_seeded_and_repeat_on_a_rerun(distribution: Any) -> None:
+    config = {"input_tokens": distribution, "output_tokens": distribution}
+    first, again, other = make_stage(5, **config), make_stage(5, **config), make_stage(6, **config)
+    payloads = [built(first, query_id) for query_id in range(40)]
+    # A rerun (a new stage, queries in another order) builds the same prompts.
+    rerun = {q: built(again, q) for q in reversed(range(40))}
+    assert payloads == [rerun[q] for q in range(40)]
+    assert [built(other, q) for q in range(40)] != payloads  # the seed matters
+    lengths = [p["input_tokens"] for p in payloads]
+    assert len(set(lengths)) > 2  # drawn, not one fixed length
+    for payload in payloads:
+        assert first.builder.count(payload["prompt"]) == payload["input_tokens"]
+        assert 1 <= payload["output_tokens"] <= TINY_LM_CONTEXT - payload["input_tokens"]
+    if distribution["distribution"] == "empirical":
+        assert set(lengths) <= {30, 64, 180}
+    if distribution["distribution"] == "uniform":
+        assert min(lengths) >= 40 and max(lengths) <= 150
+
+
+def test_an_empirical_list_is_drawn_by_its_weights() -> None:
+    empirical = EmpiricalLength(distribution="empirical", values=[10, 20], weights=[3, 1])
+    drawn = [sample_length(empirical, query_rng(0, q, "input_tokens"), 1, 100) for q in range(2000)]
+    assert set(drawn) == {10, 20}
+    assert 0.70 < drawn.count(10) / len(drawn) < 0.80
+
+
+def test_normal_and_lognormal_have_the_asked_mean() -> None:
+    for kind in ("normal", "lognormal"):
+        length = SyntheticPromptsConfig.model_validate(
+            {"input_tokens": {"distribution": kind, "mean": 500, "std": 100}}
+        ).input_tokens
+        drawn = [sample_length(length, query_rng(1, q, "x"), 1, 10_000) for q in range(4000)]
+        assert statistics.mean(drawn) == pytest.approx(500, rel=0.03), kind
+        assert statistics.stdev(drawn) == pytest.approx(100, rel=0.1), kind
+
+
+def test_lengths_are_clipped_to_the_prompt_floor_and_the_context() -> None:
+    stage = make_stage(input_tokens=1000, output_tokens=1000)
+    payload = built(stage, 0)
+    assert payload["input_tokens"] == TINY_LM_CONTEXT - 1 and payload["output_tokens"] == 1
+    assert stage.builder.count(payload["prompt"]) == TINY_LM_CONTEXT - 1
+    small = built(make_stage(input_tokens=1, output_tokens=0 + 1), 0)
+    assert small["input_tokens"] == make_stage().builder.min_tokens  # the template's floor
+    capped = built(make_stage(input_tokens=100, output_tokens=50, max_model_tokens=120), 0)
+    assert (capped["input_tokens"], capped["output_tokens"]) == (100, 20)
+
+
+def test_a_traces_lengths_win_and_its_fields_are_kept() -> None:
+    stage = make_stage(input_tokens=64, output_tokens=8)
+    payload = built(stage, 4, {"input_tokens": 150, "output_tokens": 33, "hash_ids": [1, 2]})
+    assert (payload["input_tokens"], payload["output_tokens"]) == (150, 33)
+    assert payload["hash_ids"] == [1, 2]
+    assert stage.builder.count(payload["prompt"]) == 150
+
+
+def test_replicas_build_the_same_prompt_for_a_query() -> None:
+    from stages.runtime.pipeline import REPLICA_SEED_STRIDE
+
+    # The runtime offsets a replica's seed; the prompt of a query stays the same.
+    replica = make_stage(3 + 2 * REPLICA_SEED_STRIDE, replica=2)
+    assert built(replica, 9) == built(make_stage(3), 9)
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        ({"tokenizer": "gpt2"}, "unknown tokenizer 'gpt2'"),
+        ({"input_tokens": 0}, None),
+        (
+            {"input_tokens": {"distribution": "uniform", "low": 9, "high": 3}},
+            "high 3 is below low 9",
+        ),
+        (
+            {"input_tokens": {"distribution": "empirical", "values": [5, 6], "weights": [1]}},
+            "1 weights for 2 values",
+        ),
+        ({"input_tokens": {"distribution": "empirical", "values": [0]}}, "must be >= 1"),
+        ({"input_tokens": {"distribution": "zipf", "mean": 3}}, "does not match any of the"),
+        ({"output_tokens": {"distribution": "normal", "mean": 3}}, "std"),
+        ({"count_as": "messages"}, "'text', 'completions' or 'chat'"),
+    ],
+)
+def test_a_bad_config_is_refused_with_its_reason(
+    config: dict[str, Any], reason: str | None
+) -> None:
+    if reason is None:  # a bare number below 1 is refused once drawn: clipped up to the floor
+        assert built(make_stage(**config), 0)["input_tokens"] == make_stage().builder.min_tokens
+        return
+    with pytest.raises(ValidationError, match=reason):
+        SyntheticPromptsConfig.model_validate(config)
+
+
+# --------------------------------------------------------------------------- http.openai
+
+
+def shaped_query(
+    input_tokens: int = 128, output_tokens: int = 9, counted_as: str = "chat"
+) -> Query:
+    payload = {"prompt": "in fix", "input_tokens": input_tokens, "counted_as": counted_as,
+               "output_tokens": output_tokens}  # fmt: skip
+    return make_query(payload=payload)
+
+
+@pytest.mark.parametrize(
+    ("enforce", "extra"),
+    [
+        ("off", {}),
+        ("min_tokens", {"min_tokens": 9, "ignore_eos": True}),
+        (
+            "generation_config",
+            {"generation_config": json.dumps({"max_new_tokens": 9, "min_new_tokens": 9})},
+        ),
+    ],
+)
+def test_the_payloads_output_length_is_asked_for(enforce: str, extra: dict[str, Any]) -> None:
+    with ThreadedStub(Script(tokens=9, prompt_tokens=128)) as stub:
+        stage = make_http_stage(base_url=stub.url, api="chat", max_tokens=4, enforce_output=enforce)
+        query = shaped_query()
+        stage.run(query)
+        body = stub.stats.bodies[0]
+    assert body["max_tokens"] == 9 and body["stream_options"] == {"include_usage": True}
+    assert {key: body[key] for key in extra} == extra
+    assert not set(body) & ({"min_tokens", "ignore_eos", "generation_config"} - set(extra))
+    assert (query.prompt_tokens, query.tokens) == (128, 9)
+
+
+@pytest.mark.parametrize(
+    ("script", "enforce", "reason"),
+    [
+        (
+            Script(tokens=9, prompt_tokens=131),
+            "off",
+            "asked 128 input tokens, the server counted 131",
+        ),
+        (Script(tokens=5, prompt_tokens=128), "generation_config", "asked 9 output tokens, got 5"),
+        (Script(tokens=9), "off", "asked 128 input tokens, the server reported no prompt_tokens"),
+    ],
+)
+def test_a_request_that_arrives_otherwise_than_asked_fails_with_the_difference(
+    script: Script, enforce: str, reason: str
+) -> None:
+    with ThreadedStub(script) as stub:
+        stage = make_http_stage(base_url=stub.url, api="chat", enforce_output=enforce)
+        query = shaped_query()
+        with pytest.raises(RuntimeError, match=reason):
+            stage.run(query)
+        assert query.tokens == script.tokens  # the row keeps what the server said
+        recorded = make_http_stage(
+            base_url=stub.url, api="chat", enforce_output=enforce, on_token_mismatch="record"
+        )
+        recorded.run(shaped_query())
+
+
+def test_an_output_length_not_enforced_may_stop_early_and_counts_apply_per_api() -> None:
+    with ThreadedStub(Script(tokens=3, prompt_tokens=140)) as stub:
+        # counted for chat: a completions request is not compared (its count differs)
+        make_http_stage(base_url=stub.url, api="completions").run(shaped_query())
+        stage = make_http_stage(base_url=stub.url, api="completions")
+        with pytest.raises(RuntimeError, match="asked 139 input tokens, the server counted 140"):
+            stage.run(shaped_query(140 - 1, counted_as="completions"))
+
+
+def test_enforce_output_refuses_min_tokens_beside_it() -> None:
+    with pytest.raises(ValidationError, match="leave min_tokens and ignore_eos unset"):
+        make_http_stage(base_url="http://x", enforce_output="min_tokens", min_tokens=3)
+
+
+def test_a_pipeline_records_prompt_tokens_beside_tokens() -> None:
+    registry = registry_with(
+        {"http.openai": OpenAIStage, "dataset.synthetic_prompts": SyntheticPromptsStage}
+    )
+    stages = [
+        {"id": "prompts", "type": "dataset.synthetic_prompts", "outputs": ["llm"],
+         "config": {"input_tokens": 64, "output_tokens": 5}},
+        {"id": "llm", "type": "http.openai", "config": {}},
+    ]  # fmt: skip
+    with ThreadedStub(Script(tokens=5, prompt_tokens=64)) as stub:
+        stages[1]["config"] = {"base_url": stub.url, "api": "chat", "enforce_output": "min_tokens"}
+        spec = PipelineSpec.model_validate(
+            {"name": "p", "error_budget": None, "stages": stages,
+             "loadgen": {"type": "closed_loop", "concurrency": 2, "duration_s": 0,
+                         "max_queries": 6, "min_queries": 6, "timeout_s": 30}}
+        )  # fmt: skip
+        runtime, recorder = run_in_process(spec, registry)
+        bodies = stub.stats.bodies
+    events = [e for e in rows(recorder, "stage_events") if e["stage"] == "llm"]
+    assert [(e["status"], e["tokens"], e["prompt_tokens"]) for e in events] == [("ok", 5, 64)] * 6
+    assert {
+        e["prompt_tokens"] for e in rows(recorder, "stage_events") if e["stage"] == "prompts"
+    } == {None}
+    assert {(b["max_tokens"], b["min_tokens"]) for b in bodies} == {(5, 5)}
+    assert runtime.error_rows() == []
