@@ -93,6 +93,15 @@ def test_every_view_and_raw_table_equals_the_frozen_results(tmp_path: Path) -> N
     assert "query_latency" in frozen and "stage_events" in frozen  # the freeze covered them
 
 
+def _columns(connection: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    rows = connection.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+        "ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    return [name for (name,) in rows]
+
+
 def write_v5_warehouse(db: Path, run_dirs: list[Path]) -> None:
     """A warehouse as collobench left it before issue 22 (version 5, tests/analysis/data/
     schema_v5.sql): every raw row copied into DuckDB tables, no summaries stored yet."""
@@ -120,9 +129,12 @@ def write_v5_warehouse(db: Path, run_dirs: list[Path]) -> None:
             for table in TABLES:
                 files, _ = table_files(run_dir, table)
                 if files:
+                    # The version-5 columns only: files written since carry newer ones
+                    # (stage_events.prompt_tokens) that a version-5 warehouse never held.
+                    columns = ", ".join(_columns(connection, table))
                     connection.execute(
                         f"INSERT INTO {table} BY NAME "
-                        "SELECT * FROM read_parquet(?, union_by_name = true)",
+                        f"SELECT {columns} FROM read_parquet(?, union_by_name = true)",
                         [[str(path) for path in files]],
                     )
     finally:
