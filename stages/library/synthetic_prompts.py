@@ -127,8 +127,9 @@ def _trace_length(query: Query, field: str) -> int | None:
 class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
     """Builds one prompt per query. ONE QUERY = one request: its input length (exact, as
     `count_as` counts) and output length are drawn from generators seeded by the pipeline
-    seed and query id (a trace's `input_tokens` / `output_tokens` on the query win), clipped
-    to [the fewest a prompt can take, the context - 1] and [1, context - input]. Payload out:
+    seed and query id, clipped to [the fewest a prompt can take, the context - 1] and
+    [1, context - input]; a trace's `input_tokens` / `output_tokens` on the query win, and one
+    outside those bounds fails the visit. Payload out:
     `prompt`, `prompt_id` (the query id), `input_tokens`, `counted_as`, `text_tokens` (the
     text alone) and `output_tokens` (http.openai asks for exactly that many)."""
 
@@ -149,18 +150,32 @@ class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
         self.seed = self.context.seed - self.context.replica * REPLICA_SEED_STRIDE
 
     def lengths(self, query: Query) -> tuple[int, int]:
-        """(input tokens, output tokens) of a query, drawn or from its trace, clipped."""
-        config, query_id = self.config, query.query_id
-        high = self.context_tokens - 1
+        """(input tokens, output tokens) of a query: drawn and clipped, or its trace's, which
+        are taken as they are or refused (a trace's request is never silently reshaped)."""
+        config, query_id, context = self.config, query.query_id, self.context_tokens
         asked_in = _trace_length(query, "input_tokens")
-        length_in = config.input_tokens if asked_in is None else asked_in
-        rng = query_rng(self.seed, query_id, "input_tokens")
-        input_tokens = sample_length(length_in, rng, self.builder.min_tokens, high)
+        if asked_in is None:
+            rng = query_rng(self.seed, query_id, "input_tokens")
+            input_tokens = sample_length(
+                config.input_tokens, rng, self.builder.min_tokens, context - 1
+            )
+        else:
+            input_tokens = self._fits(asked_in, self.builder.min_tokens, context - 1, "input")
         asked_out = _trace_length(query, "output_tokens")
-        length_out = config.output_tokens if asked_out is None else asked_out
-        rng = query_rng(self.seed, query_id, "output_tokens")
-        output_tokens = sample_length(length_out, rng, 1, self.context_tokens - input_tokens)
+        if asked_out is None:
+            rng = query_rng(self.seed, query_id, "output_tokens")
+            output_tokens = sample_length(config.output_tokens, rng, 1, context - input_tokens)
+        else:
+            output_tokens = self._fits(asked_out, 1, context - input_tokens, "output")
         return input_tokens, output_tokens
+
+    def _fits(self, tokens: int, low: int, high: int, which: str) -> int:
+        if not low <= tokens <= high:
+            raise PromptLengthError(
+                f"the trace asks {tokens} {which} tokens: this model takes {low} to {high} "
+                f"(context {self.context_tokens}, count_as {self.config.count_as})"
+            )
+        return tokens
 
     def run(self, query: Query) -> Route:
         input_tokens, output_tokens = self.lengths(query)

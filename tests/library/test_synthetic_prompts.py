@@ -10,17 +10,18 @@ import json
 import shutil
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from pydantic import ValidationError
 
+from stages.library.exact_prompts import PromptLengthError
 from stages.library.model_files import ModelFileError
 from stages.library.openai_http import OpenAIStage
 from stages.library.synthetic_prompts import SyntheticPromptsConfig, SyntheticPromptsStage
 from stages.library.token_lengths import EmpiricalLength, query_rng, sample_length
 from stages.runtime.query import Query
-from stages.runtime.stage import StageContext
+from stages.runtime.stage import Route, Stage, StageConfig, StageContext
 from stages.spec.loading import load_spec
 from stages.spec.model_entry import content_sha256
 from stages.spec.models import PipelineSpec
@@ -168,6 +169,54 @@ def test_a_traces_lengths_win_and_its_fields_are_kept() -> None:
     assert (payload["input_tokens"], payload["output_tokens"]) == (150, 33)
     assert payload["hash_ids"] == [1, 2]
     assert stage.builder.count(payload["prompt"]) == 150
+
+
+def test_a_traces_length_beyond_the_model_fails_the_visit_with_the_reason() -> None:
+    stage = make_stage()
+    with pytest.raises(PromptLengthError, match="the trace asks 300 input tokens: this model "
+                       "takes 21 to 255 \\(context 256, count_as chat\\)"):  # fmt: skip
+        built(stage, 0, {"input_tokens": 300, "output_tokens": 4})
+    with pytest.raises(PromptLengthError, match="the trace asks 200 output tokens: this model "
+                       "takes 1 to 56"):  # fmt: skip
+        built(stage, 0, {"input_tokens": 200, "output_tokens": 200})
+
+
+class RememberPayload(Stage[StageConfig]):
+    """Keeps every payload it sees (the trace test's probe)."""
+
+    seen: ClassVar[list[dict[str, Any]]] = []
+
+    def run(self, query: Query) -> Route:
+        RememberPayload.seen.append(query.payload)
+        return None
+
+
+def test_a_replayed_trace_shapes_the_prompts(tmp_path: Path) -> None:
+    records = [
+        {"timestamp": 0, "input_length": 50, "output_length": 5, "hash_ids": [0]},
+        {"timestamp": 10, "input_length": 128, "output_length": 16, "hash_ids": [0, 1]},
+        {"timestamp": 20, "input_length": 231, "output_length": 25, "hash_ids": [2]},
+    ]
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("".join(json.dumps(record) + "\n" for record in records))
+    registry = registry_with(
+        {"dataset.synthetic_prompts": SyntheticPromptsStage, "test.remember": RememberPayload}
+    )
+    spec = PipelineSpec.model_validate(
+        {"name": "p", "error_budget": None,
+         "loadgen": {"type": "trace", "trace": str(trace), "trace_format": "mooncake",
+                     "duration_s": 5, "timeout_s": 20},
+         "stages": [{"id": "prompts", "type": "dataset.synthetic_prompts", "outputs": ["seen"]},
+                    {"id": "seen", "type": "test.remember"}]}
+    )  # fmt: skip
+    RememberPayload.seen.clear()
+    runtime, _ = run_in_process(spec, registry)
+    assert runtime.error_rows() == []
+    seen = sorted(RememberPayload.seen, key=lambda payload: payload["prompt_id"])
+    shapes = [(p["input_tokens"], p["output_tokens"], p["hash_ids"]) for p in seen]
+    assert shapes == [(r["input_length"], r["output_length"], r["hash_ids"]) for r in records]
+    counter = make_stage().builder.count
+    assert [counter(payload["prompt"]) for payload in seen] == [50, 128, 231]
 
 
 def test_replicas_build_the_same_prompt_for_a_query() -> None:
