@@ -98,16 +98,25 @@ class PromptBuilder:
         self.min_tokens = self.count(self.lead)
         """The tokens a one-word prompt takes: the fewest a prompt can have."""
 
-    def build(self, tokens: int, rng: random.Random) -> tuple[str, int]:
+    def block(self, words: int, rng: random.Random) -> list[str]:
+        """`words` words (as many tokens, after the lead) drawn by `rng`: a shared prefix
+        block is drawn by a generator seeded by the block's id, so every prompt holding it
+        holds the same text."""
+        pool = self.words
+        return [pool[rng.randrange(len(pool))] for _ in range(words)]
+
+    def build(
+        self, tokens: int, rng: random.Random, prefix: list[str] | None = None
+    ) -> tuple[str, int]:
         """(text, its raw token count without template or special tokens) for a prompt of
-        exactly `tokens` tokens as `count_as` counts; PromptLengthError when none is."""
+        exactly `tokens` tokens as `count_as` counts, starting with `prefix` (shared blocks;
+        cut short when the prompt is shorter); PromptLengthError when none is."""
         if tokens < self.min_tokens:
             raise PromptLengthError(
                 f"{tokens} tokens is below the {self.min_tokens} a one-word prompt takes "
                 f"(count_as {self.count_as})"
             )
-        pool = self.words
-        sequence = [self.lead] + [pool[rng.randrange(len(pool))] for _ in range(tokens)]
+        sequence = [self.lead, *(prefix or []), *self.block(tokens, rng)]
         words = max(1, tokens - (self.min_tokens - 1))
         for _ in range(MAX_ROUNDS):
             text = " ".join(sequence[:words])

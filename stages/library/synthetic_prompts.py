@@ -16,6 +16,7 @@ from stages.library.exact_prompts import CountAs, PromptBuilder, PromptLengthErr
 from stages.library.token_lengths import TokenLength, query_rng, sample_length
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
+from stages.spec.base import StrictModel
 from stages.spec.model_entry import ModelEntry
 
 LOCAL_TOKENIZER = "tiny_lm"
@@ -37,6 +38,21 @@ def _tokenizer_reference(value: str | ModelEntry) -> str | ModelEntry:
             f"unknown tokenizer '{value}': use {LOCAL_TOKENIZER} or {{path: <folder>}}"
         )
     return value
+
+
+class SharedPrefixes(StrictModel):
+    """A pool of prefixes (a system prompt, a document) that requests share, so a server's
+    prefix cache sees the reuse a deployment has."""
+
+    count: int = Field(..., ge=1, le=100_000, description="Distinct prefixes in the pool.")
+    tokens: int = Field(..., ge=1, description="Tokens of each prefix (words of one token).")
+    share: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="The share of requests that start with a prefix of the pool (drawn "
+        "uniformly, seeded per query); the rest have none.",
+    )
 
 
 class SyntheticPromptsConfig(StageConfig):
@@ -62,6 +78,15 @@ class SyntheticPromptsConfig(StageConfig):
         "chat template with the generation prompt, what /v1/chat/completions counts), "
         "completions (the text with the tokenizer's special tokens, what /v1/completions "
         "counts) or text (the text alone).",
+    )
+    shared_prefixes: SharedPrefixes | None = Field(
+        None, description="A pool of prefixes requests share (null: every prompt its own)."
+    )
+    hash_block_tokens: int = Field(
+        512,
+        ge=1,
+        description="Tokens of each prefix block a trace's Mooncake `hash_ids` name (Mooncake's "
+        "traces use 512): requests naming the same id share that block, as in the trace.",
     )
     max_model_tokens: int | None = Field(
         None,
@@ -130,8 +155,10 @@ class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
     seed and query id, clipped to [the fewest a prompt can take, the context - 1] and
     [1, context - input]; a trace's `input_tokens` / `output_tokens` on the query win, and one
     outside those bounds fails the visit. Payload out:
-    `prompt`, `prompt_id` (the query id), `input_tokens`, `counted_as`, `text_tokens` (the
-    text alone) and `output_tokens` (http.openai asks for exactly that many)."""
+    `prompt`, `prompt_id` (the query id), `prefix_id` (the `shared_prefixes` entry it starts
+    with, or None), `input_tokens`, `counted_as`, `text_tokens` (the text alone) and
+    `output_tokens` (http.openai asks for exactly that many). A trace's `hash_ids` become
+    shared prefix blocks of `hash_block_tokens` each."""
 
     def prepare(self) -> None:
         from stages.runtime.pipeline import REPLICA_SEED_STRIDE
@@ -177,13 +204,32 @@ class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
             )
         return tokens
 
+    def prefix(self, query: Query) -> tuple[list[str], int | None]:
+        """(the shared words a query's prompt starts with, the pool prefix it drew or None):
+        a trace's `hash_ids` blocks, else a prefix of `shared_prefixes` for `share` of them.
+        A block or prefix is drawn by a generator seeded by its id alone, so it is the same
+        text in every prompt that holds it."""
+        payload = query.payload
+        hash_ids = payload.get("hash_ids") if isinstance(payload, dict) else None
+        words = self.config.hash_block_tokens
+        if hash_ids:
+            blocks = (self.builder.block(words, query_rng(self.seed, i, "block")) for i in hash_ids)
+            return [word for block in blocks for word in block], None
+        pool = self.config.shared_prefixes
+        if pool is None or query_rng(self.seed, query.query_id, "share").random() >= pool.share:
+            return [], None
+        chosen = query_rng(self.seed, query.query_id, "prefix").randrange(pool.count)
+        return self.builder.block(pool.tokens, query_rng(self.seed, chosen, "pool")), chosen
+
     def run(self, query: Query) -> Route:
         input_tokens, output_tokens = self.lengths(query)
         rng = query_rng(self.seed, query.query_id, "words")
-        text, text_tokens = self.builder.build(input_tokens, rng)
+        prefix, prefix_id = self.prefix(query)
+        text, text_tokens = self.builder.build(input_tokens, rng, prefix)
         carried = query.payload if isinstance(query.payload, dict) else {}
         query.payload = {
             **carried,
+            "prefix_id": prefix_id,
             "prompt": text,
             "prompt_id": query.query_id,
             "input_tokens": input_tokens,

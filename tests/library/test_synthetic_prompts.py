@@ -6,6 +6,7 @@ and failing a visit whose usage differs from what was asked (the scripted stub s
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import statistics
@@ -356,3 +357,40 @@ def test_a_pipeline_records_prompt_tokens_beside_tokens() -> None:
     } == {None}
     assert {(b["max_tokens"], b["min_tokens"]) for b in bodies} == {(5, 5)}
     assert runtime.error_rows() == []
+
+
+def _common_words(first: str, second: str) -> int:
+    """How many leading words two prompts share."""
+    shared = 0
+    for one, other in zip(first.split(), second.split(), strict=False):
+        if one != other:
+            break
+        shared += 1
+    return shared
+
+
+def test_trace_hash_ids_become_shared_prefix_blocks() -> None:
+    """Mooncake's prefix reuse kept: prompts naming the same leading hash ids start with the
+    same blocks of text (so a prefix cache can reuse them), and still count exactly."""
+    stage = make_stage(hash_block_tokens=16)
+    one = built(stage, 0, {"input_tokens": 100, "hash_ids": [7, 8, 1], "output_tokens": 4})
+    two = built(stage, 1, {"input_tokens": 90, "hash_ids": [7, 8, 2], "output_tokens": 4})
+    three = built(stage, 2, {"input_tokens": 90, "hash_ids": [9], "output_tokens": 4})
+    assert _common_words(one["prompt"], two["prompt"]) == 1 + 2 * 16  # the lead, blocks 7, 8
+    assert _common_words(one["prompt"], three["prompt"]) == 1  # the lead word only
+    for payload in (one, two, three):
+        assert stage.builder.count(payload["prompt"]) == payload["input_tokens"]
+    again = built(make_stage(hash_block_tokens=16), 5, {"input_tokens": 60, "hash_ids": [7]})
+    assert _common_words(one["prompt"], again["prompt"]) >= 1 + 16  # same block, any query
+
+
+def test_a_shared_prefix_pool_is_reused_at_the_asked_share() -> None:
+    stage = make_stage(input_tokens=64, shared_prefixes={"count": 3, "tokens": 20, "share": 0.5})
+    payloads = [built(stage, query_id) for query_id in range(200)]
+    with_prefix = [p for p in payloads if p["prefix_id"] is not None]
+    assert 70 <= len(with_prefix) <= 130  # binomial(200, 0.5): far outside 4.2 sd
+    assert {p["prefix_id"] for p in with_prefix} == {0, 1, 2}
+    for first, second in itertools.pairwise(with_prefix):
+        shared = _common_words(first["prompt"], second["prompt"])
+        assert shared >= 21 if first["prefix_id"] == second["prefix_id"] else shared < 21
+    assert all(stage.builder.count(p["prompt"]) == 64 for p in payloads)
