@@ -358,3 +358,23 @@ def test_stage_concurrency_counts_overlapping_visits(tmp_path: Path, db_path: Pa
         db_path, "SELECT * FROM stage_concurrency('20260110-000000-conc') WHERE stage = 'one'"
     )
     assert (alone["in_flight_max"], alone["in_flight_mean"]) == (1, pytest.approx(1.0))
+
+
+def test_a_bursty_few_query_rate_interval_stays_at_or_above_zero(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """20 queries: 18 complete together at 0.1 s, 2 after a 10 s stall. Two batches span
+    ~0 s (a huge rate), the others little: the t interval around the mean reaches below 0,
+    and a rate cannot, so its low end is 0 (the high end as computed)."""
+    run = RunBuilder(tmp_path / "runs", "20260105-000000-bursty", {"a": "server"})
+    for index in range(20):
+        done = BASE_NS + (100 * MS_NS + index * 1_000 if index < 18 else (10 + index) * SECOND_NS)
+        run.add(
+            "queries", 0, "solo", "a", query_id=index, scheduled_ns=BASE_NS,
+            issued_ns=BASE_NS, completed_ns=done, status="ok", samples=1, warmup=False,
+        )  # fmt: skip
+    load_runs([run.write()], db_path)
+    row = one(db_path, "SELECT * FROM throughput")
+    assert row["ci_method"] == "batch_means_10"
+    assert row["queries_per_s_ci_low"] == 0.0
+    assert row["queries_per_s_ci_high"] > row["queries_per_s"] > 0

@@ -8,7 +8,8 @@
 -- spanning from the previous batch's last end (the window start for the first) to its own; the
 -- batch rate is its ok queries over that span. Batches follow the end rather than the schedule
 -- because offline schedules every query at one instant (a schedule span would be zero).
--- queries_per_s +- t975(9) * stddev(batch rates) / sqrt(10); NULL when there are fewer than 10
+-- queries_per_s +- t975(9) * stddev(batch rates) / sqrt(10), the low end at least 0 (a trace of
+-- a few bursty requests can put the symmetric interval below it); NULL when there are fewer than 10
 -- batches or a batch spans no time. queries_per_s_se is that standard error (for contention).
 CREATE OR REPLACE VIEW throughput_from_rows AS
 WITH measured AS (
@@ -122,7 +123,12 @@ SELECT
     queries_per_s,
     samples_per_s,
     CASE WHEN queries_per_s IS NOT NULL THEN rate_se END AS queries_per_s_se,
-    queries_per_s - t975(ci_batches() - 1) * rate_se AS queries_per_s_ci_low,
+    -- A rate is never negative: with few, bursty queries the t interval can reach below 0.
+    -- (greatest() would skip a NULL: the CASE keeps an unknown interval NULL.)
+    CASE
+        WHEN queries_per_s - t975(ci_batches() - 1) * rate_se IS NOT NULL
+            THEN greatest(0.0, queries_per_s - t975(ci_batches() - 1) * rate_se)
+    END AS queries_per_s_ci_low,
     queries_per_s + t975(ci_batches() - 1) * rate_se AS queries_per_s_ci_high,
     CASE
         WHEN queries_per_s IS NOT NULL AND rate_se IS NOT NULL THEN 'batch_means_10'
