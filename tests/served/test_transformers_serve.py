@@ -6,6 +6,7 @@ the reason and its earlier rows still load. One server start for the whole modul
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from analysis.loader import load_runs
+from stages import settings
 from stages.collocation.results import ProgressEvent
 from stages.rundir.manifest import read_manifest
 from tests.helpers import run
@@ -51,7 +53,42 @@ SHAPED_PIPELINE = {
 tokens, against the same server (one start): a difference fails the visit with its reason."""
 
 
-def served_doc() -> dict[str, Any]:
+TRACE = [
+    {"timestamp": 0, "input_length": 60, "output_length": 4, "hash_ids": [0, 1, 2]},
+    {"timestamp": 400, "input_length": 70, "output_length": 8, "hash_ids": [0, 1, 3]},
+    {"timestamp": 900, "input_length": 40, "output_length": 6, "hash_ids": [4, 5]},
+    {"timestamp": 1500, "input_length": 90, "output_length": 4, "hash_ids": [0, 1, 6, 7]},
+    {"timestamp": 2600, "input_length": 30, "output_length": 12, "hash_ids": [4]},
+]
+"""A Mooncake-format trace (ms, lengths, prefix hash_ids), replayed at half its time scale."""
+TRACE_TIME_SCALE = 0.5
+
+
+def traced_pipeline(trace: Path) -> dict[str, Any]:
+    """The trace replayed against the same server: each request built to the trace's input
+    length, its hash_ids as shared 16-token blocks, asking for the trace's output length."""
+    loadgen = {"type": "trace", "trace": str(trace), "trace_format": "mooncake"}
+    loadgen |= {"trace_time_scale": TRACE_TIME_SCALE, "duration_s": 2, "timeout_s": 60}
+    return {
+        "name": "traced",
+        "loadgen": loadgen,
+        "stages": [
+            {
+                "id": "trace_prompts",
+                "type": "dataset.synthetic_prompts",
+                "config": {"hash_block_tokens": 8},
+                "outputs": ["traced_llm"],
+            },
+            {
+                "id": "traced_llm",
+                "type": "http.openai",
+                "config": {"service": "llm", "api": "chat", "enforce_output": "generation_config"},
+            },
+        ],
+    }
+
+
+def served_doc(trace: Path) -> dict[str, Any]:
     return {
         "name": "served-real",
         "seed": 0,
@@ -95,6 +132,7 @@ def served_doc() -> dict[str, Any]:
                 ],
             },
             SHAPED_PIPELINE,
+            traced_pipeline(trace),
         ],
     }
 
@@ -133,9 +171,12 @@ class KillInSecondTrial:
 @pytest.fixture(scope="module")
 def served_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, KillInSecondTrial]:
     tmp_path = tmp_path_factory.mktemp("served")
+    trace = settings.home() / "traces" / "mooncake.jsonl"  # inside the allowed roots
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    trace.write_text("".join(json.dumps(record) + "\n" for record in TRACE))
     killer = KillInSecondTrial()
     started = time.monotonic()
-    result = run(served_doc(), tmp_path, progress=killer)
+    result = run(served_doc(trace), tmp_path, progress=killer)
     elapsed_s = time.monotonic() - started
     db = tmp_path / "results.duckdb"
     load_runs([result.run_dir], db)
@@ -228,3 +269,28 @@ def test_requests_built_for_128_input_tokens_arrive_as_128(served_run: Any) -> N
     # Output lengths enforced (generation_config): each is one the distribution can draw.
     outputs = {tokens for _, _, tokens in events}
     assert outputs <= set(SHAPED_OUTPUT_TOKENS["values"]) and len(outputs) == 2, outputs
+
+
+def test_a_mooncake_trace_is_replayed_with_its_offsets_and_lengths(served_run: Any) -> None:
+    """Arrivals at the trace's offsets (scaled), each request arriving at the server with the
+    trace's input length (its usage.prompt_tokens) and answering its output length."""
+    result, db, _ = served_run
+    traced = next(o for o in result.results if o.trial == 0 and o.pipeline == "traced")
+    assert traced.status == "ok", traced.error
+    scheduled = query(
+        db,
+        "SELECT query_id, scheduled_ns - min(scheduled_ns) OVER () FROM queries "
+        "WHERE trial = 0 AND pipeline = 'traced' ORDER BY query_id",
+    )
+    assert [offset for _, offset in scheduled] == [
+        round(record["timestamp"] * TRACE_TIME_SCALE * 1e6) for record in TRACE
+    ]
+    events = query(
+        db,
+        "SELECT query_id, status, prompt_tokens, tokens FROM stage_events WHERE trial = 0 "
+        "AND stage = 'traced_llm' ORDER BY query_id",
+    )
+    assert events == [
+        (index, "ok", record["input_length"], record["output_length"])
+        for index, record in enumerate(TRACE)
+    ]
