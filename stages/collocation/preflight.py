@@ -17,7 +17,7 @@ from stages.collocation.results import LaunchError
 from stages.contracts.errors import DeviceBusyError
 from stages.contracts.warnings import RunWarning, foreign_compute_process
 from stages.rundir.manifest import DEVICE_BUSY
-from stages.spec.models import BenchmarkSpec
+from stages.spec.models import BenchmarkSpec, PipelineSpec
 
 PROBE_TIMEOUT_S = 120.0  # the environment probe must end before the first load window
 
@@ -95,10 +95,36 @@ def check_traces(spec: BenchmarkSpec) -> list[str]:
     problems = []
     for index, pipeline in enumerate(spec.pipelines):
         if pipeline.loadgen.type == "trace" and pipeline.loadgen.trace:
+            where = f"pipelines[{index}].loadgen.trace"
             try:
-                read_trace(Path(pipeline.loadgen.trace), pipeline.loadgen)
+                requests = read_trace(Path(pipeline.loadgen.trace), pipeline.loadgen)
             except TraceError as error:
-                problems.append(f"pipelines[{index}].loadgen.trace: {error}")
+                problems.append(f"{where}: {error}")
+                continue
+            shapes = [request.shape for request in requests]
+            problems += [
+                f"{where}: {pipeline.loadgen.trace}: {problem}"
+                for problem in _entry_request_problems(pipeline, shapes)
+            ]
+    return problems
+
+
+def _entry_request_problems(
+    pipeline: PipelineSpec, shapes: list[dict[str, Any] | None]
+) -> list[str]:
+    """What the pipeline's entry stages say of the trace's request shapes (a request longer
+    than the served model's context), when the trace gives any."""
+    from stages.runtime.graph import StageGraph
+    from stages.runtime.registry import default_registry
+
+    if not any(shapes):
+        return []
+    registry = default_registry()
+    problems = []
+    for entry in StageGraph.from_pipeline(pipeline).entries:
+        stage = pipeline.stages[entry]
+        config = registry.get(stage.type).config_model.model_validate(stage.config)
+        problems += config.request_problems(shapes)
     return problems
 
 

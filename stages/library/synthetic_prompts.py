@@ -7,6 +7,7 @@ transformers is imported in `prepare()`: specs validate without it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -22,6 +23,8 @@ from stages.spec.model_entry import ModelEntry
 LOCAL_TOKENIZER = "tiny_lm"
 UNBOUNDED_MAX_LENGTH = 10_000_000
 """A tokenizer's `model_max_length` at or above this is transformers' "no limit" sentinel."""
+MAX_REPORTED_ROWS = 5
+"""Trace rows named when a trace asks too much (the first ones; the rest alike)."""
 TRACE_FIELDS = ("input_tokens", "output_tokens")
 """Payload fields (or query attributes) of a trace's request shape: when present they win."""
 
@@ -94,6 +97,43 @@ class SyntheticPromptsConfig(StageConfig):
         description="The model's context in tokens (input + output); null: from the folder's "
         "config (`max_position_embeddings`, `n_positions`) or tokenizer.",
     )
+
+    def request_problems(self, shapes: Sequence[Mapping[str, Any] | None]) -> list[str]:
+        """Trace rows asking more tokens (input + output) than the model's context holds."""
+        context = self.max_model_tokens or _folder_context(self.tokenizer)
+        if context is None:
+            return []
+        problems = []
+        for row, shape in enumerate(shapes, 1):
+            asked = sum(int((shape or {}).get(key) or 0) for key in TRACE_FIELDS)
+            if asked > context:
+                problems.append(
+                    f"row {row}: asks {asked} tokens (input + output), beyond the model's "
+                    f"context of {context}"
+                )
+        return problems[:MAX_REPORTED_ROWS]
+
+
+def _folder_context(reference: str | ModelEntry) -> int | None:
+    """The context a tokenizer's model folder declares in its config.json (None: it does not
+    say); the tiny_lm artefact is built first when needed."""
+    import json
+
+    if isinstance(reference, ModelEntry):
+        from stages.library.model_files import located
+
+        folder = Path(located(reference).location)
+    else:
+        from stages.artifacts.catalogue import ensure_artifact
+
+        folder = ensure_artifact(reference, {}).path
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sizes = [config.get(name) for name in ("max_position_embeddings", "n_positions")]
+    known = [size for size in sizes if isinstance(size, int) and size > 0]
+    return min(known) if known else None
 
 
 def _load(reference: str | ModelEntry) -> tuple[Any, Path]:

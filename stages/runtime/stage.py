@@ -52,6 +52,12 @@ class StageConfig(StrictModel):
         known). Only the stages that make or reshape images say; the rest break the chain."""
         return None
 
+    def request_problems(self, shapes: Sequence[Mapping[str, Any] | None]) -> list[str]:
+        """For an entry stage fed by a trace: `row N: message` for each request shape (a
+        trace row's input_tokens, output_tokens, hash_ids; None: none) it cannot serve,
+        found before the run. Only stages that build requests from shapes say."""
+        return []
+
     def images_problems(self, images_in: ImageBatch) -> list[tuple[str, str]]:
         """(config field, message) for each way this stage cannot take `images_in` (a model
         whose input or output does not fit), found before the run."""

@@ -394,3 +394,44 @@ def test_a_shared_prefix_pool_is_reused_at_the_asked_share() -> None:
         shared = _common_words(first["prompt"], second["prompt"])
         assert shared >= 21 if first["prefix_id"] == second["prefix_id"] else shared < 21
     assert all(stage.builder.count(p["prompt"]) == 64 for p in payloads)
+
+
+def test_a_trace_longer_than_the_models_context_is_refused_before_the_run(
+    tmp_path: Path,
+) -> None:
+    """The hostile trace: a request asking more tokens than tiny_lm's 256 stops the run at its
+    start (exit 2 through the launcher's LaunchError) with the file and the row."""
+    from stages.collocation.preflight import check_traces
+    from stages.spec.loading import validate_document
+
+    trace = tmp_path / "t.jsonl"
+    rows_ = [(30, 4), (200, 20), (250, 20), (100, 100)]
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": index, "input_length": i, "output_length": o}) + "\n"
+            for index, (i, o) in enumerate(rows_)
+        )
+    )
+    document = {
+        "name": "long",
+        "services": [{"name": "llm", "type": "external", "url": "http://127.0.0.1:9"}],
+        "pipelines": [
+            {
+                "name": "p",
+                "loadgen": {"type": "trace", "trace": str(trace), "trace_format": "mooncake"},
+                "stages": [
+                    {"id": "prompts", "type": "dataset.synthetic_prompts", "outputs": ["llm"]},
+                    {"id": "llm", "type": "http.openai", "config": {"service": "llm"}},
+                ],
+            }
+        ],
+    }
+    (tmp_path / "spec.yaml").write_text("# the spec's folder holds the trace\n")
+    spec = validate_document(document, str(tmp_path / "spec.yaml")).spec
+    assert check_traces(spec) == [
+        f"pipelines[0].loadgen.trace: {trace}: row 3: asks 270 tokens (input + output), beyond "
+        "the model's context of 256"
+    ]
+    document["pipelines"][0]["stages"][0]["config"] = {"max_model_tokens": 200}
+    spec = validate_document(document, str(tmp_path / "spec.yaml")).spec
+    assert [problem.split(": ")[2] for problem in check_traces(spec)] == ["row 2", "row 3"]
