@@ -146,6 +146,7 @@ VIEW_FILES: tuple[ViewFile, ...] = (
         ("server_metric_names", "server_metrics"),
         reads=(_QUERY_LATENCY, _LOAD_WINDOWS),
     ),
+    ViewFile("88_sessions.sql", ("sessions",), reads=(_MACROS,)),
     ViewFile("90_operators.sql", ("profiled_queries", "operator_summary")),
     ViewFile("95_capacity.sql", ("capacity", "capacity_region")),
     ViewFile("96_run_history.sql", ("run_history",), reads=(_THROUGHPUT, _LATENCY)),

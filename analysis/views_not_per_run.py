@@ -60,5 +60,7 @@ NOT_REPORTED: dict[str, str] = {
     "plot (timeline.png); `collobench sql`",
     "server_metric_names": "the servers' metric names mapped to common figures: read by "
     "server_metrics",
+    "sessions": "per turn of multi-turn sessions (TTFT per turn, history growth): "
+    "`collobench sql \"SELECT * FROM sessions\"`; a session's duration is its query's latency",
     **{table: "raw rows: a view over the loaded runs' Parquet files" for table in TABLES},
 }

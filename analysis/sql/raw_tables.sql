@@ -170,6 +170,26 @@ CREATE TABLE IF NOT EXISTS token_events (
     ts_ns BIGINT NOT NULL           -- when the client read it (monotonic clock)
 );
 
+-- Multi-turn sessions (`http.openai` given a payload's `turns`): one row per turn of a
+-- session visit. TTFT of a turn = first_token_ns - sent_ns; prompt_tokens (the server's) counts
+-- the whole history the turn carried. View `sessions` sums them up per turn. Empty unless a
+-- stage ran sessions.
+CREATE TABLE IF NOT EXISTS session_turns (
+    run_id VARCHAR NOT NULL,
+    trial INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    pipeline VARCHAR,
+    query_id BIGINT NOT NULL,
+    stage VARCHAR NOT NULL,
+    visit INTEGER NOT NULL,
+    turn INTEGER NOT NULL,          -- 0 = the session's first turn
+    sent_ns BIGINT NOT NULL,        -- the turn's request sent (monotonic clock)
+    first_token_ns BIGINT,          -- its first content chunk read
+    finished_ns BIGINT NOT NULL,    -- its answer complete
+    prompt_tokens INTEGER,          -- the server's usage.prompt_tokens: the history so far
+    tokens INTEGER                  -- the turn's answer, in the server's tokens
+);
+
 -- Machine speed (stages.telemetry.calibration): a short fixed reference workload before and
 -- after every phase, outside its load window, on each pipeline's cores (the pipeline's
 -- placement cpus, else every core the launcher may use) and, for a cuda pipeline, its GPU.

@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from stages.contracts.errors import RunFailedError
 from stages.library.http_wire import ConnectionPool, HttpError, Response
+from stages.library.openai_session import run_session, session_turns
 from stages.library.openai_stream import SseReader, StreamedCompletion, StreamError, excerpt
 from stages.library.request_shape import (
     EnforceOutput,
@@ -149,7 +150,8 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
     `first_token_ns` (the first content chunk's arrival; for a response not streamed, the
     body's), `tokens` (the server's `usage.completion_tokens`, else the content chunks),
     `prompt_tokens` (the server's `usage.prompt_tokens`) and, streamed, one `token_events` row
-    per content chunk. A payload's `output_tokens` sets the request's max_tokens. Payload out:
+    per content chunk. A payload's `output_tokens` sets the request's max_tokens; a payload's
+    `turns` makes the visit a multi-turn session (stages.library.openai_session). Payload out:
     the input's fields plus `text` and `new_tokens`."""
 
     records_outcome = True
@@ -233,6 +235,13 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
     async def run_async(self, query: Query) -> Route:
         visit = query.visits[self.context.stage_index]
         payload = as_dict(query.payload, self.config.text_field)
+        turns = session_turns(payload)
+        if turns is not None:  # a multi-turn session (stages.library.openai_session)
+            if self.config.api != "chat":
+                raise ValueError("a session's turns carry their history: use api: chat")
+            await run_session(self, query, payload, turns)
+            query.payload = payload
+            return None
         texts, batched = prompt_texts(payload, self.config.text_field, self.config.use_documents)
         if batched:
             raise ValueError(f"one prompt per query, got a list of {len(texts)}")
@@ -240,14 +249,14 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         output_tokens = asked_output(payload)
         try:
             async with asyncio.timeout(self.config.timeout_s):
-                await self._request(self._body(texts[0], output_tokens), completion)
+                await self.request(self._body(texts[0], output_tokens), completion)
         except TimeoutError:
             raise OpenAIRequestError(
                 f"{self.url}: no complete response within timeout_s {self.config.timeout_s:g}"
                 f" ({len(completion.pieces)} content chunks received)"
             ) from None
         except (StreamError, OSError) as error:
-            raise OpenAIRequestError(self._reason(error)) from None
+            raise OpenAIRequestError(self.reason(error)) from None
         self._record(query, visit, completion)
         self._check_shape(payload, output_tokens, query)
         payload["text"] = "".join(completion.pieces)
@@ -273,14 +282,14 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         if problem is not None:
             raise OpenAIRequestError(f"{self.url}: {problem}")
 
-    def _reason(self, error: Exception) -> str:
+    def reason(self, error: Exception) -> str:
         """One line, without the API key whatever the error's text holds."""
         own = isinstance(error, StreamError | HttpError)
         text = str(error) if own else f"{type(error).__name__}: {error}"
         text = f"{self.url}: {excerpt(text)}"
         return text.replace(self._secret, "***") if self._secret else text
 
-    async def _request(self, body: bytes, completion: StreamedCompletion) -> None:
+    async def request(self, body: bytes, completion: StreamedCompletion) -> None:
         assert self._pool is not None, "start_async makes the connection pool"
         head = self._head_start + b"%d\r\n\r\n" % len(body)
         response = await self._pool.request(head, body)

@@ -58,6 +58,19 @@ class SharedPrefixes(StrictModel):
     )
 
 
+class SessionShape(StrictModel):
+    """Multi-turn conversations: each query is a session of `turns` requests, each turn's
+    request carrying the conversation so far (`http.openai`, chat API)."""
+
+    turns: int = Field(..., ge=1, le=100, description="Turns (requests) per session.")
+    think_time_ms: float = Field(
+        0.0,
+        ge=0,
+        le=3_600_000,
+        description="The user's pause between an answer and the next turn's request.",
+    )
+
+
 class SyntheticPromptsConfig(StageConfig):
     model_entry_fields: ClassVar[tuple[str, ...]] = ("tokenizer",)
     tokenizer: Annotated[str | ModelEntry, AfterValidator(_tokenizer_reference)] = Field(
@@ -84,6 +97,12 @@ class SyntheticPromptsConfig(StageConfig):
     )
     shared_prefixes: SharedPrefixes | None = Field(
         None, description="A pool of prefixes requests share (null: every prompt its own)."
+    )
+    session: SessionShape | None = Field(
+        None,
+        description="Multi-turn sessions: {turns, think_time_ms}; each turn's new message is "
+        "built and drawn as a first message would be (its own lengths per turn); null: one "
+        "request per query.",
     )
     hash_block_tokens: int = Field(
         512,
@@ -197,8 +216,9 @@ class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
     outside those bounds fails the visit. Payload out:
     `prompt`, `prompt_id` (the query id), `prefix_id` (the `shared_prefixes` entry it starts
     with, or None), `input_tokens`, `counted_as`, `text_tokens` (the text alone) and
-    `output_tokens` (http.openai asks for exactly that many). A trace's `hash_ids` become
-    shared prefix blocks of `hash_block_tokens` each."""
+    `output_tokens` (http.openai asks for exactly that many); with `session`, `turns` (each
+    turn's `prompt` and `output_tokens`, the first the query's own) and `think_time_ms`. A
+    trace's `hash_ids` become shared prefix blocks of `hash_block_tokens` each."""
 
     def prepare(self) -> None:
         from stages.runtime.pipeline import REPLICA_SEED_STRIDE
@@ -261,12 +281,31 @@ class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
         chosen = query_rng(self.seed, query.query_id, "prefix").randrange(pool.count)
         return self.builder.block(pool.tokens, query_rng(self.seed, chosen, "pool")), chosen
 
+    def session(self, query: Query, first: str, first_output: int) -> dict[str, Any]:
+        """A session's turns: the first is the query's prompt; each later turn's message is
+        drawn (its lengths, its words) from generators keyed by the query and the turn."""
+        session = self.config.session
+        assert session is not None
+        turns = [{"prompt": first, "output_tokens": first_output}]
+        for turn in range(1, session.turns):
+            which = f"turn{turn}"
+            rng = query_rng(self.seed, query.query_id, f"{which}:input_tokens")
+            tokens = sample_length(self.config.input_tokens, rng, self.builder.min_tokens,
+                                   self.context_tokens - 1)  # fmt: skip
+            rng = query_rng(self.seed, query.query_id, f"{which}:output_tokens")
+            output = sample_length(self.config.output_tokens, rng, 1, self.context_tokens - 1)
+            text, _ = self.builder.build(tokens, query_rng(self.seed, query.query_id, which))
+            turns.append({"prompt": text, "output_tokens": output})
+        return {"turns": turns, "think_time_ms": session.think_time_ms}
+
     def run(self, query: Query) -> Route:
         input_tokens, output_tokens = self.lengths(query)
         rng = query_rng(self.seed, query.query_id, "words")
         prefix, prefix_id = self.prefix(query)
         text, text_tokens = self.builder.build(input_tokens, rng, prefix)
         carried = query.payload if isinstance(query.payload, dict) else {}
+        if self.config.session is not None:
+            carried = {**carried, **self.session(query, text, output_tokens)}
         query.payload = {
             **carried,
             "prefix_id": prefix_id,

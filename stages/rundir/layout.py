@@ -25,6 +25,7 @@ TABLES = (
     "server_samples",
     "operator_spans",
     "token_events",
+    "session_turns",
     "calibration",
 )
 """The run directory's tables, in the order they are merged and loaded; `<table>.parquet` once

@@ -148,6 +148,23 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("ts_ns", pa.int64(), nullable=False),
         ]
     ),
+    # Multi-turn sessions (`http.openai` given a payload's `turns`): one row per turn of a
+    # session visit: when its request was sent, its first token and its end, on the run's
+    # monotonic clock, with the server's prompt and completion token counts.
+    "session_turns": pa.schema(
+        [
+            *_KEY_FIELDS,
+            pa.field("query_id", pa.int64(), nullable=False),
+            pa.field("stage", pa.string(), nullable=False),
+            pa.field("visit", pa.int32(), nullable=False),
+            pa.field("turn", pa.int32(), nullable=False),  # 0 = the session's first
+            pa.field("sent_ns", pa.int64(), nullable=False),
+            pa.field("first_token_ns", pa.int64()),
+            pa.field("finished_ns", pa.int64(), nullable=False),
+            pa.field("prompt_tokens", pa.int32()),  # the server's: the history so far
+            pa.field("tokens", pa.int32()),  # the turn's answer
+        ]
+    ),
     # Machine speed (stages.telemetry.calibration): a fixed reference workload before and after
     # every phase, outside its load window, on each pipeline's cores (pipeline = whose cores or
     # GPU were measured; pipelines sharing the same cores share one measurement).

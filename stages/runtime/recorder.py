@@ -100,7 +100,7 @@ _QUERY_ROW_TYPES = (
 )
 # Tables a stage may write through `Recorder.write_rows` (StageContext.write_rows): the run
 # directory's tables that no one else in a worker writes.
-EXTRA_TABLES = frozenset({"operator_spans", "token_events"})
+EXTRA_TABLES = frozenset({"operator_spans", "token_events", "session_turns"})
 _STATUS_STRINGS = pa.array(STATUS_NAMES, type=pa.string())
 
 

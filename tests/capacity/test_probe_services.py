@@ -3,12 +3,14 @@ service at its URL, keeping its `metrics`, so every probe scrapes the server as 
 
 from __future__ import annotations
 
+from typing import Any
+
 from stages.capacity.search_services import SharedService, as_external
 from stages.spec.services import ServiceSpec
 
 
 def test_a_probe_keeps_the_servers_metrics_and_validates() -> None:
-    services = [
+    services: list[dict[str, Any]] = [
         {"name": "llm", "type": "transformers.serve", "metrics": {"period_ms": 200}},
         {"name": "plain", "type": "transformers.serve"},
     ]

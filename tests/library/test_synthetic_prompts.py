@@ -412,7 +412,7 @@ def test_a_trace_longer_than_the_models_context_is_refused_before_the_run(
             for index, (i, o) in enumerate(rows_)
         )
     )
-    document = {
+    document: dict[str, Any] = {
         "name": "long",
         "services": [{"name": "llm", "type": "external", "url": "http://127.0.0.1:9"}],
         "pipelines": [

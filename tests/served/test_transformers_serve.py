@@ -53,7 +53,7 @@ SHAPED_PIPELINE = {
 tokens, against the same server (one start): a difference fails the visit with its reason."""
 
 
-TRACE = [
+TRACE: list[dict[str, Any]] = [
     {"timestamp": 0, "input_length": 60, "output_length": 4, "hash_ids": [0, 1, 2]},
     {"timestamp": 400, "input_length": 70, "output_length": 8, "hash_ids": [0, 1, 3]},
     {"timestamp": 900, "input_length": 40, "output_length": 6, "hash_ids": [4, 5]},
@@ -67,7 +67,7 @@ TRACE_TIME_SCALE = 0.5
 def traced_pipeline(trace: Path) -> dict[str, Any]:
     """The trace replayed against the same server: each request built to the trace's input
     length, its hash_ids as shared 16-token blocks, asking for the trace's output length."""
-    loadgen = {"type": "trace", "trace": str(trace), "trace_format": "mooncake"}
+    loadgen: dict[str, Any] = {"type": "trace", "trace": str(trace), "trace_format": "mooncake"}
     loadgen |= {"trace_time_scale": TRACE_TIME_SCALE, "duration_s": 2, "timeout_s": 60}
     return {
         "name": "traced",
@@ -86,6 +86,30 @@ def traced_pipeline(trace: Path) -> dict[str, Any]:
             },
         ],
     }
+
+
+SESSION_PIPELINE = {
+    "name": "sessions",
+    "loadgen": {"type": "closed_loop", "concurrency": 1, "duration_s": 4, "timeout_s": 60},
+    "stages": [
+        {
+            "id": "session_prompts",
+            "type": "dataset.synthetic_prompts",
+            "config": {
+                "input_tokens": 30,
+                "output_tokens": 4,
+                "session": {"turns": 3, "think_time_ms": 50},
+            },
+            "outputs": ["session_llm"],
+        },
+        {
+            "id": "session_llm",
+            "type": "http.openai",
+            "config": {"service": "llm", "api": "chat", "enforce_output": "generation_config"},
+        },
+    ],
+}
+"""3-turn sessions as the unit of a closed loop, against the same server."""
 
 
 def served_doc(trace: Path) -> dict[str, Any]:
@@ -133,6 +157,7 @@ def served_doc(trace: Path) -> dict[str, Any]:
             },
             SHAPED_PIPELINE,
             traced_pipeline(trace),
+            SESSION_PIPELINE,
         ],
     }
 
@@ -294,3 +319,21 @@ def test_a_mooncake_trace_is_replayed_with_its_offsets_and_lengths(served_run: A
         (index, "ok", record["input_length"], record["output_length"])
         for index, record in enumerate(TRACE)
     ]
+
+
+def test_sessions_carry_their_history_turn_by_turn(served_run: Any) -> None:
+    """Each turn's request holds the conversation so far: the server's prompt_tokens grow by
+    more than the answer before (4 tokens) turn by turn; TTFT is recorded per turn."""
+    result, db, _ = served_run
+    sessions = next(o for o in result.results if o.trial == 0 and o.pipeline == "sessions")
+    assert sessions.status == "ok", sessions.error
+    turns = query(
+        db,
+        "SELECT turn, sessions, ttft_p50_ms, prompt_tokens_mean, tokens_mean FROM sessions "
+        "WHERE trial = 0 AND pipeline = 'sessions' ORDER BY turn",
+    )
+    assert [turn for turn, *_ in turns] == [0, 1, 2]
+    assert all(count >= 1 and ttft > 0 and tokens == 4 for _, count, ttft, _, tokens in turns)
+    prompts = [prompt for *_, prompt, _ in turns]
+    assert prompts[0] == 30  # the first turn is token-exact
+    assert prompts[1] - prompts[0] > 4 and prompts[2] - prompts[1] > 4
