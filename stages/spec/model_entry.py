@@ -157,11 +157,34 @@ def model_roots(spec_dir: Path) -> list[Path]:
     return [root.expanduser().resolve() for root in roots]
 
 
+def onnx_external_files(path: Path) -> list[Path]:
+    """The external data files an ONNX file's initializers name (the weights an exporter
+    wrote beside it, `model.onnx.data`), resolved against its folder; [] for any other file
+    (and for a file onnx cannot read: loading it says why)."""
+    if path.suffix != ".onnx" or not path.is_file():
+        return []
+    try:
+        import onnx
+
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception:  # not ONNX
+        return []
+    names: set[str] = set()
+    for tensor in graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            names.update(entry.value for entry in tensor.external_data if entry.key == "location")
+    return [(path.parent / name).resolve() for name in sorted(names)]
+
+
 def content_sha256(location: Path) -> str:
-    """sha256 of a file's bytes, or of a folder's files (`stages.artifacts.store.content_hash`,
-    nothing left out). Cached per location and the size and modification time of each file,
-    so a run does not read a large model twice."""
-    files = [location] if location.is_file() else sorted(location.rglob("*"))
+    """sha256 of a file's bytes (an ONNX file's with its external data files, by name and
+    bytes, after it), or of a folder's files (`stages.artifacts.store.content_hash`, nothing
+    left out). Cached per location and the size and modification time of each file, so a run
+    does not read a large model twice."""
+    if location.is_file():
+        files = [location, *onnx_external_files(location)]
+    else:
+        files = sorted(location.rglob("*"))
     stamps = []
     for path in files:
         if path.is_file():
@@ -172,12 +195,16 @@ def content_sha256(location: Path) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _content_sha256(location: str, stamps: tuple[tuple[str, int, int], ...]) -> str:
-    """The hash itself; `stamps` (each file's path, size and mtime) only keys the cache."""
+    """The hash itself; `stamps` (each file's path, size and mtime) key the cache, and for a
+    file name the external data files hashed after it."""
     root = Path(location)
     if not root.is_file():
         return content_hash(root, skip=())
     digest = hashlib.sha256()
     update_with_file(digest, root)
+    for name, _, _ in stamps[1:]:
+        digest.update(Path(name).name.encode())
+        update_with_file(digest, Path(name))
     return digest.hexdigest()
 
 

@@ -22,6 +22,7 @@ from stages.spec.model_entry import (
     content_sha256,
     is_model_entry,
     model_roots,
+    onnx_external_files,
     read_labels,
     remote_code_allowed,
 )
@@ -152,6 +153,12 @@ def _model_location_problem(entry: ModelEntry, spec_dir: Path, roots: list[Path]
         return f"{resolved} does not exist"
     if wants_folder != resolved.is_dir():
         return f"{resolved} is not a {'folder' if wants_folder else 'file'}"
+    for external in onnx_external_files(resolved):
+        if not external.is_file() or not any(external.is_relative_to(root) for root in roots):
+            return (
+                f"{external}, the external data {resolved.name} names, is missing or outside "
+                "the model roots"
+            )
     if entry.sha256 is not None and content_sha256(resolved) != entry.sha256:
         return f"{resolved} is not the content `sha256` pins (it has changed)"
     return None

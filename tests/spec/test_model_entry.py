@@ -8,12 +8,18 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from stages import settings
 from stages.spec.loading import SpecError, load_spec
-from stages.spec.model_entry import MODEL_ROOTS_ENV, ModelEntry, content_sha256
+from stages.spec.model_entry import (
+    MODEL_ROOTS_ENV,
+    ModelEntry,
+    content_sha256,
+    onnx_external_files,
+)
 
 SPEC = """\
 name: byo
@@ -158,3 +164,36 @@ def test_an_artifact_location_names_a_model_artefact_of_its_kind(tmp_path: Path)
     entry = loaded.normalized["pipelines"][0]["stages"][2]["config"]["model"]
     assert entry["onnx"] == "artifact:digits_cnn_onnx" and entry.get("sha256") is None
     assert not (settings.artifacts_dir() / "digits_cnn_onnx").exists()
+
+
+def test_an_onnx_files_external_data_is_hashed_and_kept_inside_the_roots(tmp_path: Path) -> None:
+    """The weights an exporter writes beside an ONNX file (`m.onnx.data`) are part of the
+    model: changing them changes the content hash, and a missing one is refused."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.arange(640, dtype=np.float32).reshape(64, 10), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],  # 10 classes
+        [weights],
+    )
+    folder = tmp_path / "spec"
+    folder.mkdir()
+    onnx.save_model(
+        helper.make_model(graph), str(folder / "m.onnx"), save_as_external_data=True,
+        all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=0,
+    )  # fmt: skip
+    data = folder / "m.onnx.data"
+    assert onnx_external_files(folder / "m.onnx") == [data.resolve()]
+    first = content_sha256(folder / "m.onnx")
+    blob = bytearray(data.read_bytes())
+    blob[0] ^= 1
+    data.write_bytes(bytes(blob))
+    assert content_sha256(folder / "m.onnx") != first  # the weights changed, the .onnx did not
+    load_spec(_spec(folder, "{onnx: m.onnx}"))  # resolves, inside the roots
+    data.unlink()
+    (line,) = _problems(_spec(folder, "{onnx: m.onnx}"))
+    assert f"{data}, the external data m.onnx names, is missing or outside the model roots" in line
