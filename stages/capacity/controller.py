@@ -242,11 +242,10 @@ def next_probe(
         return ending
     assert ceiling is not None
     history = _read_history(probes)
-    if history.pending is not None:  # the first try's window again, on the next seed
-        # Sized as the first try was: its recorded `queries` sums a ray's pipelines and holds
-        # more than the minimum when probe_s sets the window, so it would lengthen the window.
+    if history.pending is not None:  # the same window again, on the next seed
         pending = history.pending
-        request = _request(settings, "search", pending.rate, pending.seed + 1, reprobe=True)
+        queries = max(pending.queries, probe_plan.min_probe_queries(settings))
+        request = _request(settings, "search", pending.rate, pending.seed + 1, True, queries)
     elif _wants_unloaded(settings, probes, history):
         request = _request(settings, "unloaded", 0.0, settings.base_seed)
     else:

@@ -15,7 +15,7 @@ from stages.capacity.controller import (
     result_of,
     run_search,
 )
-from stages.contracts.capacity_files import PipelineProbe, ProbeRecord, SearchSettings, Verdict
+from stages.contracts.capacity_files import ProbeRecord, SearchSettings, Verdict
 
 
 def _settings(**overrides: object) -> SearchSettings:
@@ -205,67 +205,6 @@ def test_ray_searches_skip_the_ceiling_probe_and_stop_at_the_largest_scale() -> 
         RAY_MAX_SCALE
     ]  # the largest scale confirmed on a second seed
     assert result.stop_reason == "ceiling" and result.ceiling_qps is None
-
-
-def _undecided_as_measured(
-    request: ProbeRequest, per_pipeline_qps: dict[str, float]
-) -> ProbeRecord:
-    """An undecided first try as the probe executor records it: each searched pipeline's
-    measured queries over the planned window, `queries` their sum (a ray has several)."""
-    window_s = request.window_s or 0.0
-    counts = {name: round(qps * window_s) for name, qps in per_pipeline_qps.items()}
-    return ProbeRecord(
-        index=1,
-        rate=request.rate,
-        seed=request.seed,
-        queries=sum(counts.values()),
-        over_slo=0,
-        verdict="undecided",
-        p99_ms=None,
-        run_dir=None,
-        duration_s=window_s,
-        window_s=window_s,
-        pipelines={
-            name: PipelineProbe(
-                rate_qps=per_pipeline_qps[name],
-                queries=count,
-                over_slo=0,
-                verdict="undecided",
-                p99_ms=None,
-            )
-            for name, count in counts.items()
-        },
-    )
-
-
-@pytest.mark.parametrize(
-    "searched",
-    [
-        pytest.param(
-            {"ray": {"A": 100.0, "B": 50.0}, "pipeline": "A+B", "min_rate": 0.01}, id="ray"
-        ),
-        pytest.param({"probe_s": 10.0}, id="single-probe_s-window"),
-    ],
-)
-def test_a_reprobe_runs_the_window_of_its_first_try_again(searched: dict[str, object]) -> None:
-    """A re-probe is the same window on the next seed: not one sized by the first try's
-    recorded `queries`, which for a ray sums both pipelines' (and for a window set by probe_s
-    holds more than the minimum), so would ask for two or three times the window."""
-    settings = _settings(**searched)
-    history: list[ProbeRecord] = []
-    if settings.ray is None:
-        history.append(_record(ProbeRequest("ceiling", 0.0, 0, False), None, 200.0))
-    first = next_probe(settings, history)
-    assert isinstance(first, ProbeRequest) and first.kind == "search"
-    if settings.ray is not None:
-        offered = {name: first.rate * share for name, share in settings.ray.items()}
-    else:
-        offered = {settings.pipeline: first.rate}
-    again = next_probe(settings, [*history, _undecided_as_measured(first, offered)])
-    assert isinstance(again, ProbeRequest) and again.reprobe
-    assert (again.rate, again.seed) == (first.rate, first.seed + 1)
-    assert again.window_s == pytest.approx(first.window_s)
-    assert again.min_queries == first.min_queries
 
 
 def test_result_counts_monotonicity_violations_and_certifies_below_the_lowest_miss() -> None:
