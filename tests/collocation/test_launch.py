@@ -392,7 +392,7 @@ def test_trace_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
     completed = collobench("run", str(folder / "spec.yaml"), "--out", str(tmp_path / "out2"))
     assert completed.returncode == 2
     assert "pipelines[0].loadgen.trace:" in completed.stderr
-    assert "offsets must be non-decreasing" in completed.stderr
+    assert "offsets must be >= 0 and non-decreasing" in completed.stderr
 
 
 @pytest.mark.spawns

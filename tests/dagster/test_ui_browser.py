@@ -45,7 +45,7 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1400,900",
+    "--window-size=1400,1600",  # every asset row rendered (the list draws what fits)
     "--virtual-time-budget=15000",
 ]
 PAGE_TIMEOUT_S = 120
