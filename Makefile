@@ -124,7 +124,7 @@ perf: install
 	$(BIN)/python -m perf.cluster_launch
 
 # The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through
-# dagster dev and the CLI) and the 1M-query runtime flatness run (python -m perf.stage_overhead --soak),
+# dagster dev and the CLI; the real-harness capacity region of two pinned pipelines) and the 1M-query runtime flatness run (python -m perf.stage_overhead --soak),
 # summed up in one JSON line; exits 1 when pytest fails or a target is missed.
 soak: install
 	$(BIN)/python -m perf.soak

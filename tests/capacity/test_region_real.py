@@ -91,6 +91,8 @@ def _region(
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # ~100 s of real probes: `make soak` runs it (perf/soak.py), `make test` the
+# busy ray below; the box itself is also checked on simulated probes (tests/capacity)
 def test_sleep_pipelines_on_separate_cores_reach_the_box(tmp_path: Path) -> None:
     region = _region(tmp_path, "sleep", (0, 1), "cpu_pinned", rays=1)  # the diagonal
     assert region.complete and len(region.rays) == 1
