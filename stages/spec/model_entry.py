@@ -163,17 +163,26 @@ def onnx_external_files(path: Path) -> list[Path]:
     (and for a file onnx cannot read: loading it says why)."""
     if path.suffix != ".onnx" or not path.is_file():
         return []
+    stat = path.stat()
+    return list(_onnx_external_files(str(path), stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=64)
+def _onnx_external_files(location: str, size: int, mtime_ns: int) -> tuple[Path, ...]:
+    """The parse itself, once per file version (size and mtime key the cache): a graph with
+    its weights inside is read whole, so a sensor tick or a second validation must not."""
+    path = Path(location)
     try:
         import onnx
 
-        graph = onnx.load(str(path), load_external_data=False).graph
+        graph = onnx.load(location, load_external_data=False).graph
     except Exception:  # not ONNX
-        return []
+        return ()
     names: set[str] = set()
     for tensor in graph.initializer:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             names.update(entry.value for entry in tensor.external_data if entry.key == "location")
-    return [(path.parent / name).resolve() for name in sorted(names)]
+    return tuple((path.parent / name).resolve() for name in sorted(names))
 
 
 def content_sha256(location: Path) -> str:
