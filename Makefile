@@ -24,7 +24,11 @@ $(STAMP): pyproject.toml
 	-$(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $(STAMP)
 
+# The commit-msg hook (.githooks/commit-msg: subjects of at most 72 characters, then a blank
+# line); only inside a git checkout, and only where no other hooks path is set.
 install: $(STAMP)
+	@if git rev-parse --git-dir >/dev/null 2>&1 && [ -z "$$(git config core.hooksPath)" ]; then \
+	  git config core.hooksPath .githooks; fi
 
 # Debian packages the tests drive: chromium, headless (tests/dagster/test_ui_browser.py), and
 # redis-server with PostgreSQL 15 (/usr/lib/postgresql/15/bin; the scale-out tests in

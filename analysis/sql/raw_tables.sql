@@ -1,5 +1,5 @@
 -- The raw tables' shapes: the columns and types of the run directory's Parquet tables, as the
--- warehouse shows them (see the run-directory contract in README.md, "The run directory").
+-- warehouse shows them (see the run-directory contract in docs/contracts.md#the-run-directory).
 -- The warehouse does not hold these rows: each name below is a VIEW over the Parquet files of
 -- every loaded run (registered in `run_files`), which analysis/catalogue.py generates from
 -- these shapes (a column a file lacks reads as NULL). These statements only ever run in a

@@ -49,7 +49,7 @@ class VectorRetrievalStage(Stage[VectorConfig]):
     The index is a float32 matrix of L2-normalised rows held in memory; a query is one
     matrix-vector product and a partial sort (numpy, on the stage's thread). On a 2,000 x 384
     corpus that is ~60 us on one core, as fast as an HNSW index, exact, with nothing to build
-    (figures and the comparison with ANN libraries: README, "Retrieval and Self-RAG").
+    (figures and the comparison with ANN libraries: docs/stages.md#retrieval-and-self-rag).
     """
 
     def prepare(self) -> None:

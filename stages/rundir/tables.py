@@ -3,7 +3,7 @@
 While a run is live, every process writes its rows as small Parquet chunk files under
 `parts/<table>/` (each written to a temporary name, then renamed, so a crash leaves only whole
 files). When the run ends, `merge_parts` concatenates them into `<table>.parquet` at the top
-of the run directory, the files the README's "The run directory" promises. Readers use
+of the run directory, the files docs/contracts.md#the-run-directory promises. Readers use
 `read_table`, which falls back to the parts when a run was cut short before the merge.
 The names and columns themselves are in stages.rundir.layout and stages.rundir.schemas (and
 re-exported here for the writers that import them from this module).

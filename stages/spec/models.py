@@ -1,4 +1,4 @@
-"""Pydantic models of the benchmark spec YAML (the user contract: README, "A benchmark spec").
+"""Pydantic models of the benchmark spec YAML (the user contract: README.md#a-benchmark-spec).
 
 Every model forbids unknown keys so a typo is an error, not a silently ignored setting.
 Structural rules live here; rules that need the stage registry or the whole graph (unknown

@@ -2,7 +2,7 @@
 -- per (run_id, trial, phase, pipeline), warm-up excluded.
 -- The denominator is every measured query of the window, whatever became of it: ok, error,
 -- dropped, timeout and not_issued, exactly the N of the SLO verdict and of the verdict
--- percentiles (README, "Verdict latency counts every query"): a query the harness refused or
+-- percentiles (docs/design.md#how-the-figures-are-defined: "Verdict latency counts every query"): a query the harness refused or
 -- never got to is a query the user did not get served in time. Per-query figures come from
 -- `query_latency` (verdict_ms: completed_ns - scheduled_ns for ok queries, +inf otherwise), so
 -- latency counts from the scheduled arrival and a failure is never "good".

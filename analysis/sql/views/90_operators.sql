@@ -4,8 +4,8 @@
 
 -- profiled_queries: one row per profiled stage visit, from its 'window' row (written even when
 -- the profiler saw no event), with the visit's stage event. Its service time includes the
--- profiler's own cost; the latency views keep these queries (see README, "Operator
--- profiling"): join against this view to leave them out of an analysis of your own.
+-- profiler's own cost; the latency views keep these queries (see
+-- docs/stages.md#operator-profiling): join against this view to leave them out of an analysis of your own.
 CREATE OR REPLACE VIEW profiled_queries AS
 SELECT
     w.run_id,

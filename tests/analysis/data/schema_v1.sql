@@ -2,7 +2,7 @@
 -- commit before issue 9, a28fd73^), which has no schema_info table. Never edit it: the migration
 -- tests build an old warehouse from it and check that loading upgrades it.
 -- collobench warehouse schema: one row per run in `runs`, and the run directory's Parquet tables
--- mirrored column for column (see the run-directory contract in README.md, "The run directory").
+-- mirrored column for column (see the run-directory contract in docs/contracts.md#the-run-directory).
 -- Every fact row carries run_id, trial, phase (solo | collocated) and pipeline (NULL for
 -- host-wide and device-wide samples). Times are integer nanoseconds of the host's monotonic
 -- clock; the manifest maps that clock to wall time once.
