@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from perf import common, product_path
 from perf.common import report_header, run_recorded_table, wait_for_quiet
+from perf.fidelity_loops import BareLoop, window_qps
 from stages.spec.loadgen import loadgen_spec
 from stages.spec.models import PipelineSpec, PlacementSpec, StageSpec
 
@@ -109,17 +110,13 @@ def backend_call(backend: str) -> Any:
 
 
 def bare_qps(backend: str, window_s: float, warmup: int) -> float:
-    """Iterations/s of the bare loop: `perf/fidelity.py`'s BareLoop with the backend's call."""
-    from perf.fidelity import BareLoop
-
+    """Iterations/s of the bare loop (`fidelity_loops.BareLoop`) with the backend's call."""
     loop = BareLoop("digits_cnn", BATCH)
     loop.model = backend_call(backend)
     return loop.qps(window_s, warmup)[0]
 
 
 def in_process_qps(backend: str, window_s: float, warmup: int, work: Path) -> float:
-    from perf.fidelity import window_qps
-
     spec = backend_pipeline(backend, window_s, warmup)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
     result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=0)
@@ -131,8 +128,6 @@ def in_process_qps(backend: str, window_s: float, warmup: int, work: Path) -> fl
 def cli_qps(
     backend: str, window_s: float, warmup: int, work: Path, cpus: list[int] | None, repeat: int
 ) -> float:
-    from perf.fidelity import window_qps
-
     spec = backend_pipeline(backend, window_s, warmup)
     spec = spec.model_copy(update={"placement": PlacementSpec(cpus=cpus, threads=1)})
     document = product_path.spec_document(f"byo-{backend}", [spec])

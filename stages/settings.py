@@ -13,7 +13,7 @@ HOST_ID_ENV = "COLLOBENCH_HOST_ID"
 RESULTS_DIR_ENV = "COLLOBENCH_RESULTS_DIR"
 """The folder of `runs/`, `capacity/` and `results.duckdb` (default: the home)."""
 PARENT_PID_ENV = "COLLOBENCH_PARENT_PID"
-"""The pid whose death ends a run (stages.collocation.lifetime.ParentWatch); default: the
+"""The pid whose death ends a run (stages.process_lifetime.ParentWatch); default: the
 parent of `collobench run`; `0`: no watch (a run meant to outlive its shell)."""
 
 

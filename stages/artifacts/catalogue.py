@@ -50,4 +50,11 @@ def ensure_artifact(
     """The artefact `name` built with `params` (defaults for the rest), building it if needed."""
     builder = ARTIFACTS.get(name)
     store = store if store is not None else ArtifactStore()
-    return store.ensure(builder, store.params(builder, params), build=build)
+    return store.ensure(
+        builder,
+        store.params(builder, params),
+        build=build,
+        dependency=lambda dependency, dependency_params: ensure_artifact(
+            dependency, dependency_params, store=store
+        ),
+    )

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +89,24 @@ class ArtifactBuilder(ABC, Generic[ParamsT]):
         """Write the artefact's files into `out_dir`; return metadata (shape, size, source,
         accuracy where known). `inputs` holds the built `dependencies()` by name. Seed,
         parameters and builder version are added by the store."""
+
+
+DependencyResolver = Callable[[str, Mapping[str, Any]], "BuiltArtifact"]
+"""Builds (or finds) the artefact `name` with these parameters: how a store gets a builder's
+dependencies."""
+
+
+def _dependencies(
+    builder: ArtifactBuilder[Any], params: ArtifactParams, dependency: DependencyResolver | None
+) -> dict[str, BuiltArtifact]:
+    """What `builder.dependencies()` names, each built (or found) by `dependency`."""
+    wanted = builder.dependencies(params)
+    if wanted and dependency is None:
+        raise ArtifactError(
+            f"artefact {builder.name} is built from {', '.join(n for n, _ in wanted)}: "
+            "build it through stages.artifacts.catalogue.ensure_artifact"
+        )
+    return {name: dependency(name, p) for name, p in wanted} if dependency else {}
 
 
 def recipe_of(builder: ArtifactBuilder[Any], params: ArtifactParams) -> dict[str, Any]:
@@ -185,9 +203,16 @@ class ArtifactStore:
         return BuiltArtifact(builder.name, folder, digest, metadata)
 
     def ensure(
-        self, builder: ArtifactBuilder[Any], params: ArtifactParams, *, build: bool = True
+        self,
+        builder: ArtifactBuilder[Any],
+        params: ArtifactParams,
+        *,
+        build: bool = True,
+        dependency: DependencyResolver | None = None,
     ) -> BuiltArtifact:
-        """The artefact of this recipe, built now if needed (`build=False`: raise instead)."""
+        """The artefact of this recipe, built now if needed (`build=False`: raise instead).
+        `dependency` builds what `builder.dependencies()` names (the catalogue passes its own
+        `ensure_artifact`, so the store, a plain content-addressed cache, knows no registry)."""
         found = self.find(builder, params)
         if found is not None:
             return found
@@ -202,7 +227,7 @@ class ArtifactStore:
             found = self.find(builder, params)  # another process built it while we waited
             if found is not None:
                 return found
-            return self._build(builder, params, recipe, digest_of_recipe)
+            return self._build(builder, params, recipe, digest_of_recipe, dependency)
 
     def _build(
         self,
@@ -210,13 +235,9 @@ class ArtifactStore:
         params: ArtifactParams,
         recipe: dict[str, Any],
         digest_of_recipe: str,
+        dependency: DependencyResolver | None,
     ) -> BuiltArtifact:
-        from stages.artifacts.catalogue import ensure_artifact  # builders' dependencies
-
-        dependencies = {
-            name: ensure_artifact(name, dependency_params, store=self)
-            for name, dependency_params in builder.dependencies(params)
-        }
+        dependencies = _dependencies(builder, params, dependency)
         folder = self.root / builder.name
         folder.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()

@@ -37,7 +37,6 @@ from stages.collocation.energy_notes import (
     energy_sources,
     measure_idle_baseline,
 )
-from stages.collocation.lifetime import ParentWatch, stop_reason
 from stages.collocation.manifest_writer import RunState, manifest_of, write_manifest
 from stages.collocation.phase_plan import COLLOCATED, phases_of, subset_phase_name, subsets_of
 from stages.collocation.preflight import DeviceInUse, EnvironmentProbe, check_environment
@@ -56,6 +55,7 @@ from stages.collocation.results import (
 from stages.collocation.services_run import RunServices
 from stages.collocation.supervision import Supervisor, WorkerHandle
 from stages.collocation.worker import WorkerTask
+from stages.process_lifetime import ParentWatch, stop_reason
 from stages.rundir.manifest import DEVICE_BUSY
 from stages.rundir.tables import merge_parts
 from stages.spec.loading import LoadedSpec

@@ -22,9 +22,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from stages.collocation import protocol
-from stages.collocation.lifetime import die_with_parent
 from stages.collocation.protocol import Done, Failed, Progress, Ready, Start
 from stages.contracts.errors import RunInterruptedError
+from stages.process_lifetime import die_with_parent
 
 if TYPE_CHECKING:
     from stages.runtime.pipeline import PipelineRuntime

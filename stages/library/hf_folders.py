@@ -14,7 +14,7 @@ import functools
 from pathlib import Path
 from typing import Any, Literal
 
-from stages.library.model_files import (
+from stages.library.model_common import (
     INPUT_SHAPE_ATTRIBUTE,
     ModelFileError,
     located,

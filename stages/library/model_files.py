@@ -17,14 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stages.contracts.errors import InvalidInputError
+from stages.library.model_common import (
+    INPUT_SHAPE_ATTRIBUTE,
+    DeclaredInput,
+    ModelFileError,
+    located,
+    model_file_reason,
+)
 from stages.spec.model_entry import ModelEntry, ModelFormat, onnx_execution_provider
 
-INPUT_SHAPE_ATTRIBUTE = "collobench_input_shape"
-"""Set on a loaded `torch.export` module: the shape it was exported with."""
 INPUTS_ATTRIBUTE = "collobench_inputs"
 """Set on a loaded `torch.export` module: its user inputs (`DeclaredInput`s, in call order)."""
-REASON_CHARS = 300  # of the loader's message, on the one line a failed load gives
 ONNX_ELEMENT_TYPES = {
     "tensor(float)": "float32",
     "tensor(float16)": "float16",
@@ -38,27 +41,6 @@ ONNX_ELEMENT_TYPES = {
     "tensor(bool)": "bool",
 }
 """ONNX Runtime's element type -> the dtype name torch and numpy use."""
-
-DeclaredInput = tuple[str, tuple[int | None, ...], str]
-"""An input a model file declares: name, shape (None for a symbolic dimension), dtype name."""
-
-
-class ModelFileError(InvalidInputError, ValueError):
-    """A model file that cannot be loaded as the format its entry names."""
-
-
-def located(entry: ModelEntry, build: bool = True) -> ModelEntry:
-    """`entry` with an `artifact:<name>` location replaced by the artefact's model file, built
-    first when needed (`build=False`: an ArtifactError instead); any other entry as it is."""
-    name = entry.artifact_name
-    if name is None:
-        return entry
-    from stages.artifacts.catalogue import ensure_artifact
-
-    built = ensure_artifact(name, build=build)
-    if entry.location_key == "path":  # a model folder artefact (tiny_lm, minilm)
-        return entry.with_location(str(built.path))
-    return entry.with_location(str(built.path / built.metadata["model_file"]))
 
 
 def load_torch_model(entry: ModelEntry) -> Any:
@@ -75,11 +57,6 @@ def load_torch_model(entry: ModelEntry) -> Any:
         raise ModelFileError(
             f"{entry.location}: cannot load as {entry.format}: {model_file_reason(error)}"
         ) from error
-
-
-def model_file_reason(error: Exception) -> str:
-    """A loader's message on one line, at most REASON_CHARS long (its type when empty)."""
-    return " ".join(str(error).split())[:REASON_CHARS] or type(error).__name__
 
 
 def _state_dict(path: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stages.contracts.image_batches import ImageBatch
-from stages.library.model_files import ModelFileError, located, model_file_reason
+from stages.library.model_common import ModelFileError, located, model_file_reason
 from stages.spec.model_entry import ModelEntry, ModelFormat
 
 if TYPE_CHECKING:

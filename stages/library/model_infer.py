@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from stages.library import model_files
-from stages.library.model_files import DeclaredInput, ModelFileError, model_file_reason
+from stages.library.model_common import DeclaredInput, ModelFileError, model_file_reason
 from stages.library.profiling import OperatorProfiler
 from stages.library.torch_common import ModelStageConfig, device_synchronizer
 from stages.runtime.query import Query

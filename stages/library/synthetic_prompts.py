@@ -139,7 +139,7 @@ def _folder_context(reference: str | ModelEntry) -> int | None:
     import json
 
     if isinstance(reference, ModelEntry):
-        from stages.library.model_files import located
+        from stages.library.model_common import located
 
         folder = Path(located(reference).location)
     else:
@@ -160,7 +160,7 @@ def _load(reference: str | ModelEntry) -> tuple[Any, Path]:
     from transformers import AutoTokenizer
 
     from stages.library.hf_folders import TOKENIZER_PROBE
-    from stages.library.model_files import ModelFileError
+    from stages.library.model_common import ModelFileError
 
     if isinstance(reference, ModelEntry):
         from stages.library.hf_folders import trust_remote_code

@@ -12,12 +12,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from stages.services.registry import (
+from stages.services.service_type import (
     ALLOW_COMMANDS_ENV,
     LOOPBACK_HOST,
     ServiceType,
     commands_allowed,
-    service_type,
 )
 from stages.spec.services import ServiceSpec
 
@@ -37,7 +36,6 @@ def _model(model: str | None, name: str) -> str:
     return model
 
 
-@service_type
 class TransformersServe(OpenAICompatible):
     """Hugging Face's `transformers serve` (needs the `transformers[serving]` extra); pass
     `--continuous-batching` in `args` for continuous batching with paged attention."""
@@ -68,7 +66,6 @@ class TransformersServe(OpenAICompatible):
         ]
 
 
-@service_type
 class VllmServe(OpenAICompatible):
     """vLLM's OpenAI-compatible server, `vllm serve MODEL` (GPU hosts)."""
 
@@ -80,7 +77,6 @@ class VllmServe(OpenAICompatible):
         return [*argv, "--port", str(port), *spec.args]
 
 
-@service_type
 class SglangServe(OpenAICompatible):
     """SGLang's server, `python -m sglang.launch_server` (GPU hosts)."""
 
@@ -96,7 +92,6 @@ class SglangServe(OpenAICompatible):
 GPU_LAYER_FLAGS = ("-ngl", "--n-gpu-layers", "--gpu-layers")
 
 
-@service_type
 class LlamaCppServer(OpenAICompatible):
     """llama.cpp's `llama-server -m MODEL.gguf`; on a cuda device every layer is offloaded
     (`--n-gpu-layers 999`) unless `args` says otherwise."""
@@ -112,7 +107,6 @@ class LlamaCppServer(OpenAICompatible):
         return [*argv, *spec.args]
 
 
-@service_type
 class ExternalService(OpenAICompatible):
     """A server the user runs at `url`: probed and warmed, never started or stopped."""
 
@@ -138,7 +132,6 @@ class ExternalService(OpenAICompatible):
         return problems
 
 
-@service_type
 class CommandService(ServiceType):
     """The spec's own argv (`command`), `{host}`, `{port}` and `{model}` replaced: only with
     COLLOBENCH_ALLOW_COMMANDS=1, so a spec dropped into a watched folder runs no program."""
@@ -175,3 +168,14 @@ def _substitute(part: str, values: Mapping[str, str]) -> str:
     for key, value in values.items():
         part = part.replace("{" + key + "}", value)
     return part
+
+
+BUILT_IN_SERVICE_TYPES: tuple[type[ServiceType], ...] = (
+    TransformersServe,
+    VllmServe,
+    SglangServe,
+    LlamaCppServer,
+    ExternalService,
+    CommandService,
+)
+"""The service types collobench ships, registered by stages.services.registry."""

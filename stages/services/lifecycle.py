@@ -23,7 +23,7 @@ import psutil
 
 from stages.contracts.errors import RunFailedError
 from stages.process_groups import end_group, start_group
-from stages.services.registry import LOOPBACK_HOST, ServiceType
+from stages.services.service_type import LOOPBACK_HOST, ServiceType
 from stages.spec.services import ServiceSpec
 
 POLL_INTERVAL_S = 0.05

@@ -20,7 +20,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 from typing import Any
 
-from stages.collocation.lifetime import die_with_parent
+from stages.process_lifetime import die_with_parent
 from stages.runtime.os_threads import name_os_thread
 from stages.spec.models import TelemetrySpec
 from stages.telemetry.sampler_process import SamplerSettings, gpu_sampler_main, host_sampler_main

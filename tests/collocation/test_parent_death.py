@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from stages.collocation.device_locks import DeviceBusy, held_devices
-from stages.collocation.lifetime import ParentWatch, stop_reason
+from stages.process_lifetime import ParentWatch, stop_reason
 from stages.settings import PARENT_PID_ENV
 from tests.helpers import REPO, spec_doc
 

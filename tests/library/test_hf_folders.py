@@ -24,7 +24,7 @@ from stages.cli.app import app
 from stages.library.datasets import DigitsDatasetStage
 from stages.library.embed import EmbedConfig, EmbedStage
 from stages.library.generate import GenerateConfig, GenerateStage
-from stages.library.model_files import ModelFileError
+from stages.library.model_common import ModelFileError
 from stages.library.vision import ClassifyStage
 from stages.runtime.query import Query
 from stages.runtime.stage import Stage, StageContext

@@ -12,7 +12,8 @@ import torchvision
 from safetensors.torch import save_file
 
 from stages.artifacts.vision import build_digits_cnn
-from stages.library.model_files import ModelFileError, load_onnx_model, load_torch_model
+from stages.library.model_common import ModelFileError
+from stages.library.model_files import load_onnx_model, load_torch_model
 from stages.spec.model_entry import ModelEntry
 
 

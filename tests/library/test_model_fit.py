@@ -19,7 +19,7 @@ from stages.artifacts.vision import build_digits_cnn, load_digits_cnn
 from stages.cli.app import app
 from stages.contracts.image_batches import ImageBatch
 from stages.library.datasets import DigitsDatasetStage
-from stages.library.model_files import ModelFileError
+from stages.library.model_common import ModelFileError
 from stages.library.vision import ClassifyStage
 from stages.runtime.query import Query
 from stages.runtime.stage import Stage, StageContext

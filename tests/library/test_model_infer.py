@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from analysis.db import run_query
 from stages.cli.app import app
-from stages.library.model_files import ModelFileError
+from stages.library.model_common import ModelFileError
 from stages.library.model_infer import InferStage
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext

@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from stages.library.exact_prompts import PromptLengthError
-from stages.library.model_files import ModelFileError
+from stages.library.model_common import ModelFileError
 from stages.library.openai_http import OpenAIStage
 from stages.library.synthetic_prompts import SyntheticPromptsConfig, SyntheticPromptsStage
 from stages.library.token_lengths import EmpiricalLength, query_rng, sample_length

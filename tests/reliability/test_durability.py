@@ -1,6 +1,6 @@
 """Durability: a worker SIGKILLed at a random moment keeps every event older than one flush
-interval on disk, loadable into the warehouse (docs/design.md#durability-and-the-soak: rows reach the
-writer at least once a second or every 64k rows, so a crash loses at most that).
+interval on disk, loadable into the warehouse (docs/design.md#durability-and-the-soak: rows
+reach the writer at least once a second or every 64k rows, so a crash loses at most that).
 
 Method: each pipeline issues at a constant rate into one noop stage, so query `i` is due at
 `start_ns + i / rate` and ends microseconds later; the launcher's timeline gives `start_ns`.

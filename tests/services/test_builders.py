@@ -8,12 +8,8 @@ from typing import Any
 
 import pytest
 
-from stages.services.registry import (
-    LOOPBACK_HOST,
-    ServiceType,
-    UnknownServiceTypeError,
-    default_service_registry,
-)
+from stages.services.registry import UnknownServiceTypeError, default_service_registry
+from stages.services.service_type import LOOPBACK_HOST, ServiceType
 from stages.spec.services import ServiceSpec
 
 

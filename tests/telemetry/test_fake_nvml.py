@@ -10,8 +10,9 @@ import pynvml
 import pytest
 
 from stages.telemetry import fake_nvml, gpu_backend_factory, nvml_backend
-from stages.telemetry.fake_nvml import ENV_VAR, FakeNvml
+from stages.telemetry.fake_nvml import FakeNvml
 from stages.telemetry.gpu_backend import GpuLostError, GpuNotSupportedError, GpuUnavailableError
+from stages.telemetry.gpu_backend_factory import FAKE_NVML_ENV_VAR
 from stages.telemetry.nvml_backend import NvmlBackend
 
 START_MJ = 1_000_000
@@ -170,7 +171,7 @@ def test_loads_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suf
     script = {"devices": [{"name": "Fake H100", "uuid": "GPU-abc", "power_w": 321.5}]}
     path = tmp_path / f"fake{suffix}"
     path.write_text(json.dumps(script))  # JSON is valid YAML too
-    monkeypatch.setenv(ENV_VAR, str(path))
+    monkeypatch.setenv(FAKE_NVML_ENV_VAR, str(path))
     backend = gpu_backend_factory.open_gpu_backend()
     assert backend is not None
     assert backend.name(0) == "Fake H100"
@@ -184,7 +185,7 @@ def test_open_gpu_backend_without_driver_or_devices_is_none(
 ) -> None:
     path = tmp_path / "fake.json"
     path.write_text(json.dumps({"init_error": "NVMLError_DriverNotLoaded"}))
-    monkeypatch.setenv(ENV_VAR, str(path))
+    monkeypatch.setenv(FAKE_NVML_ENV_VAR, str(path))
     assert gpu_backend_factory.open_gpu_backend() is None
     path.write_text(json.dumps({"devices": []}))
     assert gpu_backend_factory.open_gpu_backend() is None
@@ -194,7 +195,7 @@ def test_open_gpu_backend_without_driver_or_devices_is_none(
 
 
 def test_real_nvml_missing_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.delenv(FAKE_NVML_ENV_VAR, raising=False)
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:

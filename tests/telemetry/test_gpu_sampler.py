@@ -17,7 +17,8 @@ import pyarrow as pa
 import pytest
 
 from stages.rundir.tables import ChunkWriter, part_files, read_table
-from stages.telemetry.fake_nvml import ENV_VAR, FakeNvml
+from stages.telemetry.fake_nvml import FakeNvml
+from stages.telemetry.gpu_backend_factory import FAKE_NVML_ENV_VAR
 from stages.telemetry.gpu_sampler import GpuSampler, GpuSamplerResult
 from stages.telemetry.nvml_backend import NvmlBackend
 from stages.telemetry.sampler_process import (
@@ -227,7 +228,7 @@ def test_spawned_gpu_sampler_main_with_fake_via_env(
     }
     script_path = tmp_path / "fake_nvml.json"
     script_path.write_text(json.dumps(script))
-    monkeypatch.setenv(ENV_VAR, str(script_path))
+    monkeypatch.setenv(FAKE_NVML_ENV_VAR, str(script_path))
     run_dir = tmp_path / "run"
     settings = SamplerSettings(str(run_dir), "r9", 1, "solo", 50.0, {"p": os.getpid()})
     context = multiprocessing.get_context("spawn")
@@ -387,7 +388,7 @@ def test_a_services_descendant_on_the_gpu_is_named_after_the_service(
         }
         script_path = tmp_path / "fake_nvml.json"
         script_path.write_text(json.dumps(script))
-        monkeypatch.setenv(ENV_VAR, str(script_path))
+        monkeypatch.setenv(FAKE_NVML_ENV_VAR, str(script_path))
         run_dir = tmp_path / "run"
         settings = SamplerSettings(
             str(run_dir),

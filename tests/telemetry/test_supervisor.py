@@ -12,7 +12,7 @@ import pytest
 
 from stages.rundir.tables import read_table
 from stages.spec.models import TelemetrySpec
-from stages.telemetry.fake_nvml import ENV_VAR
+from stages.telemetry.gpu_backend_factory import FAKE_NVML_ENV_VAR
 from stages.telemetry.supervisor import SamplerGroup
 
 pytestmark = pytest.mark.spawns  # every test here starts a process
@@ -24,7 +24,7 @@ def test_wait_first_samples_returns_after_every_first_sample(
     # One real host sampler, and a GPU sampler that finds no NVML driver and ends at once.
     script = tmp_path / "fake_nvml.json"
     script.write_text(json.dumps({"init_error": "NVMLError_DriverNotLoaded"}))
-    monkeypatch.setenv(ENV_VAR, str(script))
+    monkeypatch.setenv(FAKE_NVML_ENV_VAR, str(script))
     telemetry = TelemetrySpec.model_validate({"host": {"period_ms": 50}, "gpu": {"period_ms": 50}})
     run_dir = tmp_path / "run"
     group = SamplerGroup(multiprocessing.get_context("spawn"), run_dir, "r1", telemetry, 1)

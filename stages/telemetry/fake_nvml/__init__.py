@@ -28,6 +28,3 @@ from stages.telemetry.fake_nvml.script import step_value as step_value
 from stages.telemetry.fake_nvml.structs import FakeHandle as FakeHandle
 from stages.telemetry.fake_nvml.structs import FieldValue as FieldValue
 from stages.telemetry.fake_nvml.structs import Value as Value
-from stages.telemetry.gpu_backend_factory import FAKE_NVML_ENV_VAR
-
-ENV_VAR = FAKE_NVML_ENV_VAR  # names the script file a spawned sampler loads
