@@ -108,7 +108,9 @@ unit-quick: install
 check: lint typecheck unit-quick
 
 # perf.cluster_launch brings up its own cluster (needs redis-server and PostgreSQL; without
-# them it prints a `skipped` line).
+# them it prints a `skipped` line). perf.client_truth compares with AIPerf when an `aiperf`
+# executable is on PATH (AIPERF=path/to/aiperf to name one); without it, collobench alone and
+# a `skipped` key.
 perf: install
 	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf,cluster]'
 	$(BIN)/python -m perf.stage_overhead
@@ -125,6 +127,7 @@ perf: install
 	$(BIN)/python -m perf.capacity_search_cost
 	$(BIN)/python -m perf.verdicts
 	$(BIN)/python -m perf.http_client
+	$(BIN)/python -m perf.client_truth --aiperf $(or $(AIPERF),aiperf)
 	$(BIN)/python -m perf.cluster_launch
 
 # The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through

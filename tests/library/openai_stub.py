@@ -9,7 +9,9 @@ first bytes, before another request's parsing could delay it), then one every `g
 asked for it (`usage`: completion_tokens = tokens x `tokens_per_chunk`), then `[DONE]`. The
 stub notes when it actually wrote each chunk (`time.monotonic_ns()` after the write: on one
 machine the client's arrival stamps are on the same clock), per request keyed by the prompt,
-and how many connections it accepted; `GET /stats` returns them as JSON (`GET /stats/take`
+and how many connections it accepted, and how it kept its script (`first_late_ns`,
+`last_late_ns`: each request's first and last chunk's write - its scripted time;
+`write_gap_ns`: the gaps between writes); `GET /stats` returns them as JSON (`GET /stats/take`
 also forgets the timings).
 
 Hostile `mode`s: `ok`, `bad_json` (a data line that is not JSON), `no_data` (a line that is
@@ -72,8 +74,23 @@ class Stats:
     """Prompt (or the chat message) -> when each content chunk was written."""
     read_ns: dict[str, int] = field(default_factory=dict)
     """Prompt -> when its request had been read."""
+    first_late_ns: list[int] = field(default_factory=list)
+    """Each streamed request's first content chunk: when it was written - when the script had
+    it due (the stub's own lateness: part of any client's error against the script)."""
+    last_late_ns: list[int] = field(default_factory=list)
+    """The same for each streamed request's last content chunk."""
+    write_gap_ns: list[int] = field(default_factory=list)
+    """Every gap between two consecutive content chunks' writes (the server's own ITL)."""
     authorization: list[str] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
+
+    def lateness(self) -> dict[str, list[int]]:
+        """The stub's own timings against its script, by their `/stats` names."""
+        return {
+            "first_late_ns": self.first_late_ns,
+            "last_late_ns": self.last_late_ns,
+            "write_gap_ns": self.write_gap_ns,
+        }
 
 
 def _chunk(data: bytes) -> bytes:
@@ -82,6 +99,11 @@ def _chunk(data: bytes) -> bytes:
 
 def _event(document: Any) -> bytes:
     return _chunk(b"data: " + json.dumps(document).encode() + b"\n\n")
+
+
+def _chunk_object(chat: bool) -> str:
+    """A streamed chunk's `object`, as OpenAI and vLLM name it."""
+    return "chat.completion.chunk" if chat else "text_completion"
 
 
 class _StampedReader(asyncio.StreamReader):
@@ -154,12 +176,15 @@ class StubServer:
                 name, value = line.split(":", 1)
                 headers[name.strip().lower()] = value.strip()
         body = await reader.readexactly(int(headers.get("content-length", "0")))
-        self.stats.requests += 1
+        stats = self.stats
+        stats.requests += 1
         if method == "GET" and path in ("/stats", "/stats/take"):
             self._reply(writer, 200, json.dumps(self._stats_document()).encode())
             if path == "/stats/take":  # the timings handed over are forgotten
-                self.stats.sent_ns.clear()
-                self.stats.read_ns.clear()
+                stats.sent_ns.clear()
+                stats.read_ns.clear()
+                for timings in stats.lateness().values():
+                    timings.clear()
             return True
         if "authorization" in headers:
             self.stats.authorization.append(headers["authorization"])
@@ -177,6 +202,7 @@ class StubServer:
             "requests": stats.requests,
             "sent_ns": stats.sent_ns,
             "read_ns": stats.read_ns,
+            **stats.lateness(),
             "authorization": stats.authorization,
         }
 
@@ -217,7 +243,10 @@ class StubServer:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        document: dict[str, Any] = {"choices": [choice]}
+        document: dict[str, Any] = {
+            "object": "chat.completion" if chat else "text_completion",
+            "choices": [choice],
+        }
         if script.usage:
             document["usage"] = script.usage_document()
         return document
@@ -225,13 +254,14 @@ class StubServer:
     @staticmethod
     @lru_cache(maxsize=4096)
     def _content(chat: bool, text: str, finish: str | None) -> bytes:
-        """A content chunk's HTTP chunk (made once: the stub's own cost stays small)."""
+        """A content chunk's HTTP chunk (made once: the stub's own cost stays small), with the
+        `object` a real server names it by (AIPerf reads only chunks that carry it)."""
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
         if chat:
             choice["delta"] = {"content": text}
         else:
             choice["text"] = text
-        return _event({"choices": [choice]})
+        return _event({"object": _chunk_object(chat), "choices": [choice]})
 
     async def _stream(
         self,
@@ -242,6 +272,7 @@ class StubServer:
         writer: asyncio.StreamWriter,
     ) -> bool:
         script = self.script
+        previous_ns = read_ns
         for index in range(script.tokens):
             due_ns = read_ns + int((script.ttft_ms + index * script.gap_ms) * 1e6)
             delay_s = (due_ns - time.monotonic_ns()) / 1e9
@@ -250,7 +281,10 @@ class StubServer:
             if script.mode == "huge" and index == 1:
                 return await self._huge(writer)
             writer.write(self._content(chat, f"t{index} ", None))
-            sent.append(time.monotonic_ns())
+            written_ns = time.monotonic_ns()
+            sent.append(written_ns)
+            self._note_write(index, due_ns, written_ns, previous_ns)
+            previous_ns = written_ns
             if script.mode == "bad_json" and index == 1:
                 writer.write(_chunk(b"data: {not json\n\n"))
             if script.mode == "no_data" and index == 1:
@@ -263,6 +297,17 @@ class StubServer:
                 return False
         return await self._finish(request, chat, writer)
 
+    def _note_write(self, index: int, due_ns: int, written_ns: int, previous_ns: int) -> None:
+        """Note content chunk `index`'s write against the script's time for it (`previous_ns`:
+        the write of the chunk before it)."""
+        stats = self.stats
+        if index:
+            stats.write_gap_ns.append(written_ns - previous_ns)
+        else:
+            stats.first_late_ns.append(written_ns - due_ns)
+        if index == self.script.tokens - 1:
+            stats.last_late_ns.append(written_ns - due_ns)
+
     async def _finish(
         self, request: dict[str, Any], chat: bool, writer: asyncio.StreamWriter
     ) -> bool:
@@ -272,7 +317,7 @@ class StubServer:
             wants_usage = (request.get("stream_options") or {}).get("include_usage")
             if script.usage and wants_usage:
                 usage = script.usage_document()
-                writer.write(_event({"choices": [], "usage": usage}))
+                writer.write(_event({"object": _chunk_object(chat), "choices": [], "usage": usage}))
             writer.write(_chunk(b"data: [DONE]\n\n"))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
