@@ -16,7 +16,7 @@ spec; whether the default spec met p50 <= 10 us and p99 <= 120 us (median of rou
 load average before and after and the CPU other processes used. Rounds run every variant once,
 the order reversed every other round. Usage:
 `python -m perf.default_spec_issue_delay [--rounds N] [--variants a,b,...]` (default 3 rounds
-of every variant, about 25 s a run).
+of every variant, about 25 s a run on a quiet machine, up to a minute under load).
 """
 
 from __future__ import annotations
