@@ -118,6 +118,7 @@ perf: install
 	$(BIN)/python -m perf.loadgen_accuracy
 	$(BIN)/python -m perf.issue_delay_rounds
 	$(BIN)/python -m perf.issue_delay_sources
+	$(BIN)/python -m perf.default_spec_issue_delay
 	$(BIN)/python -m perf.hot_path_costs
 	$(BIN)/python -m perf.sampler_cost
 	$(BIN)/python -m perf.launch
