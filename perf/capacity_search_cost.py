@@ -7,7 +7,8 @@ Prints ONE JSON line on stdout (progress on stderr).
    30 and 90 s of simulated arrivals; the gate in tests/capacity uses 90 s). Against the true
    capacity (long-run simulation of 16 x 300k customers) it reports the share of searches whose
    certified rate is at most the true one
-   (target >= 0.99), the coverage of estimate_ci95 (target 0.92-0.98), the probes per search
+   (target >= 0.99), the coverage of estimate_ci95 (target >= 0.93; per window:
+   perf/capacity_coverage.py), the probes per search
    (target: median <= 10 at 5% precision), the stop reasons, and the estimate's spread.
 2. Real (minutes, unless --sim-only): `collobench capacity specs/capacity_demo.yaml --pipeline
    sleeper --no-mlflow` in a subprocess; from its capacity.json the certified rate, the estimate
@@ -128,9 +129,10 @@ def simulate(
                 np.mean([c is not None and c <= true_qps for c in certified])
             )
             >= 0.99,
-            "ci95_coverage": 0.92
-            <= float(np.mean([ci is not None and ci[0] <= true_qps <= ci[1] for ci in intervals]))
-            <= 0.98,
+            "ci95_coverage": float(
+                np.mean([ci is not None and ci[0] <= true_qps <= ci[1] for ci in intervals])
+            )
+            >= 0.93,
             "probes_median": statistics.median(probes) <= 10,
         },
     }

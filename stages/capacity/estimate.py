@@ -3,13 +3,19 @@ crosses 1 - percentile, with a 95% bootstrap interval.
 
 Numpy only. Near capacity over-SLO queries come in bursts, so a probe's over-SLO count varies far
 more than a binomial's. When the probes carry their design effect d (stages.capacity.clustering)
-the interval redraws each count with mean T and variance T * d; otherwise it resamples each
-probe's ten time-ordered blocks (ProbeRecord.batches). Probes run with the same seed share their
-arrivals (common random numbers), so they share their draws: one shock, or one set of block
-indices, per seed and replicate. The share grows about exponentially with the rate, so the
-crossing interpolates the log of the fitted share in log rate. On the simulated M/D/1 queue
-(tests/capacity/test_simulated_searches.py) the interval covers the true capacity ~95% of the
-time with 90 s probes; shorter probes hold too few bursts for it (0.81 at 30 s).
+the interval redraws each count log-normally with median T and variance ~ T * d; otherwise it
+resamples each probe's ten time-ordered blocks (ProbeRecord.batches). Probes run with the same
+seed share their arrivals (common random numbers), so they share their draws: one shock, or one
+set of block indices, per seed and replicate. The share grows about exponentially with the rate,
+so the crossing interpolates the log of the fitted share in log rate.
+
+Short windows hold few bursts, and a probe stopped early cuts its last one, so their d is too
+small and one window's count usually lies below its mean (a few bursts, heavy-tailed): the
+interval used to exclude the truth (coverage 0.71 with 15 s probes on the simulated M/D/1).
+Three corrections, each measured (perf/capacity_coverage.py): d from the bursts the probes saw
+whole (`censored_design_effect`), counts redrawn about their median rather than their mean, and
+the percentile interval widened by Student's t with as many degrees of freedom as bursts behind
+the crossing (`burst_degrees_of_freedom`); an end beyond the probed rates is the probed rate's.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from stages.contracts.capacity_files import ProbeRecord
 
@@ -29,10 +36,17 @@ ESTIMATE_METHOD = (
     "PAVA isotonic fit of over_slo/queries on log rate (weighted by queries, probes at one rate "
     "pooled); the crossing of 1 - percentile interpolates log(fitted share) linearly in log rate "
     "between adjacent fitted blocks. 95% interval: percentile bootstrap, {replicates} replicates; "
-    "each over_slo redrawn log-normal with mean T and variance T * d (d: the probes' "
-    "over_slo-weighted design effect), one shock per seed and replicate; probes without a design "
-    "effect: their ten time-ordered blocks resampled (shared indices per seed)"
+    "each over_slo redrawn log-normal with median T and variance ~ T * d (d: the design effect of "
+    "the bursts the probes saw whole, a probe stopped early counting its last burst as cut), one "
+    "shock per seed and replicate; probes without a design effect: their ten time-ordered blocks "
+    "resampled (shared indices per seed); the ends widened about the estimate by "
+    "t(0.975, nu) / z(0.975), nu the bursts in the probes at the two rates beside the estimate; "
+    "an end beyond the probed rates clipped to them"
 )
+OVERLOADED_SHARE_FACTOR = 5.0
+"""Probes over this many times the target share are overloaded (one burst that never ends):
+their bursts say nothing about the burst sizes near the crossing."""
+_Z_975 = 1.959963984540054
 
 
 @dataclass(frozen=True)
@@ -123,12 +137,50 @@ def pooled_design_effect(probes: Sequence[ProbeRecord]) -> float | None:
     return math.exp(logs / total)
 
 
+def censored_design_effect(probes: Sequence[ProbeRecord], target: float) -> float | None:
+    """The design effect of the search's bursts, robust to the bursts a probe did not see
+    whole: a probe stopped early (abort_reason) cut its last burst, and a short window holds
+    few. Bursts are about over_slo / d a probe; their mean size is the over-SLO total over the
+    bursts seen whole (the censored exponential's estimate), and d = 2 mean - 1 (geometric
+    sizes), never below the pooled d. Overloaded probes (share over OVERLOADED_SHARE_FACTOR x
+    the target) are left out; None: no probe has a design effect."""
+    pooled = pooled_design_effect(probes)
+    if pooled is None:
+        return None
+    total = whole = 0.0
+    for probe in probes:
+        if probe.over_slo == 0 or probe.over_slo > OVERLOADED_SHARE_FACTOR * target * probe.queries:
+            continue
+        bursts = probe.over_slo / (probe.design_effect or 1.0)
+        total += probe.over_slo
+        whole += bursts - 1 if probe.abort_reason is not None else bursts
+    if total == 0:
+        return pooled
+    return max(pooled, 2 * total / max(whole, 0.5) - 1)
+
+
+def burst_degrees_of_freedom(
+    probes: Sequence[ProbeRecord], log_estimate: float, effect: float
+) -> float:
+    """The bursts the crossing rests on: over_slo / d summed over the probes at the probed rates
+    next below and above the estimate (at least 1), the degrees of freedom of the interval's
+    variance."""
+    rates = sorted({round(math.log(probe.rate), 12) for probe in probes})
+    below = [rate for rate in rates if rate <= log_estimate]
+    above = [rate for rate in rates if rate > log_estimate]
+    beside = set(below[-1:] + above[:1])
+    over = sum(probe.over_slo for probe in probes if round(math.log(probe.rate), 12) in beside)
+    return max(1.0, over / effect)
+
+
 def _burst_resampled(
     probes: Sequence[ProbeRecord], effect: float, replicates: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """over_slo redrawn with the variance its bursts give it (mean T, variance T * d, as a
-    log-normal), one shock per seed and replicate: probes of one seed share their arrivals,
-    so a lucky path is lucky at every rate."""
+    """over_slo redrawn with the variance its bursts give it (a log-normal of median T and
+    sigma^2 = log(1 + d / T)), one shock per seed and replicate: probes of one seed share their
+    arrivals, so a lucky path is lucky at every rate. Median, not mean, T: one window's count
+    of a few heavy-tailed bursts usually lies below its mean, so the mean is above T as often
+    as not (a redraw of mean T put the interval above the truth 4 times in 5 it missed)."""
     over_slo = np.empty((replicates, len(probes)))
     shocks: dict[int, np.ndarray] = {}
     for column, probe in enumerate(probes):
@@ -138,7 +190,7 @@ def _burst_resampled(
             over_slo[:, column] = 0.0
             continue
         sigma = math.sqrt(math.log1p(effect / probe.over_slo))
-        over_slo[:, column] = probe.over_slo * np.exp(sigma * shocks[probe.seed] - sigma**2 / 2)
+        over_slo[:, column] = probe.over_slo * np.exp(sigma * shocks[probe.seed])
     return over_slo
 
 
@@ -167,11 +219,10 @@ def _block_resampled(
 
 
 def _resampled_counts(
-    probes: Sequence[ProbeRecord], replicates: int, rng: np.random.Generator
+    probes: Sequence[ProbeRecord], replicates: int, rng: np.random.Generator, effect: float | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(queries, over_slo) of every probe in every replicate, shape (replicates, probes):
-    by the probes' pooled design effect when they carry one, else by block bootstrap."""
-    effect = pooled_design_effect(probes)
+    by the design effect `effect` when the probes carry one, else by block bootstrap."""
     if effect is None:
         return _block_resampled(probes, replicates, rng)
     queries = np.tile(np.asarray([p.queries for p in probes], dtype=np.float64), (replicates, 1))
@@ -179,13 +230,15 @@ def _resampled_counts(
 
 
 def _interval(
-    probes: Sequence[ProbeRecord], target: float, replicates: int, seed: int
+    probes: Sequence[ProbeRecord], target: float, replicates: int, seed: int, log_estimate: float
 ) -> tuple[float, float] | None:
-    """The 2.5% and 97.5% percentiles of the bootstrap estimates (in log rate), censored
-    replicates at +-inf; None when either end is censored."""
+    """The 2.5% and 97.5% percentiles of the bootstrap estimates (in log rate, censored
+    replicates at +-inf), each end's distance from the estimate widened by t(0.975, nu) /
+    z(0.975) and clipped to the probed rates; None: a degenerate bootstrap."""
     rng = np.random.default_rng(seed)
     log_rate = np.log([probe.rate for probe in probes])
-    queries, over_slo = _resampled_counts(probes, replicates, rng)
+    effect = censored_design_effect(probes, target)
+    queries, over_slo = _resampled_counts(probes, replicates, rng, effect)
     estimates = []
     for replicate in range(replicates):
         found = _log_rate_estimate(
@@ -193,7 +246,13 @@ def _interval(
         )
         estimates.append(math.inf if found is None else found)
     low, high = np.percentile(np.asarray(estimates), [2.5, 97.5], method="inverted_cdf")
-    if not (math.isfinite(low) and math.isfinite(high)):
+    lowest, highest = float(log_rate.min()), float(log_rate.max())
+    low, high = max(float(low), lowest), min(float(high), highest)
+    freedom = burst_degrees_of_freedom(probes, log_estimate, effect or 1.0)
+    widening = float(student_t.ppf(0.975, freedom)) / _Z_975
+    low = max(lowest, log_estimate - max(log_estimate - low, 0.0) * widening)
+    high = min(highest, log_estimate + max(high - log_estimate, 0.0) * widening)
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
         return None
     return (math.exp(low), math.exp(high))
 
@@ -219,5 +278,5 @@ def estimate_capacity(
     found = _log_rate_estimate(observations, target)
     if found is None or not math.isfinite(found):
         return CapacityEstimate(None, None, method)
-    ci95 = _interval(used, target, replicates, seed)
+    ci95 = _interval(used, target, replicates, seed, found)
     return CapacityEstimate(math.exp(found), ci95, method)

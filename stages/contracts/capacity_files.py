@@ -186,7 +186,9 @@ class CapacityResult(_Record):
         "1 - percentile; None when the probes do not straddle it."
     )
     estimate_ci95: tuple[float, float] | None = Field(
-        description="95% interval of the estimate by block-bootstrap resampling of the probes."
+        description="95% interval of the estimate: a bootstrap of the probes' bursty over-SLO "
+        "counts, widened for the few bursts behind it (stages.capacity.estimate); an end the "
+        "bootstrap cannot place is the probed range's."
     )
     bracket: tuple[float, float | None] = Field(
         description="[lo, hi]: the certified rate and the lowest rate above it proven missed "

@@ -3,9 +3,9 @@ ms, searched 200 times against the simulated probe (collobench's own seeded Pois
 Lindley recursion). The true capacity is computed here from many long simulated runs.
 
 Probes are 90 s of simulated arrivals (~14k queries near capacity). Near capacity the over-SLO
-queries come in bursts, and shorter probes hold too few of them: measured by
-perf/capacity_search_cost.py, P(certified <= true) is 0.965 at 30 s and 0.995 at 60 s, the
-interval's coverage 0.81 at 30 s, 0.91 at 60 s, 0.96 at 90 s and 0.975 at 120 s."""
+queries come in bursts, and shorter probes hold few of them; the interval accounts for that
+(stages.capacity.estimate), and a second gate holds it to 95% with 15 s probes, the demo's
+window, where it used to cover 0.705 (perf/capacity_coverage.py measures every window)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ from stages.contracts.slo_verdict import LoadgenSloRule
 
 SERVICE_MS, SLO_MS, PERCENTILE = 5.0, 50.0, 0.99
 SEARCHES, PROBE_S = 200, 90.0
+SHORT_SEARCHES, SHORT_PROBE_S, SHORT_MIN_COVERED = 150, 15.0, 137
+"""The short-window gate: 150 searches, at least 137 covered (0.913). Binomially, a true
+coverage of 0.95 passes with probability 0.981 (0.93: 0.83) and one of 0.85 (the old interval
+at 30 s) fails with probability 0.985: scipy.stats.binom.sf(136, 150, 0.95) and
+binom.cdf(136, 150, 0.85). 100 searches cannot give both 0.97."""
 
 
 @cache
@@ -40,23 +45,28 @@ def true_capacity_qps() -> float:
 
 
 @cache
-def searches() -> tuple[CapacityResult, ...]:
-    server = SimulatedServer(SERVICE_MS, SLO_MS, PERCENTILE, probe_s=PROBE_S)
+def searches(count: int = SEARCHES, probe_s: float = PROBE_S) -> tuple[CapacityResult, ...]:
+    server = SimulatedServer(SERVICE_MS, SLO_MS, PERCENTILE, probe_s=probe_s)
     probe = SimulatedProbe(server, LoadgenSloRule())
     results = []
-    for index in range(SEARCHES):
+    for index in range(count):
         settings = SearchSettings(
             search_id=f"sim{index}",
             pipeline=server.pipeline,
             slo_ms=SLO_MS,
             percentile=PERCENTILE,
             precision=0.05,
-            probe_s=PROBE_S,
+            probe_s=probe_s,
             base_seed=2 * index,  # re-probes take 2 * index + 1
             min_rate=1.0,
         )
         results.append(run_search(settings, probe))
     return tuple(results)
+
+
+def covers(result: CapacityResult, true_qps: float) -> bool:
+    interval = result.estimate_ci95
+    return interval is not None and interval[0] <= true_qps <= interval[1]
 
 
 def test_the_schedule_is_the_runtimes_poisson_schedule_scaled_by_the_rate() -> None:
@@ -98,24 +108,43 @@ def test_200_seeded_searches_certify_below_and_cover_the_true_capacity() -> None
     true_qps = true_capacity_qps()
     results = searches()
     certified_below = [r.certified_qps is not None and r.certified_qps <= true_qps for r in results]
-    covered = [
-        r.estimate_ci95 is not None and r.estimate_ci95[0] <= true_qps <= r.estimate_ci95[1]
-        for r in results
-    ]
+    covered = [covers(r, true_qps) for r in results]
+    widths = [r.estimate_ci95[1] / r.estimate_ci95[0] - 1 for r in results if r.estimate_ci95]
     probes = [len(r.probes) for r in results]
     stops = Counter(r.stop_reason for r in results)
     figures = (
         f"true {true_qps:.2f}/s, certified <= true {np.mean(certified_below):.3f}, "
-        f"ci coverage {np.mean(covered):.3f}, probes median {statistics.median(probes)} "
-        f"max {max(probes)}, stops {dict(stops)}"
+        f"ci coverage {np.mean(covered):.3f} (width median {np.median(widths):.3f}), "
+        f"probes median {statistics.median(probes)} max {max(probes)}, stops {dict(stops)}"
     )
     assert np.mean(certified_below) >= 0.99, figures
-    assert 0.92 <= np.mean(covered) <= 0.98, figures
+    assert np.mean(covered) >= 0.93, figures
+    # Not covering by width alone: the median width measured here is 0.158 (+-8%).
+    assert np.median(widths) <= 0.2, figures
     assert statistics.median(probes) <= 10, figures
     assert stops["converged"] == SEARCHES, figures
     violations = Counter(r.monotonicity_violations for r in results)
     assert max(violations) <= 3 and violations[0] >= 0.8 * SEARCHES, (figures, violations)
     print(figures)
+
+
+@pytest.mark.slow
+def test_the_interval_covers_the_true_capacity_with_15_s_probes() -> None:
+    """Issue 42: the interval said 95% and covered 0.705 with the demo's 15 s windows (each
+    window holds one or two bursts near capacity)."""
+    true_qps = true_capacity_qps()
+    results = searches(SHORT_SEARCHES, SHORT_PROBE_S)
+    covered = sum(covers(r, true_qps) for r in results)
+    below = sum(r.estimate_ci95 is not None and true_qps < r.estimate_ci95[0] for r in results)
+    widths = [r.estimate_ci95[1] / r.estimate_ci95[0] - 1 for r in results if r.estimate_ci95]
+    figures = (
+        f"true {true_qps:.2f}/s: {covered}/{SHORT_SEARCHES} covered, truth below {below}, "
+        f"width median {np.median(widths):.3f}"
+    )
+    print(figures)
+    assert covered >= SHORT_MIN_COVERED, figures
+    # An honest interval, not the probed range: measured median width 0.58 here (x1.7 passes).
+    assert np.median(widths) <= 1.0, figures
 
 
 def test_probes_of_one_search_share_their_arrivals() -> None:
