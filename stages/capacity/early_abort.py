@@ -40,13 +40,20 @@ class WatchedPipeline:
 
 
 def watch(
-    rate_qps: float, slo_ms: float, probe_s: float, rule: SloRule, percentile: float
+    rate_qps: float,
+    slo_ms: float,
+    probe_s: float,
+    rule: SloRule,
+    percentile: float,
+    max_over_slo: int | None = None,
 ) -> WatchedPipeline:
-    """A pipeline to watch at `rate_qps` over a window of `probe_s`."""
+    """A pipeline to watch at `rate_qps` over a window of `probe_s`; `max_over_slo`: the most
+    over-SLO queries it may count (a sequential test's allowance), else what the planned size
+    allows."""
     planned = int(rate_qps * probe_s)
-    return WatchedPipeline(
-        rate_qps, slo_ms, planned, rule.max_passing_over_slo(planned, percentile)
-    )
+    if max_over_slo is None:
+        max_over_slo = rule.max_passing_over_slo(planned, percentile)
+    return WatchedPipeline(rate_qps, slo_ms, planned, max_over_slo)
 
 
 class AbortMonitor:
