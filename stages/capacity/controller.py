@@ -6,10 +6,11 @@ algorithm: a closed-loop ceiling probe (throughput X), then open-loop probes fro
 on log rate (x2 after a met, /2 after a missed, capped at X above and below at the lowest rate
 the time budget can decide: stages.capacity.probe_plan), then bisection at the geometric midpoint
 until hi / lo <= 1 + precision, and the rate found confirmed on a longer window
-(stages.capacity.confirmation). An undecided probe is run once more with the next seed;
-undecided twice counts as not met and is flagged. Once a probe has missed and none has met, one
-`unloaded` probe (one query at a time) asks whether the SLO holds without queueing: a miss there
-is the only evidence for `infeasible`.
+(stages.capacity.confirmation). A rate whose probe is undecided is probed again on the next
+seeds, the stages' counts pooled, until it is met or can no longer be
+(stages.capacity.sequential); undecided at every look it counts as not met and is flagged. Once
+a probe has missed and none has met, one `unloaded` probe (one query at a time) asks whether the
+SLO holds without queueing: a miss there is the only evidence for `infeasible`.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ _RELATIVE_TOLERANCE = 1e-9
 class ProbeRequest:
     """What the executor must run next: the ceiling or unloaded probe (rate 0) or a search
     probe at `rate` with spec seed `seed`; `reprobe`: a later stage of a rate's sequential
-    test (stages.capacity.sequential); `window_s`: the measured window planned (None: the settings' probe_s), holding
-    at least `min_queries` measured queries of each searched pipeline."""
+    test (stages.capacity.sequential); `window_s`: the measured window planned (None: the
+    settings' probe_s), holding at least `min_queries` measured queries of each searched
+    pipeline."""
 
     kind: ProbeKind
     rate: float
@@ -83,7 +85,9 @@ def _read_history(settings: SearchSettings, probes: Sequence[ProbeRecord]) -> _H
     outcomes = [_Outcome(test.rate, test.met) for test in tests if test.met is not None]
     pending = tests[-1] if tests and tests[-1].met is None else None
     missed = [test.rate for test in tests if test.missed]
-    missed += [p.rate for p in probes if p.kind == "search" and p.confirming and p.verdict == "missed"]
+    missed += [
+        p.rate for p in probes if p.kind == "search" and p.confirming and p.verdict == "missed"
+    ]
     return _History(outcomes, pending, sum(test.flagged for test in tests), missed)
 
 

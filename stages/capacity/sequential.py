@@ -47,12 +47,12 @@ def look_confidence(look: int) -> float:
 def first_look_queries(percentile: float) -> int:
     """The fewest queries with which the first look can meet `percentile` at all (LoadGen's
     h(0) at the first look's confidence: 549 at p99)."""
-    return min_passing_queries(0, percentile, look_confidence(1))
+    return int(min_passing_queries(0, percentile, look_confidence(1)))
 
 
 def look_queries(first_queries: int, look: int) -> int:
     """The pooled queries (of the slowest searched pipeline) look `look` is planned to hold."""
-    return first_queries * LOOK_GROWTH ** (look - 1)
+    return int(first_queries * LOOK_GROWTH ** (look - 1))
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,9 @@ class SimulatedProbe:
             latencies_ms, over = latencies_ms[: abort_at + 1], over[: abort_at + 1]
             duration_s = float(offsets_s[abort_at]) - server.warmup_s
             abort_reason = (
-                f"{int(over.sum())} queries over the SLO: more than a run of "
+                f"{int(over.sum())} queries over the SLO: more than the rate's last look allows"
+                if request.max_over_slo is not None
+                else f"{int(over.sum())} queries over the SLO: more than a run of "
                 f"{int(request.rate * window_s)} queries may have and be met"
             )
         queries, over_slo = int(over.size), int(over.sum())

@@ -141,7 +141,8 @@ def test_an_unloaded_miss_is_the_evidence_for_infeasible() -> None:
 
 def test_missing_down_to_what_the_budget_decides_is_undecidable_naming_a_budget() -> None:
     """A 60 s budget caps a probe at 10 s: p99 needs 581 queries (528 with the Poisson margin),
-    so 58.1 q/s is the lowest rate it decides. The unloaded probe met, so the SLO is not infeasible."""
+    so 58.1 q/s is the lowest rate it decides. The unloaded probe met, so the SLO is not
+    infeasible."""
     executor = Scripted(capacity=20.0, ceiling=400.0)
     result = run_search(_settings(budget_s=60.0, probe_s=1.0), executor)
     assert [r.rate for r in executor.searched()] == pytest.approx([200.0, 100.0, 58.08])
