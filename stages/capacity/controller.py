@@ -127,7 +127,7 @@ def _next_request(
     before the search stops `converged` or `ceiling`, its rate is confirmed (second phase)."""
     rate = _next_rate(settings, ceiling, history)
     if isinstance(rate, float):
-        return _with_allowance(settings, _request(settings, "search", rate, settings.base_seed))
+        return stage_request(settings, rate)
     if rate in ("converged", "ceiling"):
         return _confirming(settings, probes, history) or rate
     return rate
@@ -154,9 +154,14 @@ def _next_rate(settings: SearchSettings, ceiling: float, history: _History) -> f
     return math.sqrt(low * high)
 
 
-def _next_stage(settings: SearchSettings, test: sequential.RateTest) -> ProbeRequest:
-    """The next stage of an undecided rate: on the next seed, as many queries as its next look
-    adds, stopped early once the rate can no longer be met at its last look."""
+def stage_request(
+    settings: SearchSettings, rate: float, test: sequential.RateTest | None = None
+) -> ProbeRequest:
+    """A rate's first stage (on the base seed), or the next stage of its undecided `test` (on
+    the next seed, as many queries as its next look adds); either stopped early once the rate
+    can no longer be met at its last look."""
+    if test is None:
+        return _with_allowance(settings, _request(settings, "search", rate, settings.base_seed))
     first = probe_plan.min_probe_queries(settings)
     queries = sequential.next_stage_queries(first, test, settings)
     seed = test.stages[-1].seed + 1
@@ -255,7 +260,7 @@ def next_probe(
     assert ceiling is not None
     history = _read_history(settings, probes)
     if history.pending is not None:  # the rate's next stage, on the next seed
-        request = _next_stage(settings, history.pending)
+        request = stage_request(settings, history.pending.rate, history.pending)
     elif _wants_unloaded(settings, probes, history):
         request = _request(settings, "unloaded", 0.0, settings.base_seed)
     else:
