@@ -22,6 +22,12 @@ Prints ONE JSON line on stdout (progress on stderr).
    the M/D/1 capacity of the service time its probes measured (stage rows) <= bracket high, in
    at most 10 minutes. Beside it, the simulator's 200 searches of the same queue. This part runs
    here rather than in `make test` because it takes 5 to 10 minutes of both cores.
+
+--slow-queues: only issue 42's simulated queues (20 ms at p99 <= 100 ms, 40 ms at p99 <= 160 ms,
+10 s probes, a 15-minute budget): certified / true (median; target >= 0.75), P(certified <=
+true) (target >= 0.95), minutes and probes; and one rate's test alone at 0.8, 1 and 1.1 times
+the capacity, sequential against the single 459-query probe before it (`rate_test`: how often
+it is met); about two minutes for 200 searches each.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from perf.common import REPO_ROOT, BackgroundLoad, log, report_header
-from stages.capacity.controller import run_search
+from stages.capacity import sequential
+from stages.capacity.controller import ProbeRequest, run_search, stage_request
 from stages.capacity.simulated_probe import SimulatedProbe, SimulatedServer, fifo_capacity_qps
 from stages.contracts.capacity_files import CAPACITY_FILE, CapacityResult, SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule
@@ -112,6 +119,9 @@ def simulate(
             float(np.median([ci[1] / ci[0] - 1 for ci in intervals if ci is not None])), 4
         ),
         "certified_median_qps": round(float(np.median([c or 0.0 for c in certified])), 2),
+        "certified_ratio_median": round(
+            float(np.median([c or 0.0 for c in certified])) / true_qps, 4
+        ),
         "estimate_median_qps": round(float(np.median(estimates)), 2) if estimates.size else None,
         "estimate_log_sd": round(float(np.std(np.log(estimates))), 4) if estimates.size else None,
         "probes_median": statistics.median(probes),
@@ -227,6 +237,70 @@ def slow_model(searches: int) -> dict[str, Any]:
     return {"true_capacity_qps": round(true_qps, 2), "simulated": simulated, "real": real}
 
 
+SLOW_QUEUES = ((20.0, 100.0), (40.0, 160.0))
+"""Issue 42's queues (service ms, SLO ms): certified / true median >= 0.75 in 15 minutes."""
+
+
+RATE_TEST_FRACTIONS = (0.8, 1.0, 1.1)
+"""Rates (times the true capacity) at which one rate's test is run alone, many seeds each."""
+
+
+def rate_test_met(
+    server: SimulatedServer, rate: float, seeds: int, budget_s: float = 15 * 60.0
+) -> dict[str, float]:
+    """How often one rate's test is met on its own (no bisection, no confirmation): the
+    sequential test (stages.capacity.sequential) against one probe of 459 queries at 99%, the
+    rule before it. At or above the capacity this is the verdict's false-met rate."""
+    probe = SimulatedProbe(server, LoadgenSloRule())
+    met, old_met, stages = 0, 0, []
+    for seed in range(seeds):
+        settings = SearchSettings(
+            search_id="rate",
+            pipeline=server.pipeline,
+            slo_ms=server.slo_ms,
+            percentile=PERCENTILE,
+            probe_s=server.probe_s,
+            budget_s=budget_s,
+            base_seed=1000 + 3 * seed,  # the stages take the next two seeds
+        )
+        records = [probe(stage_request(settings, rate))]
+        test = sequential.rate_tests(records, settings)[-1]
+        while test.met is None:
+            records.append(probe(stage_request(settings, rate, test)))
+            test = sequential.rate_tests(records, settings)[-1]
+        met += bool(test.met)
+        stages.append(len(records))
+        window_s = max(server.probe_s, 1.1 * 459 / rate)
+        old = probe(ProbeRequest("search", rate, settings.base_seed, False, window_s, 459))
+        old_met += old.verdict == "met"
+    return {
+        "p_met": round(met / seeds, 4),
+        "p_met_single_459": round(old_met / seeds, 4),
+        "stages_mean": round(float(np.mean(stages)), 2),
+    }
+
+
+def slow_queues(searches: int) -> list[dict[str, Any]]:
+    """The simulator's searches of issue 42's slow queues: 10 s probes, a 15-minute budget."""
+    figures = []
+    for service_ms, slo_ms in SLOW_QUEUES:
+        true_qps = fifo_capacity_qps(service_ms, slo_ms, PERCENTILE, seeds=8, customers=200_000)
+        server = SimulatedServer(service_ms, slo_ms, PERCENTILE, probe_s=SLOW_PROBE_S)
+        rate_tests = {
+            f"{fraction:g}x": rate_test_met(server, fraction * true_qps, searches)
+            for fraction in RATE_TEST_FRACTIONS
+        }
+        figures.append(
+            {
+                "true_capacity_qps": round(true_qps, 3),
+                **simulate(searches, SLOW_PROBE_S, true_qps, (service_ms, slo_ms), 15 * 60.0),
+                "rate_test": rate_tests,
+            }
+        )
+        log(SCRIPT, json.dumps(figures[-1]))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--searches", type=int, default=200, help="simulated searches per window")
@@ -235,8 +309,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="50 simulated searches")
     parser.add_argument("--real-args", default="", help="extra arguments for collobench capacity")
     parser.add_argument("--skip-slow", action="store_true", help="skip the slow model (part 3)")
+    parser.add_argument(
+        "--slow-queues", action="store_true", help="only the simulated 20 and 40 ms queues"
+    )
     args = parser.parse_args()
     searches = 50 if args.quick else args.searches
+    if args.slow_queues:
+        with BackgroundLoad() as load:
+            slow_figures = slow_queues(searches)
+        header = report_header(SCRIPT, "slow-queues", 0.0, {"sim": load.pct})
+        print(json.dumps({**header, "slow_queues": slow_figures}), flush=True)
+        return
     background: dict[str, float] = {}
     true_qps = fifo_capacity_qps(SERVICE_MS, SLO_MS, PERCENTILE)
     log(SCRIPT, f"true capacity {true_qps:.2f}/s")

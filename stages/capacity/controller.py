@@ -6,10 +6,11 @@ algorithm: a closed-loop ceiling probe (throughput X), then open-loop probes fro
 on log rate (x2 after a met, /2 after a missed, capped at X above and below at the lowest rate
 the time budget can decide: stages.capacity.probe_plan), then bisection at the geometric midpoint
 until hi / lo <= 1 + precision, and the rate found confirmed on a longer window
-(stages.capacity.confirmation). An undecided probe is run once more with the next seed;
-undecided twice counts as not met and is flagged. Once a probe has missed and none has met, one
-`unloaded` probe (one query at a time) asks whether the SLO holds without queueing: a miss there
-is the only evidence for `infeasible`.
+(stages.capacity.confirmation). A rate whose probe is undecided is probed again on the next
+seeds, the stages' counts pooled, until it is met or can no longer be
+(stages.capacity.sequential); undecided at every look it counts as not met and is flagged. Once
+a probe has missed and none has met, one `unloaded` probe (one query at a time) asks whether the
+SLO holds without queueing: a miss there is the only evidence for `infeasible`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from stages.capacity import confirmation, probe_plan
+from stages.capacity import confirmation, probe_plan, sequential
 from stages.capacity.endings import stop_detail
 from stages.capacity.estimate import estimate_capacity
 from stages.contracts.capacity_files import (
@@ -40,9 +41,10 @@ _RELATIVE_TOLERANCE = 1e-9
 @dataclass(frozen=True)
 class ProbeRequest:
     """What the executor must run next: the ceiling or unloaded probe (rate 0) or a search
-    probe at `rate` with spec seed `seed`; `reprobe`: the second try at a rate whose first was
-    undecided; `window_s`: the measured window planned (None: the settings' probe_s), holding
-    at least `min_queries` measured queries of each searched pipeline."""
+    probe at `rate` with spec seed `seed`; `reprobe`: a later stage of a rate's sequential
+    test (stages.capacity.sequential); `window_s`: the measured window planned (None: the
+    settings' probe_s), holding at least `min_queries` measured queries of each searched
+    pipeline."""
 
     kind: ProbeKind
     rate: float
@@ -51,6 +53,10 @@ class ProbeRequest:
     window_s: float | None = None
     min_queries: int = 0
     confirming: bool = False
+    max_over_slo: int | None = None
+    """The most over-SLO queries the probe may count before it can no longer pass (the early
+    abort's count rule): for a stage of a sequential test, what the rate's last look allows
+    less what its earlier stages counted; None: what the probe's own planned size allows."""
 
 
 @dataclass(frozen=True)
@@ -63,36 +69,26 @@ class _Outcome:
 
 @dataclass(frozen=True)
 class _History:
-    """The search probes read in order: decided outcomes, a first undecided try still waiting
-    for its re-probe, and how many rates were undecided twice."""
+    """The search probes read in order as sequential rate tests: decided outcomes, a test
+    still waiting for its next stage, the rates proven missed, and how many rates stayed
+    undecided at every look."""
 
     outcomes: list[_Outcome]
-    pending: ProbeRecord | None
+    pending: sequential.RateTest | None
     flagged: int
+    missed: list[float]
 
 
-def _same_rate(first: float, second: float) -> bool:
-    return math.isclose(first, second, rel_tol=_RELATIVE_TOLERANCE)
-
-
-def _read_history(probes: Sequence[ProbeRecord]) -> _History:
-    outcomes: list[_Outcome] = []
-    pending: ProbeRecord | None = None
-    flagged = 0
-    for probe in probes:
-        if probe.kind != "search" or probe.confirming:
-            continue
-        second_try = pending is not None and _same_rate(pending.rate, probe.rate)
-        pending = None  # a first try never re-probed (another rate came next) decides nothing
-        twice_undecided = probe.flagged or (second_try and probe.verdict == "undecided")
-        if twice_undecided:
-            flagged += 1
-            outcomes.append(_Outcome(probe.rate, met=False))
-        elif probe.verdict == "undecided" and not probe.cannot_pass:
-            pending = probe
-        else:  # met, missed, cannot pass, or None (failed): only met counts as met
-            outcomes.append(_Outcome(probe.rate, met=probe.verdict == "met"))
-    return _History(outcomes, pending, flagged)
+def _read_history(settings: SearchSettings, probes: Sequence[ProbeRecord]) -> _History:
+    searched = [p for p in probes if p.kind == "search" and not p.confirming]
+    tests = sequential.rate_tests(searched, settings)
+    outcomes = [_Outcome(test.rate, test.met) for test in tests if test.met is not None]
+    pending = tests[-1] if tests and tests[-1].met is None else None
+    missed = [test.rate for test in tests if test.missed]
+    missed += [
+        p.rate for p in probes if p.kind == "search" and p.confirming and p.verdict == "missed"
+    ]
+    return _History(outcomes, pending, sum(test.flagged for test in tests), missed)
 
 
 def _bracket(outcomes: Sequence[_Outcome]) -> tuple[float | None, float | None]:
@@ -103,15 +99,10 @@ def _bracket(outcomes: Sequence[_Outcome]) -> tuple[float | None, float | None]:
     return (max(met) if met else None), high
 
 
-def _lowest_missed(probes: Sequence[ProbeRecord], above: float | None) -> float | None:
-    """The lowest rate a search probe proved missed above `above` (the certified rate): the
-    bracket's high end, which the capacity lies below at 99% (a rate merely not met may lie
-    below it)."""
-    missed = [
-        p.rate
-        for p in probes
-        if p.kind == "search" and p.verdict == "missed" and (above is None or p.rate > above)
-    ]
+def _lowest_missed(history: _History, above: float | None) -> float | None:
+    """The lowest rate proven missed above `above` (the certified rate): the bracket's high
+    end, which the capacity lies below at 99% (a rate merely not met may lie below it)."""
+    missed = [rate for rate in history.missed if above is None or rate > above]
     return min(missed) if missed else None
 
 
@@ -136,7 +127,7 @@ def _next_request(
     before the search stops `converged` or `ceiling`, its rate is confirmed (second phase)."""
     rate = _next_rate(settings, ceiling, history)
     if isinstance(rate, float):
-        return _request(settings, "search", rate, settings.base_seed)
+        return stage_request(settings, rate)
     if rate in ("converged", "ceiling"):
         return _confirming(settings, probes, history) or rate
     return rate
@@ -161,6 +152,32 @@ def _next_rate(settings: SearchSettings, ceiling: float, history: _History) -> f
     if high / low <= 1 + settings.precision:
         return "converged"
     return math.sqrt(low * high)
+
+
+def stage_request(
+    settings: SearchSettings, rate: float, test: sequential.RateTest | None = None
+) -> ProbeRequest:
+    """A rate's first stage (on the base seed), or the next stage of its undecided `test` (on
+    the next seed, as many queries as its next look adds); either stopped early once the rate
+    can no longer be met at its last look."""
+    if test is None:
+        return _with_allowance(settings, _request(settings, "search", rate, settings.base_seed))
+    first = probe_plan.min_probe_queries(settings)
+    queries = sequential.next_stage_queries(first, test, settings)
+    seed = test.stages[-1].seed + 1
+    request = _request(settings, "search", test.rate, seed, True, queries)
+    return _with_allowance(settings, request, test.stages)
+
+
+def _with_allowance(
+    settings: SearchSettings, request: ProbeRequest, stages: Sequence[ProbeRecord] = ()
+) -> ProbeRequest:
+    """The request with its early abort's allowance: what the rate's last look allows."""
+    window_s = request.window_s or settings.probe_s
+    planned = int(probe_plan.slowest_rate_qps(settings, request.rate) * window_s)
+    first = probe_plan.min_probe_queries(settings)
+    allowance = sequential.over_slo_allowance(first, stages, planned, settings)
+    return dataclasses.replace(request, max_over_slo=allowance)
 
 
 def _floor_rate(settings: SearchSettings) -> float:
@@ -241,11 +258,9 @@ def next_probe(
     if ending is not None:
         return ending
     assert ceiling is not None
-    history = _read_history(probes)
-    if history.pending is not None:  # the same window again, on the next seed
-        pending = history.pending
-        queries = max(pending.queries, probe_plan.min_probe_queries(settings))
-        request = _request(settings, "search", pending.rate, pending.seed + 1, True, queries)
+    history = _read_history(settings, probes)
+    if history.pending is not None:  # the rate's next stage, on the next seed
+        request = stage_request(settings, history.pending.rate, history.pending)
     elif _wants_unloaded(settings, probes, history):
         request = _request(settings, "unloaded", 0.0, settings.base_seed)
     else:
@@ -298,9 +313,9 @@ def _room_to_confirm(
     return request
 
 
-def monotonicity_violations(probes: Sequence[ProbeRecord]) -> int:
+def monotonicity_violations(settings: SearchSettings, probes: Sequence[ProbeRecord]) -> int:
     """Pairs of decided rates out of monotone order: a met rate above a not-met one."""
-    outcomes = _read_history(probes).outcomes
+    outcomes = _read_history(settings, probes).outcomes
     met = [outcome.rate for outcome in outcomes if outcome.met]
     not_met = [outcome.rate for outcome in outcomes if not outcome.met]
     return sum(1 for up in met for down in not_met if up > down)
@@ -311,9 +326,9 @@ def result_of(
 ) -> CapacityResult:
     """capacity.json: the certified rate and bracket, the isotonic estimate with its interval,
     the monotonicity violations and flagged re-probes, from the probes so far."""
-    history = _read_history(probes)
+    history = _read_history(settings, probes)
     certified = confirmation.certified_rate(probes, _bracket(history.outcomes)[0])
-    lowest_missed = _lowest_missed(probes, certified)
+    lowest_missed = _lowest_missed(history, certified)
     ceiling = _ceiling_probe(probes)
     # `budget` needs a bracket to narrow; with nothing met the budget could not decide.
     if stop_reason == "budget" and certified is None:
@@ -333,7 +348,7 @@ def result_of(
         probes=list(probes),
         stop_reason=stop_reason,
         ceiling_qps=ceiling.throughput_qps if ceiling is not None else None,
-        monotonicity_violations=monotonicity_violations(probes),
+        monotonicity_violations=monotonicity_violations(settings, probes),
         flagged_probes=history.flagged,
         estimate_method=estimate.method,
         stop_detail=stop_detail(
@@ -348,12 +363,17 @@ def result_of(
     )
 
 
-def _as_recorded(request: ProbeRequest, record: ProbeRecord, index: int) -> ProbeRecord:
-    """The executor's record with the controller's bookkeeping: its index, and flagged when a
-    re-probe is undecided again."""
-    flagged = record.flagged or (request.reprobe and record.verdict == "undecided")
-    update = {"index": index, "flagged": flagged, "confirming": request.confirming}
-    return record.model_copy(update=update)
+def _as_recorded(
+    settings: SearchSettings, history: Sequence[ProbeRecord], record: ProbeRecord, index: int
+) -> ProbeRecord:
+    """The executor's record with the controller's bookkeeping: its index, and flagged when it
+    ends a rate's sequential test undecided at every look."""
+    recorded = record.model_copy(update={"index": index})
+    if record.kind == "search" and not record.flagged and not record.confirming:
+        ended = _read_history(settings, [*history, recorded])
+        if ended.flagged > _read_history(settings, history).flagged:
+            recorded = recorded.model_copy(update={"flagged": True})
+    return recorded
 
 
 def run_search(
@@ -369,7 +389,8 @@ def run_search(
         request = next_probe(settings, history)
         if isinstance(request, str):
             return result_of(settings, history, request)
-        record = _as_recorded(request, execute(request), len(history))
+        executed = execute(request).model_copy(update={"confirming": request.confirming})
+        record = _as_recorded(settings, history, executed, len(history))
         if on_probe is not None:
             on_probe(record)
         history.append(record)

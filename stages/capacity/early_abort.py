@@ -35,15 +35,26 @@ class WatchedPipeline:
     planned_queries: int
     max_over_slo: int
     """The most over-SLO queries a probe of `planned_queries` may have and still be met (-1:
-    it cannot be met at all, so the count rule never fires)."""
+    it cannot be met at all, so the count rule never fires), or a sequential test's allowance."""
     backlog: list[tuple[float, int]] = field(default_factory=list)
+    by_last_look: bool = False
+    """`max_over_slo` is what the rate's last look allows (stages.capacity.sequential)."""
 
 
 def watch(
-    rate_qps: float, slo_ms: float, probe_s: float, rule: SloRule, percentile: float
+    rate_qps: float,
+    slo_ms: float,
+    probe_s: float,
+    rule: SloRule,
+    percentile: float,
+    max_over_slo: int | None = None,
 ) -> WatchedPipeline:
-    """A pipeline to watch at `rate_qps` over a window of `probe_s`."""
+    """A pipeline to watch at `rate_qps` over a window of `probe_s`; `max_over_slo`: the most
+    over-SLO queries it may count (a sequential test's allowance), else what the planned size
+    allows."""
     planned = int(rate_qps * probe_s)
+    if max_over_slo is not None:
+        return WatchedPipeline(rate_qps, slo_ms, planned, max_over_slo, by_last_look=True)
     return WatchedPipeline(
         rate_qps, slo_ms, planned, rule.max_passing_over_slo(planned, percentile)
     )
@@ -110,6 +121,10 @@ def cannot_pass(pipeline: WatchedPipeline, over_slo: int) -> str | None:
     """The count rule: more queries over the SLO than a met probe of the planned size allows."""
     if pipeline.max_over_slo < 0 or over_slo <= pipeline.max_over_slo:
         return None
+    if pipeline.by_last_look:
+        return (
+            f"cannot pass: {over_slo} over SLO > {pipeline.max_over_slo} allowed by the last look"
+        )
     return (
         f"cannot pass: {over_slo} over SLO > {pipeline.max_over_slo} allowed for "
         f"{pipeline.planned_queries} planned"

@@ -105,6 +105,7 @@ class ProbeExecutor:
                 window,
                 self.rule,
                 settings.percentile,
+                request.max_over_slo,
             )
             for name, scale in pipelines_of(settings).items()
             if scale is not None

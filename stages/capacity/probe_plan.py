@@ -16,8 +16,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stages.capacity.sequential import first_look_queries
 from stages.contracts.capacity_files import ProbeRecord, SearchSettings
-from stages.contracts.slo_verdict import DEFAULT_CONFIDENCE, min_passing_queries
 
 QUERY_MARGIN = 1.1
 """Windows hold this times the minimum count on average: a Poisson count of 505 falls below
@@ -44,10 +44,11 @@ five bisections at 5%): for the plan printed before it starts."""
 
 def min_probe_queries(settings: SearchSettings) -> int:
     """N: the measured queries a search probe holds at least (settings.min_queries, else the
-    fewest with which LoadGen's rule can pass settings.percentile)."""
+    fewest with which the first look of a sequential test can pass settings.percentile:
+    LoadGen's h(0) at that look's confidence, stages.capacity.sequential)."""
     if settings.min_queries is not None:
         return settings.min_queries
-    return min_passing_queries(0, settings.percentile, DEFAULT_CONFIDENCE)
+    return first_look_queries(settings.percentile)
 
 
 def slowest_rate_qps(settings: SearchSettings, rate: float) -> float:

@@ -130,7 +130,7 @@ def probe_line(probe: ProbeRecord) -> str:
             f"p99 {_ms(probe.p99_ms)}, {probe.over_slo}/{probe.queries} over SLO"
         )
     else:
-        flag = " (flagged: undecided twice)" if probe.flagged else ""
+        flag = " (flagged: undecided at every look)" if probe.flagged else ""
         head = (
             f"probe {probe.index}: {probe.rate:.2f} q/s seed {probe.seed}{_window(probe)}: "
             f"{probe.verdict}{flag}, p99 {_ms(probe.p99_ms)}, "

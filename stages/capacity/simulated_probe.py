@@ -188,10 +188,13 @@ class SimulatedProbe:
             pipelines={server.pipeline: figures},
         )
 
-    def _abort_at(self, over: np.ndarray, rate: float, window_s: float) -> int | None:
-        """The index of the measured query at which the probe can no longer pass, if any."""
-        planned = int(rate * window_s)
-        allowed = self.rule.max_passing_over_slo(planned, self.server.percentile)
+    def _abort_at(self, over: np.ndarray, request: ProbeRequest, window_s: float) -> int | None:
+        """The index of the measured query at which the probe can no longer pass, if any: past
+        the request's allowance, else what its planned size allows."""
+        allowed = request.max_over_slo
+        if allowed is None:
+            planned = int(request.rate * window_s)
+            allowed = self.rule.max_passing_over_slo(planned, self.server.percentile)
         if not self.server.early_abort or allowed < 0:
             return None
         crossed = np.flatnonzero(np.cumsum(over) > allowed)
@@ -207,14 +210,16 @@ class SimulatedProbe:
         measured = offsets_s >= server.warmup_s
         latencies_ms, offsets_s = latencies_ms[measured], offsets_s[measured]
         over = latencies_ms > server.slo_ms
-        abort_at = self._abort_at(over, request.rate, window_s)
+        abort_at = self._abort_at(over, request, window_s)
         abort_reason = None
         duration_s = max(window_s, float(offsets_s[-1]) - server.warmup_s if offsets_s.size else 0)
         if abort_at is not None:
             latencies_ms, over = latencies_ms[: abort_at + 1], over[: abort_at + 1]
             duration_s = float(offsets_s[abort_at]) - server.warmup_s
             abort_reason = (
-                f"{int(over.sum())} queries over the SLO: more than a run of "
+                f"{int(over.sum())} queries over the SLO: more than the rate's last look allows"
+                if request.max_over_slo is not None
+                else f"{int(over.sum())} queries over the SLO: more than a run of "
                 f"{int(request.rate * window_s)} queries may have and be met"
             )
         queries, over_slo = int(over.size), int(over.sum())

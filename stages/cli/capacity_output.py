@@ -59,20 +59,13 @@ def publish_search(search_dir: Path, db_path: Path) -> Path | None:
 
 
 def print_result(result: Any, search_dir: Path, report: Path | None) -> None:
-    """The answer: certified capacity, estimate with its interval, bracket, why it stopped,
-    every probe, and where the files are."""
+    """The answer: the guaranteed (certified) capacity and the estimate with its interval, each
+    saying what it is, then the bracket, why it stopped, every probe, and where the files are."""
     out.print(probe_table(result.probes))
-    lo, hi = result.bracket
-    estimate = _qps(result.estimate_qps)
-    if result.estimate_ci95 is not None:
-        low, high = result.estimate_ci95
-        estimate += f" (95% interval {_qps(low)} .. {_qps(high)})"
     lines = [
         f"pipeline {result.pipeline}, p{_percent(result.percentile)} <= {result.slo_ms:g} ms"
         + (f", next to {_with(result.with_rates)}" if result.with_rates else ", alone"),
-        f"certified capacity: {_qps(result.certified_qps)}",
-        f"estimate: {estimate}",
-        f"bracket: [{_qps(lo)}, {_qps(hi)}]",
+        *headline(result),
         f"stop reason: {result.stop_reason}",
         f"capacity.json: {search_dir / 'capacity.json'}",
         f"report: {report}" if report is not None else "report: - (see the warning above)",
@@ -82,15 +75,33 @@ def print_result(result: Any, search_dir: Path, report: Path | None) -> None:
 
         plot = report.with_name(SEARCH_PLOT)
         lines.append(f"plot: {plot}" if plot.exists() else "plot: - (none was drawn)")
+    after_stop = 2 + len(headline(result))  # the line after `stop reason`
     if result.stop_detail:
-        lines.insert(5, f"{result.stop_reason}: {result.stop_detail}")
+        lines.insert(after_stop, f"{result.stop_reason}: {result.stop_detail}")
     if result.spent_s is not None:
         lines.insert(
-            6 if result.stop_detail else 5,
+            after_stop + 1 if result.stop_detail else after_stop,
             f"spent: {len(result.probes)} probes, {result.spent_s / 60:.1f} min",
         )
     for line in lines:
         out.print(line, highlight=False, markup=False)
+
+
+def headline(result: Any) -> list[str]:
+    """Which figure is the guarantee and which the estimate, in so many words: size hardware by
+    the first for an SLO that must hold, read the second for where the capacity lies."""
+    estimate = _qps(result.estimate_qps)
+    if result.estimate_ci95 is not None:
+        low, high = result.estimate_ci95
+        estimate += f" [{low:.2f}, {high:.2f}] (95%)"
+    lo, hi = result.bracket
+    return [
+        f"guaranteed (99%): {_qps(result.certified_qps)}; estimate: {estimate}",
+        "  guaranteed = certified_qps: the SLO held at this rate at 99% confidence; size "
+        "hardware by it",
+        "  estimate = estimate_qps: where the capacity most likely lies; not a guarantee",
+        f"bracket: [{_qps(lo)}, {_qps(hi)}]",
+    ]
 
 
 def probe_table(probes: list[Any]) -> Table:

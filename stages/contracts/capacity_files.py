@@ -81,7 +81,9 @@ class ProbeRecord(_Record):
     )
     run_dir: str | None = Field(description="The probe's run directory; None when simulated.")
     flagged: bool = Field(
-        False, description="Undecided twice (two seeds): counted as not met and flagged."
+        False,
+        description="The last stage of a rate undecided at every look of its sequential test "
+        "(stages.capacity.sequential): counted as not met and flagged.",
     )
     confirming: bool = Field(
         False,
@@ -202,7 +204,9 @@ class CapacityResult(_Record):
     monotonicity_violations: int = Field(
         0, description="Pairs of probes out of monotone order (a met rate above a missed one)."
     )
-    flagged_probes: int = Field(0, description="Probes undecided on two seeds.")
+    flagged_probes: int = Field(
+        0, description="Rates undecided at every look of their sequential test."
+    )
     stop_detail: str | None = Field(
         None,
         description="The evidence behind the stop reason, in a sentence (the unloaded "

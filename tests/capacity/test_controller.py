@@ -31,15 +31,20 @@ def _settings(**overrides: object) -> SearchSettings:
 
 
 def _record(
-    request: ProbeRequest, verdict: Verdict | None, throughput: float | None = None
+    request: ProbeRequest,
+    verdict: Verdict | None,
+    throughput: float | None = None,
+    undecided_over: int = 8,
 ) -> ProbeRecord:
+    """A probe of 1,000 queries whose counts agree with `verdict` (the controller pools the
+    counts of a rate's stages): none over when met, 5% when missed, else `undecided_over`."""
     return ProbeRecord(
         index=0,
         kind=request.kind,
         rate=request.rate,
         seed=request.seed,
         queries=1000,
-        over_slo=0 if verdict == "met" else 50,
+        over_slo={"met": 0, "missed": 50}.get(verdict or "", undecided_over),
         verdict=verdict,
         p99_ms=None,
         run_dir=None,
@@ -60,9 +65,10 @@ class Scripted:
         ceiling: float = 200.0,
         undecided: Callable[[ProbeRequest], bool] = lambda request: False,
         unloaded: Verdict = "met",
+        undecided_over: int = 8,
     ) -> None:
         self.capacity, self.ceiling, self.undecided = capacity, ceiling, undecided
-        self.unloaded = unloaded
+        self.unloaded, self.undecided_over = unloaded, undecided_over
         self.requests: list[ProbeRequest] = []
 
     def searched(self) -> list[ProbeRequest]:
@@ -75,7 +81,7 @@ class Scripted:
         if request.kind == "unloaded":
             return _record(request, self.unloaded)
         if self.undecided(request):
-            return _record(request, "undecided")
+            return _record(request, "undecided", undecided_over=self.undecided_over)
         return _record(request, "met" if request.rate <= self.capacity else "missed")
 
 
@@ -86,7 +92,9 @@ def test_first_request_is_the_ceiling_probe_and_search_starts_at_half_of_it() ->
     first = next_probe(settings, [ceiling])
     assert isinstance(first, ProbeRequest)
     assert (first.kind, first.rate, first.seed, first.reprobe) == ("search", 90.0, 7, False)
-    assert first.min_queries == 459 and first.window_s == 10.0  # 505 queries take 5.6 s
+    # The first look of a sequential test meets p99 from 528 queries (h(0) at 99.5%): 581 take 6.5 s
+    assert first.min_queries == 528 and first.window_s == 10.0
+    assert first.max_over_slo == 9  # what its last look (2,112 queries) allows
 
 
 def test_brackets_up_to_the_ceiling_then_bisects_at_geometric_midpoints() -> None:
@@ -119,7 +127,7 @@ def test_meeting_the_slo_at_the_ceiling_stops_with_ceiling() -> None:
     assert len(result.probes) == 4  # ceiling, 100, 200, 200 confirmed on the next seed
     confirming = executor.requests[-1]
     assert (confirming.rate, confirming.seed) == (200.0, 1)
-    assert confirming.confirming and confirming.min_queries == 4 * 459
+    assert confirming.confirming and confirming.min_queries == 4 * 528
 
 
 def test_an_unloaded_miss_is_the_evidence_for_infeasible() -> None:
@@ -132,25 +140,26 @@ def test_an_unloaded_miss_is_the_evidence_for_infeasible() -> None:
 
 
 def test_missing_down_to_what_the_budget_decides_is_undecidable_naming_a_budget() -> None:
-    """A 60 s budget caps a probe at 10 s: p99 needs 505 queries, so 50.5 q/s is the lowest
-    rate it decides. The unloaded probe met, so the SLO is not infeasible."""
+    """A 60 s budget caps a probe at 10 s: p99 needs 581 queries (528 with the Poisson margin),
+    so 58.1 q/s is the lowest rate it decides. The unloaded probe met, so the SLO is not
+    infeasible."""
     executor = Scripted(capacity=20.0, ceiling=400.0)
     result = run_search(_settings(budget_s=60.0, probe_s=1.0), executor)
-    assert [r.rate for r in executor.searched()] == pytest.approx([200.0, 100.0, 50.49])
+    assert [r.rate for r in executor.searched()] == pytest.approx([200.0, 100.0, 58.08])
     assert result.stop_reason == "undecidable" and result.certified_qps is None
     detail = result.stop_detail or ""
-    assert "nothing met down to 50.5 q/s" in detail and "the unloaded probe met" in detail
-    assert "--budget-min 2 would probe down to 25.2 q/s" in detail, detail
+    assert "nothing met down to 58.1 q/s" in detail and "the unloaded probe met" in detail
+    assert "--budget-min 2 would probe down to 29 q/s" in detail, detail
 
 
 def test_no_rate_floor_comes_from_the_probe_window() -> None:
-    """Capacity 2 q/s with 10 s probes: below 459 / 10 = 45.9 q/s, yet found."""
+    """Capacity 2 q/s with 10 s probes: below 528 / 10 = 52.8 q/s, yet found."""
     executor = Scripted(capacity=2.0, ceiling=100.0)
     result = run_search(_settings(min_rate=None), executor)
     assert result.stop_reason == "converged" and result.certified_qps is not None
     assert 1.9 < result.certified_qps <= 2.0
-    slow = [r for r in executor.searched() if r.rate < 45.9]
-    assert slow and all(r.window_s is not None and r.window_s * r.rate >= 459 for r in slow)
+    slow = [r for r in executor.searched() if r.rate < 52.8]
+    assert slow and all(r.window_s is not None and r.window_s * r.rate >= 528 for r in slow)
 
 
 def test_the_time_budget_stops_a_search_before_a_probe_that_would_end_past_it() -> None:
@@ -167,20 +176,32 @@ def test_the_probe_budget_counts_the_ceiling_probe() -> None:
     assert result.stop_reason == "max_probes" and len(result.probes) == 5
 
 
-def test_undecided_is_reprobed_with_the_next_seed_and_twice_undecided_is_flagged() -> None:
+def test_undecided_is_extended_on_the_next_seeds_and_undecided_at_every_look_is_flagged() -> None:
     executor = Scripted(capacity=150.0, undecided=lambda request: request.rate == 200.0)
     result = run_search(_settings(base_seed=3), executor)
-    reprobe = executor.requests[3]
-    assert (reprobe.rate, reprobe.seed, reprobe.reprobe) == (200.0, 4, True)
-    assert result.probes[3].flagged and result.flagged_probes == 1
+    stages = executor.requests[2:5]
+    assert [(r.rate, r.seed, r.reprobe) for r in stages] == [
+        (200.0, 3, False),
+        (200.0, 4, True),
+        (200.0, 5, True),
+    ]
+    # The first stage held 1,000 queries, more than the second look's 1,056: one more query.
+    assert stages[1].min_queries == 56 and stages[2].min_queries == 2112 - 2000
+    assert not result.probes[3].flagged and result.probes[4].flagged
+    assert result.flagged_probes == 1
     assert result.bracket[1] is not None and result.bracket[1] <= 200.0  # counted as not met
 
 
 def test_undecided_then_decided_uses_the_second_verdict() -> None:
-    executor = Scripted(capacity=150.0, undecided=lambda r: r.rate == 100.0 and not r.reprobe)
+    executor = Scripted(
+        capacity=150.0,
+        undecided=lambda r: r.rate == 100.0 and not r.reprobe,
+        undecided_over=3,  # 3 of 1,000 is not met at 99.5%; 3 of 2,000 is at 99.75%
+    )
     result = run_search(_settings(), executor)
     again = executor.requests[2]
     assert (again.rate, again.seed, again.reprobe) == (100.0, 1, True)
+    assert result.probes[2].rate == 100.0 and result.probes[3].rate != 100.0
     assert result.flagged_probes == 0 and result.certified_qps is not None
     assert result.certified_qps > 100.0
 
@@ -285,6 +306,6 @@ def test_a_budget_that_decides_no_rate_below_the_ceiling_ends_undecidable_at_onc
     assert [r.kind for r in executor.requests] == ["ceiling"]
     assert result.stop_reason == "undecidable"
     assert result.stop_detail == (
-        "p99 needs 459 queries a probe: this time budget decides no rate below 3.37 q/s, and "
-        "the pipeline completes at most 2 q/s; --budget-min 51 would probe down to 1 q/s"
+        "p99 needs 528 queries a probe: this time budget decides no rate below 3.87 q/s, and "
+        "the pipeline completes at most 2 q/s; --budget-min 59 would probe down to 1 q/s"
     )

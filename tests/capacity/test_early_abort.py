@@ -45,6 +45,15 @@ def test_the_count_rule_fires_just_past_what_a_met_probe_allows() -> None:
     )
 
 
+def test_a_sequential_stage_counts_against_its_rates_last_look() -> None:
+    """One over the SLO would stop a probe planned for 600 queries on its own (none may be
+    over); a stage of a sequential test may count what the controller allows it."""
+    assert RULE.max_passing_over_slo(600, 0.99) == 0
+    pipeline = watch(20, 50, 30, RULE, 0.99, max_over_slo=7)
+    assert cannot_pass(pipeline, 7) is None
+    assert cannot_pass(pipeline, 8) == "cannot pass: 8 over SLO > 7 allowed by the last look"
+
+
 def test_a_probe_too_short_to_ever_pass_is_not_stopped_by_the_count_rule() -> None:
     pipeline = watch(10, 50, 10, RULE, 0.99)  # 100 planned: below the 459 any pass needs
     assert pipeline.max_over_slo == -1

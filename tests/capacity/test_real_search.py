@@ -64,7 +64,7 @@ def search_settings(loaded: LoadedSpec) -> SearchSettings:
         pipeline="sleeper",
         slo_ms=SLO_MS,
         precision=0.1,
-        max_probes=12,
+        max_probes=16,  # room for the later stages of undecided rates (sequential probes)
         probe_s=PROBE_S,
         base_seed=loaded.spec.seed,
         min_queries=PROBE_QUERIES,

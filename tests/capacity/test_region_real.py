@@ -74,7 +74,7 @@ def _region(
         slo_ms=SLO_MS,
         percentile=PERCENTILE,
         precision=0.15,
-        max_probes=8,  # room for re-probes of undecided rates
+        max_probes=12,  # room for the later stages of undecided rates (sequential probes)
         probe_s=PROBE_S,
         base_seed=1,
         min_rate=5.0,

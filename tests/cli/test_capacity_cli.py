@@ -166,7 +166,11 @@ def test_an_infeasible_slo_is_an_answer(tmp_path: Path, monkeypatch: pytest.Monk
     result = invoke(tmp_path, "--db", str(tmp_path / "w.duckdb"))
     assert result.exit_code == 0, result.output
     assert "stop reason: infeasible" in result.output
-    assert "certified capacity: -" in result.output
+    assert "guaranteed (99%): -; estimate: -" in result.output
+    assert "guaranteed = certified_qps: the SLO held at this rate" in result.output
+    assert "estimate = estimate_qps: where the capacity most likely lies; not a guarantee" in (
+        result.output
+    )
 
 
 def test_ctrl_c_exits_130_naming_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
