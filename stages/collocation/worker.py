@@ -76,6 +76,9 @@ def worker_main(task: WorkerTask, connection: Connection) -> None:
     die_with_parent()
     exit_code = 0
     try:
+        from stages.rundir.arrow_pandas import skip_pandas_check
+
+        skip_pandas_check()  # a stage that imports pandas itself keeps it
         exit_code = _run(task, connection)
     except Interrupted as interrupted:
         _send(connection, Failed(error=f"interrupted: {interrupted}", traceback=None))
