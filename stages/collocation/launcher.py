@@ -11,7 +11,8 @@ manifest is written, and MLflow gets a summary (never on the measured path).
 
 This module is the run's lifecycle; the jobs it sequences live beside it: `phase_plan`,
 `supervision` (workers), `barrier` (the common start), `preflight` (checks and the
-environment probe), `energy_notes` (idle baseline, energy sources), `manifest_writer`.
+environment probe), `energy_notes` (idle baseline, energy sources), `manifest_writer`, `startup`
+(the manifest's start-up breakdown).
 """
 
 from __future__ import annotations
