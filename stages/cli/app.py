@@ -6,17 +6,24 @@ includes a warehouse busy past COLLOBENCH_WAREHOUSE_WAIT_S or of another schema 
 busy, 130 interrupted); an error a command does not handle itself is mapped to its code and
 one-line messages by stages.cli.errors, never a traceback. The commands live in
 stages.cli.commands, one module per group; rendering in stages.cli.render, progress and summary.
+
+Start-up is part of every run's cost (users run many short runs, and A/B pairs): the console
+script imports only the module of the command it was given (`collobench run` never imports
+the capacity search, the warehouse or MLflow), and the processes a run spawns do not import
+the console script again (`_spawned_children_skip_the_console_script`).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
 from typing import Any
 
 import typer
 import typer.core
+from typer.models import CommandInfo
 
-from stages.cli.commands import capacity, history, report, run, spec, warehouse
 from stages.cli.commands.artifacts import artifacts_app
 from stages.cli.console import err
 from stages.cli.errors import report_error
@@ -62,7 +69,61 @@ def _exit_on_usage_error(error: Any) -> None:
     sys.exit(getattr(error, "exit_code", ExitCode.INVALID_INPUT))
 
 
-app = typer.Typer(
+COMMANDS = {
+    "validate": "stages.cli.commands.spec",
+    "schema": "stages.cli.commands.spec",
+    "graph": "stages.cli.commands.spec",
+    "run": "stages.cli.commands.run",
+    "capacity": "stages.cli.commands.capacity",
+    "load": "stages.cli.commands.warehouse",
+    "report": "stages.cli.commands.report",
+    "sql": "stages.cli.commands.warehouse",
+    "compare": "stages.cli.commands.warehouse",
+    "history": "stages.cli.commands.history",
+}
+"""Each command (its function's name) and its module, in help order; `artifacts` is a group."""
+
+
+def _spawned_children_skip_the_console_script() -> None:
+    """A `spawn`ed child runs its parent's `__main__` again (multiprocessing's preparation);
+    for the console script that is this whole CLI, 1-2.5 s in every worker and sampler of a
+    run. They need nothing of it (their targets live in stages.*), so `__main__` is named as
+    the CLI's package main, which multiprocessing does not run again."""
+    main_module = sys.modules.get("__main__")
+    if main_module is not None and getattr(main_module, "__spec__", None) is None:
+        main_module.__spec__ = importlib.util.find_spec("stages.cli.__main__")
+
+
+class _LazyCommands(typer.Typer):
+    """The app: its commands' modules are imported when click first asks for the commands,
+    only the given one's when the console script names one (`collobench run ...`)."""
+
+    _wanted: str | None = None
+    _commands: list[CommandInfo]
+    _loaded = False
+
+    @property
+    def registered_commands(self) -> list[CommandInfo]:
+        if not self._loaded:
+            self._loaded = True
+            names = [self._wanted] if self._wanted in COMMANDS else list(COMMANDS)
+            for name in names:
+                self.command()(getattr(importlib.import_module(COMMANDS[name]), name))
+        return self._commands
+
+    @registered_commands.setter
+    def registered_commands(self, commands: list[CommandInfo]) -> None:
+        self._commands = commands
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        _spawned_children_skip_the_console_script()
+        arguments = kwargs.get("args", args[0] if args else sys.argv[1:])
+        if not self._loaded and arguments:
+            self._wanted = str(next(iter(arguments)))
+        return super().__call__(*args, **kwargs)
+
+
+app = _LazyCommands(
     name="collobench",
     cls=_OneLineUsageErrors,
     help="Collocated ML pipeline benchmarks: validate specs, run them, query the results.",
@@ -70,20 +131,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.add_typer(artifacts_app, name="artifacts")
-for command in (
-    spec.validate,
-    spec.schema,
-    spec.graph,
-    run.run,
-    capacity.capacity,
-    warehouse.load,
-    report.report,
-    warehouse.sql,
-    warehouse.compare,
-    history.history,
-):
-    app.command()(command)
+app.add_typer(artifacts_app, name="artifacts")  # a group: `app` is never one bare command
 
 
 def main() -> None:

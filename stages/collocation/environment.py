@@ -301,9 +301,7 @@ def _memory_total_bytes() -> int | None:
 
 def _read_first_line(path: str) -> str | None:
     file = Path(path)
-    if not file.exists():
-        return None
-    return file.read_text().strip() or None
+    return (file.read_text().strip() or None) if file.exists() else None
 
 
 def _cpu() -> dict[str, object]:
@@ -364,11 +362,13 @@ def _os() -> dict[str, object]:
     }
 
 
-def capture_environment(project_dir: Path, service_types: Iterable[str] = ()) -> dict[str, object]:
-    """Versions, hardware, host, git state and relevant environment variables, and the programs
-    of the services of `service_types` (a spec's `services[].type`); never raises."""
+def capture_environment(
+    project_dir: Path, service_types: Iterable[str] = (), cache_dir: Path | None = None
+) -> dict[str, object]:
+    """Versions, hardware, host, git, environment variables, the programs of `service_types`
+    (`services[].type`); never raises. `cache_dir` keeps torch's build (torch_probe)."""
     deadline_s = time.monotonic() + TORCH_PROBE_TIMEOUT_S
-    torch_process = _probe("torch start", _start_torch_probe)
+    torch_process = _probe("torch start", lambda: _start_torch_probe(cache_dir))
     environment: dict[str, object] = {
         "python": _probe(
             "python",
@@ -392,7 +392,7 @@ def capture_environment(project_dir: Path, service_types: Iterable[str] = ()) ->
     environment["nvidia_driver_version"] = nvidia["driver_version"] if nvidia else None
     environment["nvidia_cuda_driver_version"] = nvidia["cuda_driver_version"] if nvidia else None
     environment["gpus"] = nvidia["gpus"] if nvidia else []
-    torch_info = _probe("torch", lambda: finish_torch_probe(torch_process, deadline_s))
+    torch_info = _probe("torch", lambda: finish_torch_probe(torch_process, deadline_s, cache_dir))
     environment["torch"] = torch_info
     environment["torch_cuda_version"] = torch_info.get("cuda") if torch_info else None
     environment["cudnn_version"] = torch_info.get("cudnn") if torch_info else None

@@ -11,7 +11,8 @@ manifest is written, and MLflow gets a summary (never on the measured path).
 
 This module is the run's lifecycle; the jobs it sequences live beside it: `phase_plan`,
 `supervision` (workers), `barrier` (the common start), `preflight` (checks and the
-environment probe), `energy_notes` (idle baseline, energy sources), `manifest_writer`.
+environment probe), `energy_notes` (idle baseline, energy sources), `manifest_writer`, `startup`
+(the manifest's start-up breakdown).
 """
 
 from __future__ import annotations
@@ -19,16 +20,13 @@ from __future__ import annotations
 import datetime as dt
 import multiprocessing
 import os
-import secrets
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from stages import settings
 from stages.collocation.barrier import start_together
 from stages.collocation.calibration_run import RunCalibration
 from stages.collocation.device_locks import DeviceBusy, held_devices
@@ -52,7 +50,9 @@ from stages.collocation.results import (
     RunResult,
     attach_figures,
 )
+from stages.collocation.run_options import RunOptions, new_run_id
 from stages.collocation.services_run import RunServices
+from stages.collocation.startup import StartupClock
 from stages.collocation.supervision import Supervisor, WorkerHandle
 from stages.collocation.worker import WorkerTask
 from stages.process_lifetime import ParentWatch, stop_reason
@@ -86,37 +86,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class RunOptions:
-    out_dir: Path
-    cache_dir: Path
-    project_dir: Path = field(default_factory=Path.cwd)
-    mlflow_uri: str | None = None
-    progress: ProgressCallback | None = None
-    run_id: str | None = None
-    summarize_phase: PhaseSummarizer | None = None
-    """Computes a finished phase's figures from the run directory (injected by the CLI or
-    Dagster, which may import the analysis layer; the launcher may not)."""
-    log_to_mlflow: Callable[[Path, str], str | None] | None = None
-    """Records the finished run at `mlflow_uri` and returns the MLflow run id (injected by the
-    composition root, as `summarize_phase` is)."""
-    lock_dir: Path = field(default_factory=settings.locks_dir)
-    """Where the per-device locks live (see `device_locks`)."""
-    device_wait_s: float = field(default_factory=settings.device_wait_s)
-    """How long to wait for a device another benchmark holds before refusing to start."""
-    environment: dict[str, object] | None = None
-    """The environment a run minutes earlier captured on this machine, recorded as is instead
-    of probing again (a capacity search's probes after the first: the probe costs seconds,
-    over ten on a loaded machine, in every probe)."""
-    host: str = field(default_factory=settings.host_id)
-    """The host id the manifest records (`COLLOBENCH_HOST_ID`, else the host name)."""
-
-
-def new_run_id(spec_name: str) -> str:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{spec_name}-{secrets.token_hex(3)}"
-
-
 class Launcher:
     """Runs one loaded spec end to end; see the module docstring."""
 
@@ -132,8 +101,11 @@ class Launcher:
         self.warnings: list[str] = []
         # When the harness's own work ran, so a reader can check it never overlapped a window.
         self.timeline: list[dict[str, Any]] = []
+        self.startup = StartupClock(options.startup)
         self._supervisor = Supervisor(self.context, self._emit, self.warnings)
-        self._probe = EnvironmentProbe(options.project_dir, self.timeline, options.environment)
+        self._probe = EnvironmentProbe(
+            options.project_dir, self.timeline, options.environment, options.cache_dir
+        )
         self._live: list[WorkerHandle] = []
         self._samplers: SamplerGroup | None = None
         self._gpu_count: int | None = None
@@ -176,6 +148,7 @@ class Launcher:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             merge_parts(self.run_dir)
+            self.startup.read_first_measured_query(self.run_dir)
             self._energy_sources = energy_sources(self.run_dir)
             self._write_manifest(status, dt.datetime.now(dt.UTC).isoformat())
         mlflow_run_id = self._log_to_mlflow() if status != "interrupted" else None
@@ -219,9 +192,11 @@ class Launcher:
     ) -> list[PipelineOutcome]:
         names = [p.name for p in pipelines]
         self._emit(ProgressEvent("phase_start", trial, phase, data={"pipelines": names}))
+        marks = self.startup.phase(trial, phase, names)
         workers = [
             self._supervisor.spawn(self._task(trial, phase, pipeline)) for pipeline in pipelines
         ]
+        marks["spawned"] = time.monotonic_ns()
         self._live = workers
         # Samplers start now, so their own start-up (imports, Parquet set-up) overlaps the
         # workers' preparation instead of competing with the first seconds of the load.
@@ -232,6 +207,7 @@ class Launcher:
             timeouts_s,
             samplers,
             lambda: self._calibration.boundary(trial, phase, pipelines, "before"),
+            marks,
         )
         end_ns = time.monotonic_ns()
         if start_ns is None:  # no worker got ready (each failed in prepare): an empty window
@@ -269,11 +245,13 @@ class Launcher:
         timeouts_s: dict[str, float],
         samplers: SamplerGroup,
         calibrate: Callable[[], None],
+        marks: dict[str, Any],
     ) -> int | None:
         """Prepare, calibrate, start together, run to the end; the common start (None: no
         worker ready). The calibration runs once every worker is ready and idle, so it neither
-        competes with their preparation nor delays it."""
+        competes with their preparation nor delays it. `marks`: the phase's start-up entry."""
         self._supervisor.await_ready(workers)
+        marks["ready"] = time.monotonic_ns()
         # Nothing of the harness may run inside a load window: the environment probe ends and
         # every sampler has its first sample (so energy covers the window) before the start.
         self._probe.await_before_load(self.warnings)
@@ -282,7 +260,9 @@ class Launcher:
         if not ready:
             return None
         calibrate()
+        marks["calibrated"] = time.monotonic_ns()
         start_ns = start_together(ready, timeouts_s)
+        marks["started"] = start_ns
         self._supervisor.await_done(ready, self._services.dead_users)
         return start_ns
 
@@ -351,6 +331,7 @@ class Launcher:
         if ended_at is not None:
             self._probe.join(timeout_s=60)
         started_at, clock = self._started
+        self.startup.marks["environment_probed"] = self._probe.ended_ns
         record = RunState(
             run_id=self.run_id,
             status=status,
@@ -363,6 +344,7 @@ class Launcher:
             warnings=self.warnings,
             results=self.results,
             host=self.options.host,
+            startup=self.startup.record(),
         )
         write_manifest(self.run_dir, manifest_of(self.loaded, self.spec, record))
 

@@ -37,6 +37,7 @@ class RunState:
     warnings: list[str]
     results: list[PipelineOutcome]
     host: str | None = None  # the host id (stages.settings.host_id)
+    startup: dict[str, Any] | None = None  # stages.collocation.startup.StartupClock.record
 
 
 def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunState) -> dict[str, Any]:
@@ -65,6 +66,7 @@ def manifest_of(loaded: LoadedSpec, spec: BenchmarkSpec, record: RunState) -> di
             for trial, phase, pipelines in phases_of(spec)
         ],
         "timeline": record.timeline,
+        "startup": record.startup,
         "started_at": record.started_at,
         "ended_at": record.ended_at,
         "status": record.status,

@@ -1,11 +1,15 @@
 """torch's build details (version, CUDA and cuDNN builds) for the run environment, from a
 short-lived subprocess: importing torch in the launcher could initialise CUDA next to Dagster,
-and costs seconds. A process probes each torch installation once."""
+and costs seconds (4-10 s on a loaded machine, the longest step of a model-less run's
+start-up). A process probes each torch installation once, and the answer is kept in the cache
+folder (CACHE_FILE) for the next run: an installation is its interpreter, torch's version, the
+modification time of its version.py (a reinstall changes it) and the cuDNN wheel's version."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -26,26 +30,61 @@ print(json.dumps(info))
 """
 
 
-_TORCH_BUILDS: dict[tuple[str, str, int], dict[str, object]] = {}
+CACHE_FILE = "torch_build.json"
+"""The last installation probed and its answer, in the cache folder (stages.settings)."""
+_CUDNN_WHEELS = ("nvidia-cudnn-cu11", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13")
+
+Install = tuple[str, str, int, str]
+_TORCH_BUILDS: dict[Install, dict[str, object]] = {}
 """The torch probe's answers in this process, by `_torch_install` (a long-lived process, such as
 the test session or a Dagster run worker, probes each installation once)."""
 
 
-def _torch_install() -> tuple[str, str, int] | None:
-    """Which torch installation this interpreter would import: its version and the modification
-    time of its version.py (a reinstall changes it); None when torch is absent."""
+def _torch_install() -> Install | None:
+    """Which torch installation this interpreter would import: its version, the modification
+    time of its version.py (a reinstall changes it) and the cuDNN wheels' versions; None when
+    torch is absent."""
     version = _installed_version("torch")
     if version is None:
         return None
     version_file = Path(str(metadata.distribution("torch").locate_file("torch/version.py")))
-    return sys.executable, version, version_file.stat().st_mtime_ns
+    cudnn = ",".join(f"{name}=={_installed_version(name)}" for name in _CUDNN_WHEELS)
+    return sys.executable, version, version_file.stat().st_mtime_ns, cudnn
 
 
-def start_torch_probe() -> subprocess.Popen[str] | None:
+def _read_cache(cache_dir: Path, install: Install) -> dict[str, object] | None:
+    """The cached answer for `install`; None when there is none, or one for another."""
+    try:
+        cached = json.loads((cache_dir / CACHE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get("install") != list(install):
+        return None
+    info = cached.get("info")
+    return info if isinstance(info, dict) else None
+
+
+def _write_cache(cache_dir: Path, install: Install, info: dict[str, object]) -> None:
+    """Keep the answer for the next run (atomically: a temporary file, then a rename)."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        temporary = cache_dir / f"{CACHE_FILE}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps({"install": list(install), "info": info}))
+        os.replace(temporary, cache_dir / CACHE_FILE)
+    except OSError as error:  # a read-only cache only costs the next run the probe
+        logger.debug("torch probe answer not cached: %r", error)
+
+
+def start_torch_probe(cache_dir: Path | None = None) -> subprocess.Popen[str] | None:
     """Start the torch subprocess early so it overlaps with the other probes (none when torch
-    is absent or this installation was probed already)."""
+    is absent, or this installation was probed already in this process or, per `cache_dir`,
+    by an earlier run)."""
     install = _torch_install()
     if install is None or install in _TORCH_BUILDS:
+        return None
+    cached = _read_cache(cache_dir, install) if cache_dir is not None else None
+    if cached is not None:
+        _TORCH_BUILDS[install] = cached
         return None
     return subprocess.Popen(
         [sys.executable, "-c", _TORCH_PROBE],
@@ -57,7 +96,7 @@ def start_torch_probe() -> subprocess.Popen[str] | None:
 
 
 def finish_torch_probe(
-    process: subprocess.Popen[str] | None, deadline_s: float
+    process: subprocess.Popen[str] | None, deadline_s: float, cache_dir: Path | None = None
 ) -> dict[str, object] | None:
     """torch version, its CUDA and cuDNN builds; None when torch is absent or too slow."""
     if process is None:
@@ -84,6 +123,8 @@ def finish_torch_probe(
     install = _torch_install()
     if install is not None:
         _TORCH_BUILDS[install] = dict(info)
+        if cache_dir is not None:
+            _write_cache(cache_dir, install, info)
     return info
 
 

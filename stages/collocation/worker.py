@@ -92,7 +92,10 @@ def worker_main(task: WorkerTask, connection: Connection) -> None:
 def _run(task: WorkerTask, connection: Connection) -> int:
     # Placement first: nothing below may have initialised torch or CUDA yet.
     pipeline = _placed_pipeline(task)
+    # numpy only now: its thread pools size themselves from the placement's variables.
+    from stages.rundir.arrow_pandas import skip_pandas_check
 
+    skip_pandas_check()  # a stage that imports pandas itself keeps it
     from stages.runtime.driver import arrival_seed, prepare_load, run_load
     from stages.runtime.os_threads import name_os_thread
 

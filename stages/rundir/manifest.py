@@ -25,6 +25,7 @@ from stages.contracts.errors import InvalidInputError
 from stages.contracts.slo_verdict import SloVerdict
 from stages.contracts.warnings import WarningRecord
 from stages.rundir.layout import MANIFEST
+from stages.rundir.manifest_startup import Startup
 
 FORMAT_VERSION = 1
 DEVICE_BUSY = "device_busy"
@@ -259,6 +260,11 @@ class Manifest(_Ours):
     )
     timeline: list[TimelineEntry] = Field(
         default_factory=list, description="Load windows, idle baseline and harness work."
+    )
+    startup: Startup | None = Field(
+        None,
+        description="The start-up breakdown (stages.collocation.startup); None in manifests "
+        "from before issue 42.",
     )
     started_at: str | None = Field(None, description="ISO-8601 wall time, UTC.")
     ended_at: str | None = Field(None, description="ISO-8601 wall time; None while running.")

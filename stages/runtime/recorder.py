@@ -102,6 +102,21 @@ _QUERY_ROW_TYPES = (
 # directory's tables that no one else in a worker writes.
 EXTRA_TABLES = frozenset({"operator_spans", "token_events", "session_turns"})
 _STATUS_STRINGS = pa.array(STATUS_NAMES, type=pa.string())
+# Typed scalars: an untyped Python number makes pyarrow infer its type, which imports pandas
+# (0.4-1 s, at the first hand-off: inside the load window; stages.rundir.arrow_pandas).
+_OK_STATUS = pa.scalar(0, type=pa.int8())
+
+
+def _as_numpy(column: pa.ChunkedArray) -> np.ndarray:
+    """An int64 column as numpy, read from its buffers: Arrow's `to_numpy` imports pandas
+    (0.4-1 s, at the first hand-off: inside the load window). With nulls, `to_numpy`."""
+    if column.null_count:
+        return np.asarray(column.to_numpy())
+    parts = [
+        np.frombuffer(chunk.buffers()[1], np.int64, len(chunk), chunk.offset * 8)
+        for chunk in column.chunks
+    ]
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
 def _take(rows: list[Any]) -> list[Any]:
@@ -288,7 +303,7 @@ class Recorder:
     def _query_arrays(self, rows: list[tuple[Any, ...]]) -> dict[str, pa.ChunkedArray]:
         columns = rows_to_arrays(QUERY_COLUMNS, _QUERY_ROW_TYPES, rows, self.issue_schedule)
         measured = pc.invert(columns["warmup"])
-        measured_ok = pc.and_(pc.equal(columns["status"], 0), measured)
+        measured_ok = pc.and_(pc.equal(columns["status"], _OK_STATUS), measured)
         latency = pc.subtract(
             pc.filter(columns["completed_ns"], measured_ok),
             pc.filter(columns["scheduled_ns"], measured_ok),
@@ -301,7 +316,7 @@ class Recorder:
     def _update_live_p99(self, latency: pa.ChunkedArray) -> None:
         """The live p99 over the latest LATENCY_WINDOW latencies (nearest rank, as
         `stages.runtime.counters.p99_ms`)."""
-        newest = latency.slice(max(0, len(latency) - LATENCY_WINDOW)).to_numpy()
+        newest = _as_numpy(latency.slice(max(0, len(latency) - LATENCY_WINDOW)))
         window = np.concatenate([self._recent_latency_ns, newest])[-LATENCY_WINDOW:]
         self._recent_latency_ns = window
         self.live_p99_ms = p99_ms(window)
@@ -316,7 +331,8 @@ class Recorder:
         ok = pc.sum(measured_ok).as_py() or 0
         late = 0
         if self._slo_ns is not None and len(latency):
-            late = pc.sum(pc.greater(latency, self._slo_ns)).as_py() or 0
+            slo_ns = pa.scalar(self._slo_ns, type=pa.int64())
+            late = pc.sum(pc.greater(latency, slo_ns)).as_py() or 0
         self.measured += queries
         self.measured_over_slo += queries - ok + late
 

@@ -18,13 +18,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stages.process_lifetime import die_with_parent
+from stages.rundir.arrow_pandas import skip_pandas_check
 from stages.runtime.os_threads import name_os_thread
-from stages.spec.models import TelemetrySpec
 from stages.telemetry.sampler_process import SamplerSettings, gpu_sampler_main, host_sampler_main
 from stages.telemetry.server_metrics import MetricsTarget, server_metrics_main
+
+if TYPE_CHECKING:  # a sampler process imports this module: not the spec's models
+    from stages.spec.models import TelemetrySpec
 
 STOP_GRACE_S = 5.0
 
@@ -228,6 +231,7 @@ def _sampler_entry(
     stop = _StopOnSignal(args[-1])
     signal.signal(signal.SIGTERM, stop.on_signal)
     die_with_parent()
+    skip_pandas_check()  # its rows are lists of numbers and strings
     try:
         try:
             summary = target(*args[:-1], stop, on_first_sample=first_sample.set)

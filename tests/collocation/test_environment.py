@@ -104,7 +104,7 @@ def test_capture_environment_never_imports_torch_in_process() -> None:
 @pytest.fixture
 def no_torch_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     """Skip the ~1.5 s torch subprocess in tests about other probes."""
-    monkeypatch.setattr(environment, "_start_torch_probe", lambda: None)
+    monkeypatch.setattr(environment, "_start_torch_probe", lambda cache_dir=None: None)
 
 
 @pytest.mark.spawns
@@ -171,27 +171,33 @@ def test_failing_probes_yield_none_instead_of_raising(
 def test_the_torch_probe_runs_once_per_installation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A second capture in one process reuses the first probe's answer; another installation
-    (a reinstall changes version.py's mtime) is probed again."""
+    """A second capture in one process reuses the first probe's answer, and so does a new
+    process with the same cache folder (the next run); another installation (a reinstall
+    changes version.py's mtime) is probed again."""
     monkeypatch.setattr(torch_probe, "_TORCH_BUILDS", {})  # nothing probed yet
-    first = capture_environment(tmp_path)["torch"]
+    cache = tmp_path / "cache"
+    first = capture_environment(tmp_path, cache_dir=cache)["torch"]
     assert isinstance(first, dict) and first["version"]
+    assert (cache / torch_probe.CACHE_FILE).is_file()
     started: list[bool] = []
     real_start = torch_probe.start_torch_probe
 
-    def counting_start() -> Any:
-        process = real_start()
+    def counting_start(cache_dir: Path | None = None) -> Any:
+        process = real_start(cache_dir)
         started.append(process is not None)
         return process
 
     monkeypatch.setattr(environment, "_start_torch_probe", counting_start)
     assert capture_environment(tmp_path)["torch"] == first
-    assert started == [False]
+    monkeypatch.setattr(torch_probe, "_TORCH_BUILDS", {})  # a new process: only the file
+    assert capture_environment(tmp_path, cache_dir=cache)["torch"] == first
+    assert started == [False, False]
     install = torch_probe._torch_install()
     assert install is not None
-    monkeypatch.setattr(torch_probe, "_torch_install", lambda: (*install[:2], install[2] + 1))
-    assert capture_environment(tmp_path)["torch"] == first
-    assert started == [False, True]
+    reinstalled = (install[0], install[1], install[2] + 1, install[3])
+    monkeypatch.setattr(torch_probe, "_torch_install", lambda: reinstalled)
+    assert capture_environment(tmp_path, cache_dir=cache)["torch"] == first
+    assert started == [False, False, True]
 
 
 def test_the_packages_fingerprint_hashes_every_distribution_as_name_and_version() -> None:

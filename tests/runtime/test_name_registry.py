@@ -1,5 +1,6 @@
-"""NameRegistry, the shape every extension point shares: entry-point plug-ins loaded once and
-checked against the registry's base class, and an unknown name answered with the known ones."""
+"""NameRegistry, the shape every extension point shares: entry-point plug-ins found once,
+imported when first looked up and checked against the registry's base class, and an unknown name
+answered with the known ones."""
 
 from __future__ import annotations
 
@@ -63,16 +64,34 @@ def test_entry_points_of_a_group_are_registered_once(monkeypatch: pytest.MonkeyP
 
 def test_an_entry_point_of_the_wrong_class_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     _install(monkeypatch, queue="collections:deque")
+    registry = MappingTypes()
+    registry.load_entry_points(GROUP)
     with pytest.raises(TypeError, match=rf"'queue' in {GROUP} is not a Mapping class"):
-        MappingTypes().load_entry_points(GROUP)
+        registry.get("queue")
 
 
 def test_a_registry_without_a_plugin_base_takes_no_plugins(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _install(monkeypatch, ordered="collections:OrderedDict")
+    registry = NameRegistry[type]()
+    registry.load_entry_points(GROUP)
     with pytest.raises(TypeError, match=r"'ordered' in .* is not a type class"):
-        NameRegistry[type]().load_entry_points(GROUP)
+        registry.get("ordered")
+
+
+def test_a_plugin_is_imported_only_when_its_name_is_looked_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spec's stages import their own modules, not every plug-in's: one that cannot even be
+    imported costs nothing until it is named (then its error says why)."""
+    _install(monkeypatch, ordered="collections:OrderedDict", broken="no_such_module_xyz:Thing")
+    registry = MappingTypes()
+    registry.load_entry_points(GROUP)
+    assert registry.names() == ["broken", "ordered"] and "broken" in registry
+    assert registry.get("ordered") is OrderedDict
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_xyz"):
+        registry.get("broken")
 
 
 def test_an_unknown_name_gets_the_closest_and_every_registered_one() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,12 +59,14 @@ def run(
     """Run a benchmark: solo baselines, then the pipelines collocated; write a run directory,
     load it into DuckDB and record it in MLflow. `--set` overrides are recorded in the
     manifest (`overrides`)."""
+    startup = {"cli_ready": time.monotonic_ns()}  # the manifest's `startup` (from exec)
     if run_id is not None and not RUN_ID_PATTERN.fullmatch(run_id):
         raise fail_input([f"--run-id: {run_id!r} is not a folder name ({RUN_ID_PATTERN.pattern})"])
     loaded = load_spec(spec, overrides or [])  # a SpecError: exit 2 (stages.cli.errors)
+    startup["spec_loaded"] = time.monotonic_ns()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     mlflow_uri = settings.mlflow_tracking_uri() if mlflow else None
-    result = _launch(loaded, out_dir, mlflow_uri, run_id)
+    result = _launch(loaded, out_dir, mlflow_uri, run_id, startup)
     out.print(summary_table(result))
     db_path = db or settings.duckdb_path()
     if load and load_and_show_results(result.run_dir, result.run_id, db_path):
@@ -74,12 +77,25 @@ def run(
     _report_outcome(result, mlflow_uri)
 
 
-def _launch(loaded: Any, out_dir: Path | None, mlflow_uri: str | None, run_id: str | None) -> Any:
+def _launch(
+    loaded: Any,
+    out_dir: Path | None,
+    mlflow_uri: str | None,
+    run_id: str | None,
+    startup: dict[str, int],
+) -> Any:
     """Run the benchmark under the progress display; its RunResult. The launcher's errors
     (it cannot start: exit 2; a foreign process on its device: 3, a manifest with status
     device_busy and no data; interrupted: 130, what was measured kept) end the command through
-    stages.cli.errors."""
+    stages.cli.errors. `startup`: the command's own marks, the process start added."""
+    from stages.rundir.arrow_pandas import skip_pandas_check
+
+    skip_pandas_check()  # before the launcher's first Arrow array (its import builds one)
     from stages.collocation.launcher import RunOptions, run_benchmark
+    from stages.collocation.startup import process_start_ns
+
+    if (process_ns := process_start_ns()) is not None:
+        startup["process_start"] = process_ns
 
     display = progress_display()
     options = RunOptions(
@@ -90,6 +106,7 @@ def _launch(loaded: Any, out_dir: Path | None, mlflow_uri: str | None, run_id: s
         progress=display.update,
         summarize_phase=summarize_phase,
         log_to_mlflow=log_to_mlflow,
+        startup=startup,
     )
     with display:
         return run_benchmark(loaded, options)
