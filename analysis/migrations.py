@@ -2,8 +2,8 @@
 
 `schema_info` (analysis/sql/schema.sql) holds one row per version the warehouse has been at;
 its max(version) is the warehouse's version. A warehouse without that table but with `runs` was
-written before versions were recorded: version 1 (the first schema, frozen in tests/analysis/data/schema_v1.sql). The migrations
-are `analysis/sql/migrations/NNN_what.sql`, NNN the version each one reaches, applied in order,
+written before versions were recorded: version 1 (the first schema, frozen in
+tests/analysis/data/schema_v1.sql). The migrations are `analysis/sql/migrations/NNN_what.sql`, NNN the version each one reaches, applied in order,
 each in its own transaction together with the schema_info row recording its version, so a
 failure leaves the warehouse at the last version it fully reached.
 
@@ -25,7 +25,7 @@ from analysis.db import WarehouseError, sql_text
 
 # The schema version this collobench writes and reads: the highest migration's number.
 CURRENT_VERSION = 7
-# The version of a warehouse that has tables but no schema_info (written before schema_info existed).
+# The version of a warehouse that has tables but no schema_info (written before it existed).
 UNVERSIONED = 1
 # The migration that moves raw rows out to Parquet: its SQL file, then Python
 # (analysis.catalogue.move_rows_out), in the same transaction.
