@@ -64,25 +64,31 @@ TRACE: list[dict[str, Any]] = [
 TRACE_TIME_SCALE = 0.5
 
 
-def traced_pipeline(trace: Path) -> dict[str, Any]:
-    """The trace replayed against the same server: each request built to the trace's input
-    length, its hash_ids as shared 16-token blocks, asking for the trace's output length."""
+TRACED_PIPELINES = {"chat": "traced", "completions": "traced_completions"}
+"""The trace's pipeline per API: the prompts' count_as left unset, so it follows the api."""
+
+
+def traced_pipeline(trace: Path, api: str) -> dict[str, Any]:
+    """The trace replayed against the same server over `api`: each request built to the
+    trace's input length as that api counts it (`count_as` unset: it follows the api), its
+    hash_ids as shared 8-token blocks, asking for the trace's output length."""
     loadgen: dict[str, Any] = {"type": "trace", "trace": str(trace), "trace_format": "mooncake"}
     loadgen |= {"trace_time_scale": TRACE_TIME_SCALE, "duration_s": 2, "timeout_s": 60}
+    name = TRACED_PIPELINES[api]
     return {
-        "name": "traced",
+        "name": name,
         "loadgen": loadgen,
         "stages": [
             {
-                "id": "trace_prompts",
+                "id": f"{name}_prompts",
                 "type": "dataset.synthetic_prompts",
                 "config": {"hash_block_tokens": 8},
-                "outputs": ["traced_llm"],
+                "outputs": [f"{name}_llm"],
             },
             {
-                "id": "traced_llm",
+                "id": f"{name}_llm",
                 "type": "http.openai",
-                "config": {"service": "llm", "api": "chat", "enforce_output": "generation_config"},
+                "config": {"service": "llm", "api": api, "enforce_output": "generation_config"},
             },
         ],
     }
@@ -156,7 +162,8 @@ def served_doc(trace: Path) -> dict[str, Any]:
                 ],
             },
             SHAPED_PIPELINE,
-            traced_pipeline(trace),
+            traced_pipeline(trace, "chat"),
+            traced_pipeline(trace, "completions"),
             SESSION_PIPELINE,
         ],
     }
@@ -296,16 +303,22 @@ def test_requests_built_for_128_input_tokens_arrive_as_128(served_run: Any) -> N
     assert outputs <= set(SHAPED_OUTPUT_TOKENS["values"]) and len(outputs) == 2, outputs
 
 
-def test_a_mooncake_trace_is_replayed_with_its_offsets_and_lengths(served_run: Any) -> None:
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_a_mooncake_trace_is_replayed_with_its_offsets_and_lengths(
+    served_run: Any, api: str
+) -> None:
     """Arrivals at the trace's offsets (scaled), each request arriving at the server with the
-    trace's input length (its usage.prompt_tokens) and answering its output length."""
+    trace's input length (its usage.prompt_tokens) and answering its output length, over
+    either API with `count_as` left unset: counted for the chat template and sent to
+    /v1/completions, every prompt arrived 20 tokens short, unchecked (issue 42)."""
     result, db, _ = served_run
-    traced = next(o for o in result.results if o.trial == 0 and o.pipeline == "traced")
+    name = TRACED_PIPELINES[api]
+    traced = next(o for o in result.results if o.trial == 0 and o.pipeline == name)
     assert traced.status == "ok", traced.error
     scheduled = query(
         db,
         "SELECT query_id, scheduled_ns - min(scheduled_ns) OVER () FROM queries "
-        "WHERE trial = 0 AND pipeline = 'traced' ORDER BY query_id",
+        f"WHERE trial = 0 AND pipeline = '{name}' ORDER BY query_id",
     )
     assert [offset for _, offset in scheduled] == [
         round(record["timestamp"] * TRACE_TIME_SCALE * 1e6) for record in TRACE
@@ -313,12 +326,14 @@ def test_a_mooncake_trace_is_replayed_with_its_offsets_and_lengths(served_run: A
     events = query(
         db,
         "SELECT query_id, status, prompt_tokens, tokens FROM stage_events WHERE trial = 0 "
-        "AND stage = 'traced_llm' ORDER BY query_id",
+        f"AND stage = '{name}_llm' ORDER BY query_id",
     )
     assert events == [
         (index, "ok", record["input_length"], record["output_length"])
         for index, record in enumerate(TRACE)
     ]
+    # every visit's count was checked against the server's: no stage warned it was not
+    assert not [w for w in result.warnings if "not checked" in w], result.warnings
 
 
 def test_sessions_carry_their_history_turn_by_turn(served_run: Any) -> None:
