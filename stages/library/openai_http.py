@@ -94,7 +94,9 @@ class OpenAIConfig(AsyncStageConfig):
         description="When the server's usage differs from what the payload asked (its "
         "`input_tokens` counted for this api; the output length when enforced): fail (the "
         "visit fails with the difference as its reason, in `errors` and the summary; its row "
-        "keeps tokens and prompt_tokens) or record (only the row's figures).",
+        "keeps tokens and prompt_tokens) or record (only the row's figures). With fail, an "
+        "`input_tokens` counted otherwise than this api counts is not checked: a "
+        "`stage_warning` of the run says how many visits.",
     )
     min_tokens: int | None = Field(
         None, ge=0, description="`min_tokens` (vLLM, SGLang); sent only when set."
