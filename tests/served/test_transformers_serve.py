@@ -64,34 +64,36 @@ TRACE: list[dict[str, Any]] = [
 TRACE_TIME_SCALE = 0.5
 
 
-TRACED_PIPELINES = {"chat": "traced", "completions": "traced_completions"}
-"""The trace's pipeline per API: the prompts' count_as left unset, so it follows the api."""
+TRACED_APIS = {"chat": "traced", "completions": "traced_completions"}
+"""The trace's branch per API (its stages' prefix): the prompts' count_as left unset, so it
+follows the api; one pipeline, so one worker builds both (each query goes to both entries)."""
 
 
-def traced_pipeline(trace: Path, api: str) -> dict[str, Any]:
-    """The trace replayed against the same server over `api`: each request built to the
-    trace's input length as that api counts it (`count_as` unset: it follows the api), its
-    hash_ids as shared 8-token blocks, asking for the trace's output length."""
+def traced_branch(api: str) -> list[dict[str, Any]]:
+    """Prompts built to the trace's input length as `api` counts it, their hash_ids as shared
+    8-token blocks, asking for the trace's output length over `api`."""
+    name = TRACED_APIS[api]
+    return [
+        {
+            "id": f"{name}_prompts",
+            "type": "dataset.synthetic_prompts",
+            "config": {"hash_block_tokens": 8},
+            "outputs": [f"{name}_llm"],
+        },
+        {
+            "id": f"{name}_llm",
+            "type": "http.openai",
+            "config": {"service": "llm", "api": api, "enforce_output": "generation_config"},
+        },
+    ]
+
+
+def traced_pipeline(trace: Path) -> dict[str, Any]:
+    """The trace replayed against the same server, over the chat and the completions API."""
     loadgen: dict[str, Any] = {"type": "trace", "trace": str(trace), "trace_format": "mooncake"}
     loadgen |= {"trace_time_scale": TRACE_TIME_SCALE, "duration_s": 2, "timeout_s": 60}
-    name = TRACED_PIPELINES[api]
-    return {
-        "name": name,
-        "loadgen": loadgen,
-        "stages": [
-            {
-                "id": f"{name}_prompts",
-                "type": "dataset.synthetic_prompts",
-                "config": {"hash_block_tokens": 8},
-                "outputs": [f"{name}_llm"],
-            },
-            {
-                "id": f"{name}_llm",
-                "type": "http.openai",
-                "config": {"service": "llm", "api": api, "enforce_output": "generation_config"},
-            },
-        ],
-    }
+    stages = [stage for api in TRACED_APIS for stage in traced_branch(api)]
+    return {"name": "traced", "loadgen": loadgen, "stages": stages}
 
 
 SESSION_PIPELINE = {
@@ -162,8 +164,7 @@ def served_doc(trace: Path) -> dict[str, Any]:
                 ],
             },
             SHAPED_PIPELINE,
-            traced_pipeline(trace, "chat"),
-            traced_pipeline(trace, "completions"),
+            traced_pipeline(trace),
             SESSION_PIPELINE,
         ],
     }
@@ -312,13 +313,12 @@ def test_a_mooncake_trace_is_replayed_with_its_offsets_and_lengths(
     either API with `count_as` left unset: counted for the chat template and sent to
     /v1/completions, every prompt arrived 20 tokens short, unchecked (issue 42)."""
     result, db, _ = served_run
-    name = TRACED_PIPELINES[api]
-    traced = next(o for o in result.results if o.trial == 0 and o.pipeline == name)
+    traced = next(o for o in result.results if o.trial == 0 and o.pipeline == "traced")
     assert traced.status == "ok", traced.error
     scheduled = query(
         db,
         "SELECT query_id, scheduled_ns - min(scheduled_ns) OVER () FROM queries "
-        f"WHERE trial = 0 AND pipeline = '{name}' ORDER BY query_id",
+        "WHERE trial = 0 AND pipeline = 'traced' ORDER BY query_id",
     )
     assert [offset for _, offset in scheduled] == [
         round(record["timestamp"] * TRACE_TIME_SCALE * 1e6) for record in TRACE
@@ -326,7 +326,7 @@ def test_a_mooncake_trace_is_replayed_with_its_offsets_and_lengths(
     events = query(
         db,
         "SELECT query_id, status, prompt_tokens, tokens FROM stage_events WHERE trial = 0 "
-        f"AND stage = '{name}_llm' ORDER BY query_id",
+        f"AND stage = '{TRACED_APIS[api]}_llm' ORDER BY query_id",
     )
     assert events == [
         (index, "ok", record["input_length"], record["output_length"])
