@@ -60,6 +60,8 @@ class Done:
     not_issued: int
     leaked_threads: list[str]
     counters: QueryCounters
+    stage_warnings: list[dict[str, Any]]
+    """What the stages warned about: `{stage, message, visits}` each (`StageContext.warn`)."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from stages.collocation import protocol
 from stages.collocation.protocol import Done, Failed, Message, Progress, Ready
 from stages.collocation.results import PipelineOutcome, ProgressEvent
 from stages.collocation.worker import WorkerTask, worker_main
+from stages.contracts.warnings import stage_warning
 
 PREPARE_TIMEOUT_S = 900.0  # loading a large model can take minutes
 TERMINATE_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
@@ -146,6 +147,10 @@ class Supervisor:
                     f"{outcome.pipeline} (trial {outcome.trial}, {outcome.phase}): stage "
                     f"threads still running at shutdown: {', '.join(message.leaked_threads)}"
                 )
+            self._warnings += [
+                stage_warning(outcome.pipeline, outcome.trial, outcome.phase, record)
+                for record in message.stage_warnings
+            ]
             self._emit_outcome(worker)
         elif isinstance(message, Failed):
             worker.done = True

@@ -130,6 +130,7 @@ def _run(task: WorkerTask, connection: Connection) -> int:
         not_issued=result.outcome.not_issued,
         leaked_threads=result.leaked_threads,
         counters=runtime.counters,
+        stage_warnings=runtime.stage_warnings.records(),
     )
     _send(connection, done)
     return 0
@@ -200,6 +201,7 @@ def _interrupted_done(runtime: PipelineRuntime, interrupted: Interrupted) -> Don
         not_issued=0,
         leaked_threads=[],
         counters=runtime.counters,
+        stage_warnings=runtime.stage_warnings.records(),
     )
 
 

@@ -23,6 +23,10 @@ class WarningCode(StrEnum):
     SERVER_METRICS_GAP = "server_metrics_gap"
     """Scrapes of a service's metrics endpoint failed in a row (a gap in `server_samples`; its
     `up` rows are 0); the run goes on."""
+    STAGE_WARNING = "stage_warning"
+    """A stage met something on some visits that it could not do or check (http.openai: a
+    payload's `input_tokens` counted for another API, so not checked against the server's
+    `prompt_tokens`); the run goes on."""
     OTHER = "other"
     """Anything else: read the message."""
 
@@ -64,6 +68,18 @@ def foreign_compute_process(process: Mapping[str, Any]) -> RunWarning:
     return RunWarning(message, WarningCode.FOREIGN_COMPUTE_PROCESS, details)
 
 
+def stage_warning(pipeline: str, trial: int, phase: str, record: Mapping[str, Any]) -> RunWarning:
+    """The warning of what a stage warned about in one load window (`stage`, `message`,
+    `visits`: how many of its visits raised it)."""
+    message = (
+        f"{pipeline} (trial {trial}, {phase}): stage '{record['stage']}': {record['message']} "
+        f"({record['visits']} visits)"
+    )
+    details = {"pipeline": pipeline, "trial": trial, "phase": phase}
+    details |= {key: record.get(key) for key in ("stage", "message", "visits")}
+    return RunWarning(message, WarningCode.STAGE_WARNING, details)
+
+
 class WarningRecord(BaseModel):
     """One warning in the manifest (`warning_records`)."""
 
@@ -76,7 +92,8 @@ class WarningRecord(BaseModel):
         description="The figures behind it (foreign_compute_process: pid, "
         "name, gpu, used_memory_mib; calibration_failed: trial, phase, position, pipelines, "
         "workload; server_metrics_gap: service, trial, phase, start_ns, end_ns, "
-        "failed_scrapes, error).",
+        "failed_scrapes, error; stage_warning: pipeline, trial, phase, stage, message, "
+        "visits).",
     )
 
     @classmethod

@@ -32,6 +32,7 @@ from stages.library.request_shape import (
     asked_output,
     mismatch,
     output_fields,
+    unchecked_input,
 )
 from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
@@ -93,7 +94,9 @@ class OpenAIConfig(AsyncStageConfig):
         description="When the server's usage differs from what the payload asked (its "
         "`input_tokens` counted for this api; the output length when enforced): fail (the "
         "visit fails with the difference as its reason, in `errors` and the summary; its row "
-        "keeps tokens and prompt_tokens) or record (only the row's figures).",
+        "keeps tokens and prompt_tokens) or record (only the row's figures). With fail, an "
+        "`input_tokens` counted otherwise than this api counts is not checked: a "
+        "`stage_warning` of the run says how many visits.",
     )
     min_tokens: int | None = Field(
         None, ge=0, description="`min_tokens` (vLLM, SGLang); sent only when set."
@@ -137,6 +140,10 @@ class OpenAIConfig(AsyncStageConfig):
             raise ValueError("enforce_output sets the output length: leave min_tokens and "
                              "ignore_eos unset")  # fmt: skip
         return self
+
+    def prompt_api(self) -> str:
+        """The API the prompts go over: a prompt builder upstream counts its tokens for it."""
+        return self.api
 
 
 def _root_url(url: str) -> str:
@@ -271,6 +278,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         the payload asked; the row keeps the figures either way."""
         if self.config.on_token_mismatch != "fail":
             return
+        self.warn_unchecked(payload)
         enforced = output_tokens or self.config.max_tokens
         problem = mismatch(
             payload,
@@ -281,6 +289,12 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         )
         if problem is not None:
             raise OpenAIRequestError(f"{self.url}: {problem}")
+
+    def warn_unchecked(self, payload: dict[str, Any]) -> None:
+        """A payload's input count that cannot be checked over this API is a warning of the
+        run (`StageContext.warn`), never skipped silently."""
+        if (skipped := unchecked_input(payload, self.config.api)) is not None:
+            self.context.warn(skipped)
 
     def reason(self, error: Exception) -> str:
         """One line, without the API key whatever the error's text holds."""

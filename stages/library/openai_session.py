@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from stages.library.openai_stream import StreamedCompletion, StreamError
-from stages.library.request_shape import output_fields
+from stages.library.request_shape import mismatch, output_fields
 
 if TYPE_CHECKING:
     from stages.library.openai_http import OpenAIStage
@@ -55,6 +55,8 @@ async def run_session(
                          "visit": visit, "turn": turn, **row})  # fmt: skip
             messages.append({"role": "assistant", "content": "".join(completion.pieces)})
             _check_output(stage, shape.get("output_tokens"), row["tokens"], turn)
+            if turn == 0:
+                _check_first_input(stage, payload, row["prompt_tokens"])
     finally:
         if rows:
             stage.context.write_rows(TABLE, rows)
@@ -113,3 +115,15 @@ def _check_output(stage: OpenAIStage, asked: Any, tokens: int | None, turn: int)
         raise OpenAIRequestError(
             f"{stage.url}: turn {turn + 1}: asked {wanted} output tokens, got {tokens}"
         )
+
+
+def _check_first_input(stage: OpenAIStage, payload: dict[str, Any], prompt_tokens: Any) -> None:
+    """The first turn is the payload's prompt alone: its `input_tokens` are checked against
+    the server's count as a single request's are (on_token_mismatch)."""
+    from stages.library.openai_http import OpenAIRequestError
+
+    if stage.config.on_token_mismatch != "fail":
+        return
+    stage.warn_unchecked(payload)
+    if (problem := mismatch(payload, "chat", None, prompt_tokens, None)) is not None:
+        raise OpenAIRequestError(f"{stage.url}: turn 1: {problem}")

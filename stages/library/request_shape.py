@@ -36,6 +36,25 @@ def output_fields(max_tokens: int, enforce: EnforceOutput) -> dict[str, Any]:
     return fields
 
 
+def counted_for(api: str) -> str:
+    """The `counted_as` whose count a server's `usage.prompt_tokens` is, over `api`."""
+    return "chat" if api == "chat" else "completions"
+
+
+def unchecked_input(payload: dict[str, Any], api: str) -> str | None:
+    """Why a payload's `input_tokens` cannot be checked against the server's count over
+    `api` (counted for another API, or it does not say for which), on one line; None when it
+    can be, or when it carries none. The same text for every such visit (it is counted)."""
+    asked_in, counted_as = payload.get("input_tokens"), payload.get("counted_as")
+    if not isinstance(asked_in, int) or counted_as == counted_for(api):
+        return None
+    how = f"counted as {counted_as}" if isinstance(counted_as, str) else "with no counted_as"
+    return (
+        f"input_tokens {how}, not as api {api} counts them: not checked against the "
+        "server's prompt_tokens"
+    )
+
+
 def mismatch(
     payload: dict[str, Any],
     api: str,
@@ -45,12 +64,12 @@ def mismatch(
 ) -> str | None:
     """What arrived differently from what was asked, on one line, or None: the server's
     `usage.prompt_tokens` against the payload's `input_tokens` (when they were counted for
-    this API: `chat` for api chat, `completions` for api completions), and its completion
-    tokens against `enforced_output` (only when the output length was enforced)."""
+    this API: `chat` for api chat, `completions` for api completions; otherwise
+    `unchecked_input` says why not), and its completion tokens against `enforced_output`
+    (only when the output length was enforced)."""
     problems = []
     asked_in = payload.get("input_tokens")
-    counted_for = "chat" if api == "chat" else "completions"
-    if isinstance(asked_in, int) and payload.get("counted_as") == counted_for:
+    if isinstance(asked_in, int) and payload.get("counted_as") == counted_for(api):
         if prompt_tokens is None:
             problems.append(f"asked {asked_in} input tokens, the server reported no prompt_tokens")
         elif prompt_tokens != asked_in:

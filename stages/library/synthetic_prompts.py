@@ -25,6 +25,13 @@ UNBOUNDED_MAX_LENGTH = 10_000_000
 """A tokenizer's `model_max_length` at or above this is transformers' "no limit" sentinel."""
 MAX_REPORTED_ROWS = 5
 """Trace rows named when a trace asks too much (the first ones; the rest alike)."""
+UNSENT_COUNT_AS: CountAs = "chat"
+"""`count_as` when no stage downstream sends the prompts to a server (the old default)."""
+SERVER_COUNTS: dict[str, str] = {
+    "chat": "the user message through the chat template",
+    "completions": "the text with the tokenizer's special tokens",
+}
+"""What a server's `usage.prompt_tokens` counts, per API: the `count_as` that matches it."""
 TRACE_FIELDS = ("input_tokens", "output_tokens")
 """Payload fields (or query attributes) of a trace's request shape: when present they win."""
 
@@ -88,12 +95,14 @@ class SyntheticPromptsConfig(StageConfig):
     output_tokens: TokenLength = Field(
         16, description="Output tokens to ask for per request: a number or a distribution."
     )
-    count_as: CountAs = Field(
-        "chat",
+    count_as: CountAs | None = Field(
+        None,
         description="What the input count is exact for: chat (the user message through the "
         "chat template with the generation prompt, what /v1/chat/completions counts), "
         "completions (the text with the tokenizer's special tokens, what /v1/completions "
-        "counts) or text (the text alone).",
+        "counts) or text (the text alone); null: the `api` of the http.openai stage that "
+        "sends the prompts (set at validation; chat when none does). A value that "
+        "contradicts that api is refused.",
     )
     shared_prefixes: SharedPrefixes | None = Field(
         None, description="A pool of prefixes requests share (null: every prompt its own)."
@@ -116,6 +125,35 @@ class SyntheticPromptsConfig(StageConfig):
         description="The model's context in tokens (input + output); null: from the folder's "
         "config (`max_position_embeddings`, `n_positions`) or tokenizer.",
     )
+
+    @property
+    def counted_as(self) -> CountAs:
+        """What the count is exact for: `count_as`, else (a config built outside a spec)
+        the default for prompts no stage sends."""
+        return self.count_as or UNSENT_COUNT_AS
+
+    def follow_prompt_apis(
+        self, senders: Mapping[str, str]
+    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """`count_as` set to the API the prompts are sent over (chat when no stage sends them);
+        a `count_as` that differs, or senders over different APIs, refused: the server's
+        `prompt_tokens` could not be the count asked for."""
+        apis = sorted(set(senders.values()))
+        if not apis:
+            return {"count_as": self.counted_as}, []
+        if len(apis) > 1 or apis[0] not in SERVER_COUNTS:
+            named = ", ".join(f"'{stage}' (api {api})" for stage, api in sorted(senders.items()))
+            problem = f"the prompts are sent by {named}: no count is exact for each"
+            return {}, [("count_as", problem)]
+        (api,) = apis
+        if self.count_as not in (None, api):
+            stages = ", ".join(f"'{stage}'" for stage in sorted(senders))
+            problem = (
+                f"{self.count_as}, but stage {stages} sends these prompts over api {api}, whose "
+                f"server counts {SERVER_COUNTS[api]}: leave count_as unset or set {api}"
+            )
+            return {}, [("count_as", problem)]
+        return {"count_as": api}, []
 
     def request_problems(self, shapes: Sequence[Mapping[str, Any] | None]) -> list[str]:
         """Trace rows asking more tokens (input + output) than the model's context holds."""
@@ -224,7 +262,7 @@ class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
         from stages.runtime.pipeline import REPLICA_SEED_STRIDE
 
         tokenizer, folder = _load(self.config.tokenizer)
-        self.builder = PromptBuilder(tokenizer, self.config.count_as)
+        self.builder = PromptBuilder(tokenizer, self.config.counted_as)
         context = self.config.max_model_tokens or context_tokens(tokenizer, folder)
         self.context_tokens = context if context is not None else UNBOUNDED_MAX_LENGTH
         if self.context_tokens <= self.builder.min_tokens:
@@ -260,7 +298,7 @@ class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
         if not low <= tokens <= high:
             raise PromptLengthError(
                 f"the trace asks {tokens} {which} tokens: this model takes {low} to {high} "
-                f"(context {self.context_tokens}, count_as {self.config.count_as})"
+                f"(context {self.context_tokens}, count_as {self.config.counted_as})"
             )
         return tokens
 
@@ -312,7 +350,7 @@ class SyntheticPromptsStage(Stage[SyntheticPromptsConfig]):
             "prompt": text,
             "prompt_id": query.query_id,
             "input_tokens": input_tokens,
-            "counted_as": self.config.count_as,
+            "counted_as": self.config.counted_as,
             "text_tokens": text_tokens,
             "output_tokens": output_tokens,
         }

@@ -30,6 +30,7 @@ from stages.runtime.recorder import Recorder, RowBuffer
 from stages.runtime.registry import StageRegistry, default_registry
 from stages.runtime.stage import StageContext
 from stages.runtime.stage_thread import StageThread
+from stages.runtime.stage_warnings import StageWarnings
 from stages.runtime.wiring import build_nodes, entry_channels
 from stages.spec.models import PipelineSpec, StageSpec
 
@@ -63,6 +64,8 @@ class PipelineRuntime:
         self.stop_issuing = threading.Event()
         """Set when the pipeline must stop taking load (error budget spent, shutdown)."""
         self.leaked_threads: list[str] = []
+        self.stage_warnings = StageWarnings()
+        """What the stages warned about (`StageContext.warn`), for the run's warnings."""
         self.nodes = build_nodes(
             self.graph,
             registry or default_registry(),
@@ -106,6 +109,7 @@ class PipelineRuntime:
             stop_event=self.stop_event,
             write_rows=self.recorder.write_rows,
             service_urls=self._service_urls,
+            warn=self.stage_warnings.sink(node.id),
         )
         if self._cache_dir:
             context.cache_dir = self._cache_dir

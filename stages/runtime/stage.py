@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast, get_args
 from stages import settings
 from stages.contracts.image_batches import ImageBatch
 from stages.runtime.query import Query
+from stages.runtime.stage_warnings import WarningSink, drop_warning
 from stages.spec.models import StrictModel
 
 RowSink = Callable[[str, list[dict[str, Any]]], None]
@@ -63,6 +64,20 @@ class StageConfig(StrictModel):
         whose input or output does not fit), found before the run."""
         return []
 
+    def prompt_api(self) -> str | None:
+        """The API a stage that sends prompts to a server sends them over (`chat`,
+        `completions`: what the server's `usage.prompt_tokens` counts); None: it sends none.
+        A prompt builder upstream counts its tokens for this API (stages.spec.prompt_counting)."""
+        return None
+
+    def follow_prompt_apis(
+        self, senders: Mapping[str, str]
+    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """For a stage that builds token-exact prompts, given the stages downstream that send
+        them (stage id -> `prompt_api`): (config fields to set, (config field, message) for
+        each contradiction), found before the run. Other stages: nothing."""
+        return {}, []
+
 
 @dataclass
 class StageContext:
@@ -90,6 +105,9 @@ class StageContext:
     replica: int = 0
     """Which of the stage's `concurrency` threads this instance serves (0 for the first; the
     seed of replica r > 0 is offset by r * REPLICA_SEED_STRIDE)."""
+    warn: WarningSink = drop_warning
+    """Records a warning about a visit (one line: a check it could not make) for the run's
+    warnings, counted per distinct message; a context built by hand drops it."""
 
 
 ConfigT = TypeVar("ConfigT", bound=StageConfig)

@@ -28,6 +28,7 @@ from stages.spec.paths import (
     with_model_contents,
 )
 from stages.spec.problems import SpecProblem, one_line, problems_from_validation_error
+from stages.spec.prompt_counting import follow_prompt_apis
 
 MAX_BYTES_ENV = "COLLOBENCH_SPEC_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 20
@@ -275,6 +276,8 @@ def validate_document(document: dict[str, Any], source: str = "") -> LoadedSpec:
         ) from None
     spec_dir = spec_folder(source)
     problems = check_spec(spec)
+    if not problems:
+        spec, problems = follow_prompt_apis(spec)
     if not problems:
         problems = check_file_paths(spec, spec_dir) + check_model_entries(spec, spec_dir)
     if problems:

@@ -26,6 +26,7 @@ from stages.collocation.protocol import (
 from stages.collocation.results import PipelineOutcome, ProgressEvent
 from stages.collocation.supervision import Supervisor, WorkerHandle
 from stages.contracts.counters import QUERY_COUNTS, QueryCounters
+from stages.contracts.warnings import WarningCode, WarningRecord
 from stages.rundir.manifest import PipelineResult
 from stages.runtime.counters import Tally, snapshot
 
@@ -47,6 +48,7 @@ DONE = Done(
     not_issued=7,
     leaked_threads=["stage-a"],
     counters=_snapshot(200),
+    stage_warnings=[{"stage": "llm", "message": "input_tokens not checked", "visits": 3}],
 )
 EXAMPLES: list[Message] = [
     Ready(pid=1234),
@@ -203,7 +205,16 @@ def test_the_counters_a_worker_reports_arrive_in_the_outcome() -> None:
     for name in QueryCounters.model_fields:
         assert progress.data[name] == getattr(PROGRESS.counters, name), name
     assert events[-1].kind == "done"
-    assert warnings == ["p (trial 0, solo): stage threads still running at shutdown: stage-a"]
+    assert warnings == [
+        "p (trial 0, solo): stage threads still running at shutdown: stage-a",
+        "p (trial 0, solo): stage 'llm': input_tokens not checked (3 visits)",
+    ]
+    # What a stage warned about is a typed record: its code and figures for readers.
+    stage_warning = WarningRecord.of(warnings[1])
+    assert stage_warning.code == WarningCode.STAGE_WARNING
+    assert stage_warning.details == {"pipeline": "p", "trial": 0, "phase": "solo",
+                                     "stage": "llm", "message": "input_tokens not checked",
+                                     "visits": 3}  # fmt: skip
 
 
 def test_an_outcome_rejects_a_counter_it_does_not_have() -> None:

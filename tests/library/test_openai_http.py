@@ -34,13 +34,16 @@ SECRET = "sk-test-0123456789abcdef"
 def make_stage(
     written: list[dict[str, Any]] | None = None,
     service_urls: dict[str, str] | None = None,
+    warnings: list[str] | None = None,
     **config: Any,
 ) -> OpenAIStage:
     sink = written if written is not None else []
+    warned = warnings if warnings is not None else []
     context = StageContext(
         stage_id="llm",
         write_rows=lambda table, batch: sink.extend(batch),
         service_urls=service_urls or {},
+        warn=warned.append,
     )
     stage = OpenAIStage(OpenAIConfig.model_validate(config), context)
     stage.prepare()

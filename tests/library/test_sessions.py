@@ -46,7 +46,8 @@ def test_a_session_payload_holds_its_turns() -> None:
 def test_each_turn_carries_the_history_and_waits_the_think_time() -> None:
     payload = session_payload()
     written: list[dict[str, Any]] = []
-    with ThreadedStub(Script(tokens=5, prompt_tokens=50)) as stub:
+    # The stub counts 40 prompt tokens for every turn: the first turn's, checked, are exact.
+    with ThreadedStub(Script(tokens=5, prompt_tokens=40)) as stub:
         stage = make_http_stage(written, base_url=stub.url, api="chat",
                                 enforce_output="generation_config")  # fmt: skip
         query = make_query(payload=payload, visit=1)
@@ -62,7 +63,21 @@ def test_each_turn_carries_the_history_and_waits_the_think_time() -> None:
     assert all(row["sent_ns"] < row["first_token_ns"] <= row["finished_ns"] for row in written)
     for before, after in itertools.pairwise(written):
         assert after["sent_ns"] - before["finished_ns"] >= THINK_MS * 1_000_000
-    assert (query.tokens, query.prompt_tokens, query.first_token_ns) == (15, 150, None)
+    assert (query.tokens, query.prompt_tokens, query.first_token_ns) == (15, 120, None)
+
+
+def test_a_first_turn_counted_otherwise_than_asked_fails_the_session() -> None:
+    """The first turn is the query's prompt alone: its input length is checked as a single
+    request's is (the later turns carry the history, so only their output is)."""
+    payload = session_payload()
+    written: list[dict[str, Any]] = []
+    with ThreadedStub(Script(tokens=5, prompt_tokens=50)) as stub:
+        stage = make_http_stage(written, base_url=stub.url, api="chat",
+                                enforce_output="generation_config")  # fmt: skip
+        with pytest.raises(OpenAIRequestError, match="turn 1: asked 40 input tokens, the "
+                           "server counted 50"):  # fmt: skip
+            stage.run(make_query(payload=payload, visit=1))
+    assert [row["turn"] for row in written] == [0]
 
 
 def test_a_turn_that_fails_ends_the_session_and_keeps_the_turns_before() -> None:

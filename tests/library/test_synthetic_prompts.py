@@ -318,13 +318,28 @@ def test_a_request_that_arrives_otherwise_than_asked_fails_with_the_difference(
         recorded.run(shaped_query())
 
 
+UNCHECKED_CHAT = (
+    "input_tokens counted as chat, not as api completions counts them: not checked against "
+    "the server's prompt_tokens"
+)
+
+
 def test_an_output_length_not_enforced_may_stop_early_and_counts_apply_per_api() -> None:
+    warned: list[str] = []
     with ThreadedStub(Script(tokens=3, prompt_tokens=140)) as stub:
-        # counted for chat: a completions request is not compared (its count differs)
-        make_http_stage(base_url=stub.url, api="completions").run(shaped_query())
-        stage = make_http_stage(base_url=stub.url, api="completions")
+        # counted for chat: a completions request cannot compare it, and warns (not silent)
+        make_http_stage(base_url=stub.url, api="completions", warnings=warned).run(shaped_query())
+        assert warned == [UNCHECKED_CHAT]
+        stage = make_http_stage(base_url=stub.url, api="completions", warnings=warned)
         with pytest.raises(RuntimeError, match="asked 139 input tokens, the server counted 140"):
             stage.run(shaped_query(140 - 1, counted_as="completions"))
+        assert warned == [UNCHECKED_CHAT]  # counted for its api: checked, no warning
+        untold = make_query(payload={"prompt": "in fix", "input_tokens": 3})
+        make_http_stage(base_url=stub.url, api="chat", warnings=warned).run(untold)
+    assert warned[1:] == [
+        "input_tokens with no counted_as, not as api chat counts them: not checked against "
+        "the server's prompt_tokens"
+    ]
 
 
 def test_enforce_output_refuses_min_tokens_beside_it() -> None:
@@ -357,6 +372,34 @@ def test_a_pipeline_records_prompt_tokens_beside_tokens() -> None:
     } == {None}
     assert {(b["max_tokens"], b["min_tokens"]) for b in bodies} == {(5, 5)}
     assert runtime.error_rows() == []
+    assert runtime.stage_warnings.records() == []  # every visit's count was checked
+
+
+def test_a_count_the_sending_api_cannot_check_is_a_warning_of_the_run() -> None:
+    """Built outside validation (which refuses it), prompts counted for chat sent over the
+    completions API: every visit goes on, and the pipeline's warnings say how many were not
+    checked, once (the launcher puts them in the manifest: tests/collocation)."""
+    registry = registry_with(
+        {"http.openai": OpenAIStage, "dataset.synthetic_prompts": SyntheticPromptsStage}
+    )
+    with ThreadedStub(Script(tokens=2, prompt_tokens=44)) as stub:
+        stages = [
+            {"id": "prompts", "type": "dataset.synthetic_prompts", "outputs": ["llm"],
+             "config": {"input_tokens": 64, "output_tokens": 2, "count_as": "chat"}},
+            {"id": "llm", "type": "http.openai",
+             "config": {"base_url": stub.url, "api": "completions"}},
+        ]  # fmt: skip
+        spec = PipelineSpec.model_validate(
+            {"name": "p", "error_budget": None, "stages": stages,
+             "loadgen": {"type": "closed_loop", "concurrency": 2, "duration_s": 0,
+                         "max_queries": 4, "min_queries": 4, "timeout_s": 30}}
+        )  # fmt: skip
+        runtime, recorder = run_in_process(spec, registry)
+    events = [e for e in rows(recorder, "stage_events") if e["stage"] == "llm"]
+    assert [(e["status"], e["prompt_tokens"]) for e in events] == [("ok", 44)] * 4
+    assert runtime.stage_warnings.records() == [
+        {"stage": "llm", "message": UNCHECKED_CHAT, "visits": 4}
+    ]
 
 
 def _common_words(first: str, second: str) -> int:
