@@ -3,9 +3,10 @@
 `schema_info` (analysis/sql/schema.sql) holds one row per version the warehouse has been at;
 its max(version) is the warehouse's version. A warehouse without that table but with `runs` was
 written before versions were recorded: version 1 (the first schema, frozen in
-tests/analysis/data/schema_v1.sql). The migrations are `analysis/sql/migrations/NNN_what.sql`, NNN the version each one reaches, applied in order,
-each in its own transaction together with the schema_info row recording its version, so a
-failure leaves the warehouse at the last version it fully reached.
+tests/analysis/data/schema_v1.sql). The migrations are `analysis/sql/migrations/NNN_what.sql`,
+NNN the version each one reaches, applied in order, each in its own transaction together with
+the schema_info row recording its version, so a failure leaves the warehouse at the last version
+it fully reached.
 
 The writer (the loader, holding the one-writer lock) calls `prepare` before loading: a new file
 gets the current schema, an older one is migrated, a newer one is refused (SchemaMismatch).
