@@ -139,7 +139,7 @@ def compute(
     if not runs:
         return {}
     cores = os.cpu_count() or 1
-    cut = batches(runs, parts=cores)
+    cut = batches(runs, BATCH_ROWS, parts=cores)
     workers = max(1, min(len(cut), cores))
     pending = list(enumerate(cut))
     results: dict[int, dict[str, pa.Table]] = {}
