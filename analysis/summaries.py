@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import os
 import threading
 import time
@@ -82,44 +81,17 @@ def create_views(connection: duckdb.DuckDBPyConnection, definitions: bool) -> No
         connection.execute(f"DROP VIEW {view}")
 
 
-def batches(
-    runs: Sequence[WarehouseRun], limit_rows: int = BATCH_ROWS, parts: int = 1
-) -> list[list[WarehouseRun]]:
-    """`runs` in order, cut into batches of at most limit_rows raw rows (a larger run alone).
-    More than one batch: their count a multiple of `parts` where there are runs enough, each
-    about as large as the others, so `parts` databases taking them in turn finish together
-    (batches filled to the limit left one database working alone at the end: 100 runs, 17
-    batches, 9 against 8). Runs that fit one batch stay one (its database gets every core)."""
-    total = _rows(runs)
-    count = math.ceil(total / limit_rows)
-    if count > 1:
-        count = min(len(runs), parts * math.ceil(count / parts))
-    while True:
-        found = _even_batches(runs, max(1, count))
-        fits = all(len(batch) == 1 or _rows(batch) <= limit_rows for batch in found)
-        if fits or count >= len(runs):
-            return found
-        count = min(len(runs), count + parts)
-
-
-def _rows(batch: Sequence[WarehouseRun]) -> int:
-    return sum(run.raw_rows for run in batch)
-
-
-def _even_batches(runs: Sequence[WarehouseRun], count: int) -> list[list[WarehouseRun]]:
-    """`runs` in order in `count` batches of about equal raw rows: a run goes to the batch its
-    middle row falls in (never an empty batch, unless there are fewer runs than batches)."""
-    total = _rows(runs)
+def batches(runs: Sequence[WarehouseRun], limit_rows: int = BATCH_ROWS) -> list[list[WarehouseRun]]:
+    """`runs` in order, cut into batches of at most limit_rows raw rows (a larger run alone)."""
     found: list[list[WarehouseRun]] = []
-    before = 0
+    size = 0
     for run in runs:
-        share = (before + run.raw_rows / 2) / total if total else len(found) / count
-        wanted = min(count - 1, int(share * count))
-        if not found or (wanted >= len(found) and len(found) < count):
-            found.append([run])
-        else:
+        if found and size + run.raw_rows <= limit_rows:
             found[-1].append(run)
-        before += run.raw_rows
+            size += run.raw_rows
+        else:
+            found.append([run])
+            size = run.raw_rows
     return found
 
 
@@ -138,8 +110,8 @@ def compute(
     time on two cores."""
     if not runs:
         return {}
+    cut = batches(runs, BATCH_ROWS)
     cores = os.cpu_count() or 1
-    cut = batches(runs, BATCH_ROWS, parts=cores)
     workers = max(1, min(len(cut), cores))
     pending = list(enumerate(cut))
     results: dict[int, dict[str, pa.Table]] = {}

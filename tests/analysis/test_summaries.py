@@ -10,11 +10,9 @@ import duckdb
 import pytest
 
 from analysis import definitions_db, summaries, view_manifest
-from analysis.catalogue import RunFile
 from analysis.db import connect_read_only
 from analysis.load_steps import STEPS, LoadSteps
 from analysis.loader import LoadError, load_runs
-from analysis.warehouse_runs import WarehouseRun
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
 
@@ -126,32 +124,6 @@ def test_each_guard_is_false_only_where_its_definition_is_empty(tmp_path: Path) 
                 if not said:
                     definition = table.removeprefix("summary_") + "_from_rows"
                     assert connection.execute(f"SELECT * FROM {definition}").fetchall() == []
-
-
-def _run_of(rows: int, number: int) -> WarehouseRun:
-    """A WarehouseRun of `rows` raw rows (one queries file), for cutting into batches."""
-    run_id = f"run-{number}"
-    file = RunFile(run_id, "queries", f"/runs/{run_id}/queries.parquet", rows, 1, 1, ())
-    return WarehouseRun(run_id, None, None, None, None, None, "{}", "/runs", None, (file,))
-
-
-def test_batches_are_even_and_a_multiple_of_the_databases() -> None:
-    # 100 runs of 600k rows at 4M a batch: 17 batches filled to the limit would leave one of
-    # two databases working alone on the last; 18 of 5-6 runs keep both busy to the end.
-    runs = [_run_of(600_000, number) for number in range(100)]
-    cut = summaries.batches(runs, 4_000_000, parts=2)
-    assert len(cut) == 18
-    assert [run for batch in cut for run in batch] == runs  # in order, each once
-    assert {len(batch) for batch in cut} == {5, 6}
-    assert summaries.batches(runs, 4_000_000, parts=1) != cut
-    assert len(summaries.batches(runs, 4_000_000, parts=1)) == 17
-    # What fits one batch stays one (its database gets every core); a larger run goes alone.
-    assert summaries.batches(runs[:3], 4_000_000, parts=2) == [runs[:3]]
-    big = [_run_of(5_000_000, 0), _run_of(10, 1), _run_of(10, 2)]
-    assert all(
-        len(batch) == 1 or sum(run.raw_rows for run in batch) <= 4_000_000
-        for batch in summaries.batches(big, 4_000_000, parts=2)
-    )
 
 
 def test_summaries_in_several_batches_equal_one_batch(
