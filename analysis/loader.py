@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import duckdb
 from analysis import catalogue, migrations, summaries
 from analysis.catalogue import CatalogueError
 from analysis.db import Notify, connect_writer, sql_text, to_stderr, writer_lock
+from analysis.load_steps import LoadSteps
 from analysis.view_manifest import summary_tables
 from analysis.warehouse_runs import WarehouseRun, insert_runs
 from stages.contracts.errors import InvalidInputError
@@ -235,22 +236,26 @@ def publish_forget(connection: duckdb.DuckDBPyConnection, run_ids: list[str]) ->
 
 @contextmanager
 def migrated_writer(
-    db: Path, wait_s: float | None, notify: Notify
+    db: Path, wait_s: float | None, notify: Notify, steps: LoadSteps | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """The warehouse's writer connection under its writer lock, its schema brought up to date
-    (`notify` told of an upgrade); closed on exit."""
-    with writer_lock(db, wait_s, notify):
-        connection = connect_writer(db, wait_s, notify)
-        try:
+    (`notify` told of an upgrade); closed on exit. `steps` hears how long the lock wait, the
+    connection and the schema took."""
+    timer = steps or LoadSteps()
+    with ExitStack() as held:
+        with timer.step("writer_lock"):
+            held.enter_context(writer_lock(db, wait_s, notify))
+        with timer.step("connect"):
+            connection = connect_writer(db, wait_s, notify)
+        held.callback(connection.close)
+        with timer.step("schema"):
             applied = ensure_schema(connection, db, notify)
-            if applied:
-                notify(
-                    f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
-                    f"to {applied[-1]}"
-                )
-            yield connection
-        finally:
-            connection.close()
+        if applied:
+            notify(
+                f"{db}: upgraded the warehouse schema from version {applied[0] - 1} "
+                f"to {applied[-1]}"
+            )
+        yield connection
 
 
 def load_runs(
@@ -258,6 +263,7 @@ def load_runs(
     db_path: Path | str,
     wait_s: float | None = None,
     notify: Notify = to_stderr,
+    steps: LoadSteps | None = None,
 ) -> list[LoadResult]:
     """Load each run directory into the warehouse at `db_path` (created if missing).
 
@@ -269,18 +275,23 @@ def load_runs(
     `$COLLOBENCH_WAREHOUSE_WAIT_S`, 60 s), telling `notify` (default: stderr) once, then
     raises analysis.db.WarehouseBusy. An older warehouse is migrated (and `notify` told), a
     newer one refused (migrations.SchemaMismatch). Publishing is one transaction: a failure
-    part-way leaves the warehouse as it was before."""
+    part-way leaves the warehouse as it was before. `steps` hears how long each step took
+    (analysis/load_steps.py)."""
+    timer = steps or LoadSteps()
     directories = [Path(run_dir) for run_dir in run_dirs]
-    manifests = [_read_manifest(directory) for directory in directories]
-    prepared = [
-        prepare_run(directory, manifest)
-        for directory, manifest in zip(directories, manifests, strict=True)
-    ]
+    with timer.step("read_manifests"):
+        manifests = [_read_manifest(directory) for directory in directories]
+    with timer.step("register_files"):
+        prepared = [
+            prepare_run(directory, manifest)
+            for directory, manifest in zip(directories, manifests, strict=True)
+        ]
     # A run_id given twice is loaded once, from the last directory naming it (as if the
     # later load replaced the earlier).
     runs = list({run.run_id: run for run in prepared}.values())
     db = Path(db_path)
     db.parent.mkdir(parents=True, exist_ok=True)
-    rows = summaries.compute(runs, db.parent, notify)
-    with migrated_writer(db, wait_s, notify) as connection:
+    with timer.step("summaries"):
+        rows = summaries.compute(runs, db.parent, notify)
+    with migrated_writer(db, wait_s, notify, timer) as connection, timer.step("publish"):
         return publish(connection, runs, rows)

@@ -110,7 +110,7 @@ def compute(
     time on two cores."""
     if not runs:
         return {}
-    cut = batches(runs)
+    cut = batches(runs, BATCH_ROWS)
     cores = os.cpu_count() or 1
     workers = max(1, min(len(cut), cores))
     pending = list(enumerate(cut))

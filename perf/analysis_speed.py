@@ -3,7 +3,12 @@
 Synthesises RUNS run directories (default 100 runs, 10M queries, 50M stage events; see
 synth_runs.py) and measures, each step in a child process of its own so that its peak memory
 (ru_maxrss: Python, DuckDB and the data) is its own:
-- load: the RUNS runs into a fresh warehouse (`load_runs`, as `collobench load` does);
+- load: the RUNS runs into a fresh warehouse (`load_runs`, as `collobench load` does), with
+  its wall and CPU seconds per step (analysis/load_steps.py: manifests, register files with
+  their footer checks, summaries, writer lock, connect, schema, publish) and the machine's
+  load average before and after (on a shared machine other processes stretch the wall time);
+- with `--baseline DIR` (a worktree of an earlier commit): that load paired with the same load
+  by DIR's code, round by round, the order alternating (perf/load_pairs.py);
 - load_one: one more run of the same size into that full warehouse (the everyday case);
 - views: `SELECT *` on every object `duckdb_views()` lists, over a read-only connection.
   A figure view is fetched whole. A row-level view (the raw tables and the per-row views:
@@ -23,6 +28,7 @@ Prints one JSON line with every figure, the targets (load < 20 s, one run < 1 s,
     python -m perf.analysis_speed                  # the full size (about 3 min to synthesise)
     python -m perf.analysis_speed --runs 10        # a tenth of it
     python -m perf.analysis_speed --work /tmp/as   # keep (and reuse) the synthesised runs there
+    python -m perf.analysis_speed --load-only --baseline /tmp/old-worktree --rounds 5
 """
 
 from __future__ import annotations
@@ -30,18 +36,18 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from perf.common import REPO_ROOT, BackgroundLoad, log, report_header, wait_for_quiet
+from perf.load_pairs import paired_loads
 
 SCRIPT = "analysis_speed"
 # Views with a row per query, stage visit or sample: streamed, not fetched whole (see above).
@@ -76,37 +82,18 @@ def row_level(name: str) -> bool:
 # --- child steps: each prints one JSON object on stdout --------------------------------------
 
 
-@contextmanager
-def timed_writer_lock(waits: list[float]) -> Iterator[None]:
-    """Record how long each writer_lock of the loader took to acquire, into `waits`."""
-    import analysis.loader as loader
-
-    original = loader.writer_lock
-
-    @contextmanager
-    def timed(*arguments: Any, **keywords: Any) -> Iterator[None]:
-        started = time.perf_counter()
-        with original(*arguments, **keywords):
-            waits.append(time.perf_counter() - started)
-            yield
-
-    loader.writer_lock = timed
-    try:
-        yield
-    finally:
-        loader.writer_lock = original
-
-
 def step_load(db_path: Path, run_dirs: list[Path]) -> dict[str, Any]:
+    from analysis.load_steps import LoadSteps
     from analysis.loader import load_runs
 
-    waits: list[float] = []
-    started = time.perf_counter()
-    with timed_writer_lock(waits):
-        results = load_runs(run_dirs, db_path, notify=lambda message: None)
+    steps = LoadSteps()
+    started, cpu = time.perf_counter(), time.process_time()
+    results = load_runs(run_dirs, db_path, notify=lambda message: None, steps=steps)
     return {
         "load_s": round(time.perf_counter() - started, 2),
-        "lock_wait_s": round(sum(waits), 3),
+        "cpu_s": round(time.process_time() - cpu, 2),
+        "lock_wait_s": round(steps.wall_s.get("writer_lock", 0.0), 3),
+        "steps": steps.rounded(),
         "runs": len(results),
         "queries": sum(result.rows.get("queries", 0) for result in results),
         "stage_events": sum(result.rows.get("stage_events", 0) for result in results),
@@ -404,12 +391,55 @@ def two_writers(work: Path, run_dirs: list[Path], reference: dict[str, Any]) -> 
     }
 
 
+def load_figures(
+    load: dict[str, Any],
+    load_one: dict[str, Any],
+    paired: dict[str, Any] | None,
+    loadavg: tuple[tuple[float, ...], tuple[float, ...]],
+) -> dict[str, Any]:
+    """The JSON line's load keys: the load and its per-step breakdown (wall and CPU seconds
+    per step, analysis/load_steps.py), one more run, the machine's load average before and
+    after, and the paired comparison with a baseline (None without --baseline)."""
+    return {
+        "runs": load["runs"],
+        "queries": load["queries"],
+        "stage_events": load["stage_events"],
+        "load_s": load["load_s"],
+        "load_cpu_s": load["cpu_s"],
+        "load_peak_rss_mib": load["peak_rss_mib"],
+        "load_steps": load["steps"],
+        "load_one_s": load_one["load_s"],
+        "load_one_peak_rss_mib": load_one["peak_rss_mib"],
+        "load_one_steps": load_one["steps"],
+        "loadavg_1m_5m_15m": {
+            "before": [round(value, 2) for value in loadavg[0]],
+            "after": [round(value, 2) for value in loadavg[1]],
+        },
+        "paired_with_baseline": paired,
+        "load_met": {
+            "load_s": load["load_s"] < TARGETS["load_s"],
+            "load_one_s": load_one["load_s"] < TARGETS["load_one_s"],
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--queries-per-run", type=int, default=100_000)
     parser.add_argument("--stages", type=int, default=5, help="stage visits per query")
     parser.add_argument("--work", type=Path, help="keep the runs and warehouse here")
+    parser.add_argument(
+        "--load-only",
+        action="store_true",
+        help="measure the loads only (load, load_one, the per-step breakdown, the baseline)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a worktree of an earlier commit: its load paired with ours, round by round",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="paired rounds with --baseline")
     parser.add_argument("--step", help=argparse.SUPPRESS)
     arguments, rest = parser.parse_known_args()
     if arguments.step:
@@ -422,6 +452,7 @@ def main() -> None:
     run_dirs = run_dirs_of(runs_dir)
     (extra,) = run_dirs_of(runs_dir / "extra")
     waited_s = wait_for_quiet(SCRIPT, 60)
+    loadavg_before = os.getloadavg()
     with BackgroundLoad() as background:
         log(SCRIPT, f"loading {len(run_dirs)} runs")
         load = run_child("load", str(db_path), *map(str, run_dirs))
@@ -429,6 +460,17 @@ def main() -> None:
         reference = run_child("digest", str(db_path))
         load_one = run_child("load", str(db_path), str(extra))
         log(SCRIPT, f"one more run: {load_one['load_s']} s")
+        paired = None
+        if arguments.baseline is not None:
+            log(SCRIPT, f"{arguments.rounds} rounds paired with {arguments.baseline}")
+            paired = paired_loads(work, run_dirs, arguments.baseline, arguments.rounds)
+        loads = load_figures(load, load_one, paired, (loadavg_before, os.getloadavg()))
+        if arguments.load_only:
+            header = report_header(SCRIPT, "load_only", waited_s, {"pct": background.pct})
+            print(json.dumps({**header, **loads}))
+            if arguments.work is None:
+                shutil.rmtree(work, ignore_errors=True)
+            return
         views: dict[str, dict[str, Any]] = {}
         for view in view_names(db_path):
             views[view] = run_child("view", str(db_path), view)
@@ -453,14 +495,8 @@ def main() -> None:
             waited_s,
             {"pct": background.pct},
         ),
-        "runs": load["runs"],
-        "queries": load["queries"],
-        "stage_events": load["stage_events"],
         "synthesise_s": synth_s,
-        "load_s": load["load_s"],
-        "load_peak_rss_mib": load["peak_rss_mib"],
-        "load_one_s": load_one["load_s"],
-        "load_one_peak_rss_mib": load_one["peak_rss_mib"],
+        **loads,
         "warehouse_mib": round(db_path.stat().st_size / 2**20, 2),
         "slowest_view": slowest,
         "slowest_view_s": views[slowest]["s"],

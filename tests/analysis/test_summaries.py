@@ -11,6 +11,7 @@ import pytest
 
 from analysis import definitions_db, summaries, view_manifest
 from analysis.db import connect_read_only
+from analysis.load_steps import STEPS, LoadSteps
 from analysis.loader import LoadError, load_runs
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
@@ -123,3 +124,20 @@ def test_each_guard_is_false_only_where_its_definition_is_empty(tmp_path: Path) 
                 if not said:
                     definition = table.removeprefix("summary_") + "_from_rows"
                     assert connection.execute(f"SELECT * FROM {definition}").fetchall() == []
+
+
+def test_summaries_in_several_batches_equal_one_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dirs = [single_pipeline_run(tmp_path).write(), collocated_run(tmp_path).write()]
+    load_runs(run_dirs, tmp_path / "one_batch.duckdb")
+    monkeypatch.setattr(summaries, "BATCH_ROWS", 1)  # each run a batch of its own
+    steps = LoadSteps()
+    load_runs(run_dirs, tmp_path / "batches.duckdb", steps=steps)
+    for view in summarised_views():
+        sql = f"SELECT * FROM {view}"
+        assert rows(tmp_path / "batches.duckdb", sql) == rows(tmp_path / "one_batch.duckdb", sql)
+    # Every step of the load was timed, the summaries with some CPU.
+    assert list(steps.rounded()) == list(STEPS)
+    assert all(seconds >= 0 for seconds in [*steps.wall_s.values(), *steps.cpu_s.values()])
+    assert steps.cpu_s["summaries"] > 0

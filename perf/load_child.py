@@ -1,0 +1,47 @@
+"""One whole-process load for perf/load_pairs.py: `python perf/load_child.py DB RUN_DIR...`.
+
+Run by path with PYTHONPATH set to the tree whose code is measured (this checkout, or a
+worktree of an earlier commit), so it imports only what every collobench since issue 22 has:
+`analysis.loader.load_runs`. Prints one JSON object: the load's wall seconds, this process's
+CPU seconds (every thread), its peak memory, and the per-step breakdown where the measured
+code has analysis.load_steps (null before it).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def main() -> None:
+    db, run_dirs = Path(sys.argv[1]), [Path(path) for path in sys.argv[2:]]
+    from analysis.loader import load_runs
+
+    keywords: dict[str, Any] = {}
+    try:
+        from analysis.load_steps import LoadSteps
+    except ImportError:  # an earlier commit: no breakdown
+        steps = None
+    else:
+        steps = LoadSteps()
+        keywords["steps"] = steps
+    started, cpu = time.perf_counter(), time.process_time()
+    load_runs(run_dirs, db, notify=lambda message: None, **keywords)
+    print(
+        json.dumps(
+            {
+                "load_s": round(time.perf_counter() - started, 3),
+                "cpu_s": round(time.process_time() - cpu, 3),
+                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "steps": steps.rounded() if steps is not None else None,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
