@@ -2,8 +2,8 @@
 `soak` marker: fault injection, hostile input, durability, the ten-run soak) and the runtime's
 long flatness run, summed up in ONE JSON line on stdout (progress on stderr).
 
-1. `pytest tests/reliability tests/capacity/test_region_real.py -m "soak or not soak"` (the
-   real-harness capacity regions too) with `COLLOBENCH_RELIABILITY_FIGURES` naming
+1. `pytest tests/reliability tests/capacity/test_region_real.py tests/capacity/test_real_search.py
+   -m "soak or not soak"` (the real-harness capacity search and regions too) with `COLLOBENCH_RELIABILITY_FIGURES` naming
    a temporary JSON file, into which the suite's tests count what they injected and survived
    (tests/reliability/figures.py).
 2. `python -m perf.stage_overhead --soak --flatness-only` (1M queries through one pipeline with
@@ -48,7 +48,13 @@ def run_suite(figures_path: Path) -> int:
     }
     command = [
         *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
-        *("tests/reliability", "tests/capacity/test_region_real.py", "-m", "soak or not soak"),
+        *(
+            "tests/reliability",
+            "tests/capacity/test_region_real.py",
+            "tests/capacity/test_real_search.py",
+            "-m",
+            "soak or not soak",
+        ),
     ]
     completed = subprocess.run(
         command,
