@@ -36,16 +36,13 @@ from analysis.capacity_report import (
     write_region_report,
     write_search_report,
 )
-from analysis.db import (
-    Notify,
-    connect_read_only,
-    sql_text,
-    to_stderr,
-)
+from analysis.db import Notify, to_stderr
 from analysis.loader import LoadError, ensure_schema, migrated_writer, prepare_run, publish
 from analysis.loader import _read_manifest as read_run_manifest
+from analysis.reader import connect_read_only
 from analysis.report_catalogue import check_columns
 from analysis.report_entries import ReportCatalogueError
+from analysis.sql_files import sql_text
 from analysis.views_not_per_run import BY_CAPACITY_VIEW
 from analysis.warehouse_runs import WarehouseRun
 from stages.contracts.capacity_files import (

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.db import WarehouseError, sql_text
+from analysis.sql_files import WarehouseError, sql_literal, sql_text
 from stages.contracts.errors import InvalidInputError
 from stages.rundir.layout import TABLES, table_files
 
@@ -152,10 +152,6 @@ def insert_files(connection: duckdb.DuckDBPyConnection, files: Iterable[RunFile]
         connection.unregister("incoming_files")
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def view_sql(table: str, files: Iterable[tuple[str, Sequence[str]]]) -> str:
     """CREATE OR REPLACE VIEW `table` over `files` ((path, columns) pairs), in its shape: one
     read_parquet per set of files with the same columns, each column cast to the shape's type
@@ -173,7 +169,7 @@ def view_sql(table: str, files: Iterable[tuple[str, Sequence[str]]]) -> str:
             else f'CAST(NULL AS {kind}) AS "{name}"'
             for name, kind in shape
         )
-        listed = ", ".join(_literal(path) for path in paths)
+        listed = ", ".join(sql_literal(path) for path in paths)
         selects.append(f"SELECT {projection} FROM read_parquet([{listed}])")
     if not selects:
         empty = ", ".join(f'CAST(NULL AS {kind}) AS "{name}"' for name, kind in shape)
@@ -259,65 +255,3 @@ def check_files(connection: duckdb.DuckDBPyConnection, db: Path | str) -> None:
     if broken:
         others = f" ({len(broken) - 1} more runs too)" if len(broken) > 1 else ""
         raise WarehouseError(f"{db}: {describe(broken[0])}{others}")
-
-
-def exported_rows_dir(db: Path | str) -> Path:
-    """Where migration 6 writes the rows of a run whose directory it could not find:
-    `<db>.rows/<run_id>/<table>.parquet`, beside the warehouse (then registered like any run's
-    files)."""
-    path = Path(db)
-    return path.with_name(path.name + ".rows")
-
-
-def _base_tables(connection: duckdb.DuckDBPyConnection) -> set[str]:
-    rows = connection.execute(
-        "SELECT table_name FROM information_schema.tables "
-        "WHERE table_schema = 'main' AND table_type = 'BASE TABLE'"
-    ).fetchall()
-    return {str(row[0]) for row in rows}
-
-
-def _count(connection: duckdb.DuckDBPyConnection, table: str, run_id: str) -> int:
-    # fetchall: a result left unfinished would block the connection's next register()
-    rows = connection.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchall()
-    return int(rows[0][0]) if rows else 0
-
-
-def move_rows_out(connection: duckdb.DuckDBPyConnection, db: Path | str) -> None:
-    """Migration 6 (inside its transaction): the raw rows a warehouse of version 5 or older
-    holds move out of it. For each loaded run and raw table, the run directory's files are
-    registered when they hold exactly the rows the warehouse has; otherwise (the directory is
-    gone or differs) the warehouse's own rows are written to exported_rows_dir and registered.
-    Then the raw tables are dropped (ensure_schema recreates them as views)."""
-    raw = [table for table in TABLES if table in _base_tables(connection)]
-    runs = connection.execute("SELECT run_id, run_dir FROM runs ORDER BY run_id").fetchall()
-    for run_id, run_dir in runs:
-        for table in raw:
-            count = _count(connection, table, run_id)
-            if count == 0:
-                continue
-            registered = _registered_in_place(run_dir, table, run_id)
-            if registered is None or sum(file.rows for file in registered) != count:
-                target = exported_rows_dir(db) / run_id / f"{table}.parquet"
-                target.parent.mkdir(parents=True, exist_ok=True)
-                connection.execute(
-                    f"COPY (SELECT * FROM {table} WHERE run_id = {_literal(run_id)}) "
-                    f"TO {_literal(str(target))} (FORMAT parquet)"
-                )
-                registered = [register_file(target.parent, table, target, run_id)]
-            insert_files(connection, registered)
-    for table in raw:
-        connection.execute(f"DROP TABLE {table}")
-
-
-def _registered_in_place(run_dir: str | None, table: str, run_id: str) -> list[RunFile] | None:
-    """The run directory's files of `table`, registered; None when there are none usable."""
-    if not run_dir or not Path(run_dir).is_dir():
-        return None
-    files, _ = table_files(Path(run_dir), table)
-    if not files:
-        return None
-    try:
-        return [register_file(Path(run_dir), table, path, run_id) for path in files]
-    except CatalogueError:
-        return None

@@ -22,8 +22,9 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from analysis.db import connect_read_only, require_read_only, sql_text
+from analysis.reader import connect_read_only, require_read_only
 from analysis.report_entries import MarkdownColumns, names
+from analysis.sql_files import sql_text
 from stages.contracts.errors import InvalidInputError
 
 # The columns of a comparison, in order (see analysis/sql/compare.sql for their definitions).

@@ -1,5 +1,6 @@
-"""DuckDB access for analysis: the SQL files shipped with the package, every connection the
-analysis layer opens (writer and readers), the one-writer lock, and read-only querying.
+"""DuckDB connections for analysis: every connection the analysis layer opens (writer and
+readers), and the one-writer lock. The checked reader and read-only querying are
+`analysis.reader`; the SQL files `analysis.sql_files`.
 
 Readers (reports, `collobench sql`, `compare`) only ever get a read-only connection, so an ad-hoc
 query can never change the warehouse; writing is the loader's job alone, one writer at a time.
@@ -32,13 +33,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from importlib import resources
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import duckdb
 
-from stages.contracts.errors import InvalidInputError, WarehouseUnavailableError
+from analysis.sql_files import WarehouseError
 
 MEMORY_ENV = "COLLOBENCH_DUCKDB_MEMORY"
 # 2GB, not 1GB: over Parquet (the raw-table views) DuckDB 2.0 reserves memory by the scan's
@@ -51,10 +51,6 @@ READER_RETRY_S = 5.0
 POLL_S = 0.1
 
 Notify = Callable[[str], None]
-
-
-class WarehouseError(WarehouseUnavailableError, RuntimeError):
-    """The warehouse cannot be used as asked; the message is one line: `<db>: <reason>`."""
 
 
 class WarehouseBusy(WarehouseError):
@@ -102,7 +98,7 @@ def temp_directory(db_path: Path | str) -> Path:
 
 def _connect(db_path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """duckdb.connect with the analysis layer's settings: THE place every connection opens.
-    A reader's connection is not usable until `harden` has run on it (connect_read_only)."""
+    A reader's connection is not usable until `harden` has run on it (reader.connect_read_only)."""
     config: dict[str, str | bool | int | float | list[str]] = {
         "memory_limit": memory_limit(),
         "temp_directory": str(temp_directory(db_path)),
@@ -265,20 +261,15 @@ def connect_writer(
     return _open_retrying(Path(db_path), False, budget, notify)
 
 
-def connect_read_only(
+def open_read_only(
     db_path: Path | str, wait_s: float | None = None, notify: Notify = to_stderr
 ) -> duckdb.DuckDBPyConnection:
-    """Open the warehouse read-only; a missing file is a FileNotFoundError naming the fix.
+    """Open the warehouse read-only, not yet checked nor hardened (`analysis.reader` does
+    both); a missing file is a FileNotFoundError naming the fix.
 
     Waits (message once) while a collobench writer holds the lock, up to wait_s (default
     `$COLLOBENCH_WAREHOUSE_WAIT_S`); retries DuckDB's lock error (another program has the file
-    open) READER_RETRY_S seconds; then checks the schema version (migrations.check_readable: an
-    older warehouse says to run `collobench load`, a newer one is refused). Failures are
-    one-line WarehouseErrors."""
-    # catalogue and migrations import this module
-    from analysis.catalogue import check_files, registered_paths
-    from analysis.migrations import check_readable, stored_version
-
+    open) READER_RETRY_S seconds. Failures are one-line WarehouseErrors."""
     path = Path(db_path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such database; load a run first (collobench load)")
@@ -306,83 +297,4 @@ def connect_read_only(
                 raise WarehouseBusy(_foreign_message(path, holder, "reading")) from None
             once(f"waiting for the process that has the warehouse open ({holder}) ...")
             time.sleep(POLL_S)
-    try:
-        check_readable(connection, path)
-        readable: list[str] = []
-        if stored_version(connection) is not None:
-            check_files(connection, path)  # a moved run: one line naming it, not other numbers
-            readable = registered_paths(connection)
-        harden(connection, readable)
-    except BaseException:
-        connection.close()
-        raise
     return connection
-
-
-class ReadOnlyRequired(InvalidInputError, RuntimeError):
-    """A query was about to run on a connection that could write to the warehouse."""
-
-
-def sql_text(name: str) -> str:
-    """The text of `analysis/sql/<name>` (a path relative to the sql folder), read through
-    importlib.resources so it works from an installed wheel as well as from a checkout."""
-    return resources.files("analysis").joinpath("sql", name).read_text(encoding="utf-8")
-
-
-def view_files() -> list[str]:
-    """Names of the view files, in load order: sorted by name, so the numeric prefixes put a
-    view after the views it reads (throughput and latency before contention)."""
-    folder = resources.files("analysis").joinpath("sql", "views")
-    return sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".sql"))
-
-
-READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")
-"""Statement kinds an ad-hoc query (`collobench sql`) may be: SELECT (WITH, FROM t, VALUES,
-SHOW, DESCRIBE and SUMMARIZE parse as SELECT) and EXPLAIN. COPY would still write into the
-spill folder, which a reader's connection may touch; everything else is refused up front."""
-
-
-def check_read_only_statement(sql: str) -> None:
-    """Raise ReadOnlyRequired unless `sql` is exactly one SELECT or EXPLAIN statement (one line
-    naming the kind found); duckdb.ParserException when it does not parse."""
-    statements = duckdb.extract_statements(sql)
-    if len(statements) != 1:
-        raise ReadOnlyRequired(f"one read-only statement expected, got {len(statements)}")
-    kind = statements[0].type.name
-    if kind not in READ_ONLY_STATEMENTS:
-        raise ReadOnlyRequired(f"only a read-only SELECT or EXPLAIN is allowed, not {kind}")
-
-
-def is_read_only(connection: duckdb.DuckDBPyConnection) -> bool:
-    """True when the connection's database was opened with access_mode = read_only."""
-    row = connection.execute("SELECT current_setting('access_mode')").fetchone()
-    return row is not None and str(row[0]).lower() == "read_only"
-
-
-def require_read_only(connection: duckdb.DuckDBPyConnection) -> None:
-    """Raise ReadOnlyRequired unless the connection is read-only (checked before any query)."""
-    if not is_read_only(connection):
-        raise ReadOnlyRequired("refusing to run a query on a writable connection")
-
-
-def query_connection(
-    connection: duckdb.DuckDBPyConnection, sql: str
-) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run `sql` on a read-only connection; returns (column names, rows).
-
-    Raises ReadOnlyRequired on a writable connection, before running anything."""
-    require_read_only(connection)
-    result = connection.execute(sql)
-    columns = [column[0] for column in result.description or []]
-    return columns, result.fetchall()
-
-
-def run_query(db_path: Path | str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run one ad-hoc SQL statement against the warehouse, read-only (what `collobench sql`
-    does): anything but one SELECT raises ReadOnlyRequired before the warehouse is opened."""
-    check_read_only_statement(sql)
-    connection = connect_read_only(db_path)
-    try:
-        return query_connection(connection, sql)
-    finally:
-        connection.close()

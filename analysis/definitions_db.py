@@ -20,7 +20,9 @@ from pathlib import Path
 import duckdb
 
 from analysis import catalogue
-from analysis.db import connect_read_only, memory_limit, sql_text, view_files
+from analysis.db import memory_limit
+from analysis.reader import connect_read_only
+from analysis.sql_files import sql_text, view_files
 from analysis.view_manifest import definition_of, guards, summary_tables
 from analysis.warehouse_runs import WarehouseRun, insert_runs, loaded_runs
 

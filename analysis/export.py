@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.db import check_read_only_statement, connect_read_only, require_read_only
+from analysis.reader import check_read_only_statement, connect_read_only, require_read_only
 
 FORMATS = ("table", "csv", "json", "parquet")
 

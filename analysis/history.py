@@ -27,7 +27,7 @@ from analysis.change_points import (
     VerdictRule,
     judge_history,
 )
-from analysis.db import require_read_only
+from analysis.reader import require_read_only
 from stages.contracts.errors import InvalidInputError
 
 JSON_KEYS = (

@@ -28,8 +28,9 @@ import duckdb
 
 from analysis import catalogue, migrations, summaries
 from analysis.catalogue import CatalogueError
-from analysis.db import Notify, connect_writer, sql_text, to_stderr, writer_lock
+from analysis.db import Notify, connect_writer, to_stderr, writer_lock
 from analysis.load_steps import LoadSteps
+from analysis.sql_files import sql_text
 from analysis.view_manifest import summary_tables
 from analysis.warehouse_runs import WarehouseRun, insert_runs
 from stages.contracts.errors import InvalidInputError

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import duckdb
 
-from analysis.db import WarehouseError, sql_text
+from analysis.raw_rows_out import move_rows_out
+from analysis.sql_files import WarehouseError, sql_text
 
 # The schema version this collobench writes and reads: the highest migration's number.
 CURRENT_VERSION = 7
@@ -117,8 +118,6 @@ def prepare(connection: duckdb.DuckDBPyConnection, db: Path | str) -> list[int]:
         try:
             connection.execute(sql_text(f"migrations/{name}"))
             if target == RAW_ROWS_OUT:
-                from analysis.catalogue import move_rows_out  # catalogue imports analysis.db
-
                 move_rows_out(connection, db)
             _record(connection, target)
             connection.execute("COMMIT")

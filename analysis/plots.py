@@ -27,9 +27,9 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from analysis.db import sql_text
 from analysis.server_plot import PANELS as SERVER_PANELS
 from analysis.server_plot import draw_server_panels, server_timeline
+from analysis.sql_files import sql_text
 
 DPI = 110
 PHASE_STYLE = {"solo": "--", "collocated": "-", "collocated:": "-."}

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from analysis.db import connect_read_only, is_read_only
+from analysis.reader import connect_read_only, is_read_only
 from analysis.report_catalogue import CATALOGUE, check_columns, check_views, entry
 
 # Views reported per run, in display order, with their row order (analysis.report_catalogue).

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import contention_plot, plots
-from analysis.db import connect_read_only
+from analysis.reader import connect_read_only
 from analysis.report import latest_run_id, report
 from analysis.report_catalogue import CATALOGUE, PLOTS
 from analysis.report_entries import MARKDOWN_NUMBERS

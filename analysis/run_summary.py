@@ -20,10 +20,10 @@ from typing import Any
 
 import duckdb
 
-from analysis.db import sql_text
 from analysis.definitions_db import definitions_database, fill
 from analysis.early_stopping import early_stopping_percentile, over_slo_count
 from analysis.loader import prepare_run
+from analysis.sql_files import sql_text
 from analysis.view_manifest import files_defining
 from stages.contracts.slo_verdict import SloVerdict, slo_verdict_by_counts
 from stages.rundir.manifest import LoadgenPart, read_manifest, read_manifest_document

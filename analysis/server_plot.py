@@ -13,7 +13,7 @@ import duckdb
 import pandas as pd
 from matplotlib.axes import Axes
 
-from analysis.db import sql_text
+from analysis.sql_files import sql_text
 
 PANELS = 3
 """How many panels `draw_server_panels` fills (the caller makes room for them)."""

@@ -31,8 +31,9 @@ import duckdb
 import pyarrow as pa
 
 from analysis import catalogue
-from analysis.db import Notify, sql_text, view_files
+from analysis.db import Notify
 from analysis.definitions_db import definitions_database, fill, use_runs
+from analysis.sql_files import sql_text, view_files
 from analysis.view_manifest import DEFINITION_SUFFIX, summary_files, summary_tables
 from analysis.warehouse_runs import WarehouseRun, loaded_runs
 

@@ -25,8 +25,9 @@ from typing import Any
 
 import duckdb
 
-from analysis.db import connect_read_only, sql_text
+from analysis.reader import connect_read_only
 from analysis.report import latest_run_id
+from analysis.sql_files import sql_text
 
 TRACE_NAME = "trace.json"
 MAX_QUERIES = 2000  # per (pipeline, phase, trial): a trace ui.perfetto.dev opens in seconds

@@ -15,7 +15,7 @@ import duckdb
 
 from analysis import catalogue
 from analysis.catalogue import RunFile
-from analysis.db import sql_text
+from analysis.sql_files import sql_text
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def collobench_run_id(partition_key: str, dagster_run_id: str) -> str:
 def _with_overrides(path: Path, overrides: list[str], normalized: dict[str, Any]) -> dict[str, Any]:
     """The spec's normal form with the Launchpad overrides applied (`repeats` changes the
     phase count); the file's own when they do not apply (the run then fails saying why)."""
-    from stages.spec.loading import SpecError, load_spec
+    from stages.validation.loading import SpecError, load_spec
 
     try:
         return load_spec(path, overrides).normalized

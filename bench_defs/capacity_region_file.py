@@ -45,7 +45,7 @@ def write_region_summary(
     from analysis.capacity_warehouse import load_capacity_dirs
     from stages.capacity.region import region_from_searches
     from stages.capacity.region_store import write_region
-    from stages.spec.loading import load_spec
+    from stages.validation.loading import load_spec
 
     assert target.region is not None and target.rays is not None
     region_id = str(plan_metadata["region_id"])

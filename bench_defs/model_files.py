@@ -58,9 +58,9 @@ def _entries_of(path: Path) -> list[tuple[str, Path, str]]:
     """(YAML path, resolved location, format) of every model entry of one spec file; nothing
     for a file that is not a spec (the spec sensor and the benchmark step report it). The
     entries' files are not checked here, so a missing one still becomes an asset."""
-    from stages.spec.loading import SpecError, read_document
     from stages.spec.models import BenchmarkSpec
-    from stages.spec.paths import model_entries, resolve_file
+    from stages.validation.loading import SpecError, read_document
+    from stages.validation.paths import model_entries, resolve_file
 
     try:
         spec = BenchmarkSpec.model_validate(read_document(path))

@@ -115,7 +115,7 @@ class WarehouseResource(dg.ConfigurableResource):
     @contextlib.contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection, closed on exit; it can never change or lock the warehouse."""
-        from analysis.db import connect_read_only
+        from analysis.reader import connect_read_only
 
         connection = connect_read_only(self.db_path())
         try:

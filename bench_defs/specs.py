@@ -147,9 +147,9 @@ class SpecState:
 
 
 def read_spec_state(key: str, path: Path) -> SpecState:
-    """Validate one spec file (safe YAML through stages.spec.loading); never raises for a bad
+    """Validate one spec file (safe YAML through stages.validation.loading); never raises for a bad
     file: its problems (one line each) are returned instead."""
-    from stages.spec.loading import SpecError, load_spec
+    from stages.validation.loading import SpecError, load_spec
 
     try:
         digest = file_hash(path)

@@ -102,7 +102,7 @@ def step_load(db_path: Path, run_dirs: list[Path]) -> dict[str, Any]:
 
 
 def step_view(db_path: Path, view: str) -> dict[str, Any]:
-    from analysis.db import connect_read_only
+    from analysis.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     started = time.perf_counter()
@@ -127,7 +127,7 @@ def step_view(db_path: Path, view: str) -> dict[str, Any]:
 def step_reader(db_path: Path, until_file: Path) -> dict[str, Any]:
     """Repeat `SELECT * FROM latency` on a fresh read-only connection until `until_file`
     exists (the writer is done); every answer's time, and the failures."""
-    from analysis.db import connect_read_only
+    from analysis.reader import connect_read_only
 
     times: list[float] = []
     failures: list[str] = []
@@ -160,7 +160,7 @@ def _rounded(value: Any) -> Any:
 def step_digest(db_path: Path) -> dict[str, Any]:
     """A sha256 per compared view of its sorted rows (volatile columns left out, floats to
     12 significant digits)."""
-    from analysis.db import connect_read_only
+    from analysis.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     digests = {}
@@ -175,7 +175,7 @@ def step_digest(db_path: Path) -> dict[str, Any]:
 
 
 def step_duckdb_percentiles(db_path: Path, out: Path) -> dict[str, Any]:
-    from analysis.db import connect_read_only
+    from analysis.reader import connect_read_only
 
     sql = (Path(__file__).parent / "sql" / "latency_percentiles.sql").read_text(encoding="utf-8")
     connection = connect_read_only(db_path)
@@ -310,7 +310,7 @@ def synthesise(runs_dir: Path, runs: int, queries_per_run: int, stages: int) -> 
 
 
 def view_names(db_path: Path) -> list[str]:
-    from analysis.db import connect_read_only
+    from analysis.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     rows = connection.execute(

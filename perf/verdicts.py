@@ -71,7 +71,7 @@ def dagster_aa(runs: int, partition: str, home: Path) -> dict[str, Any]:
 def measured_spreads(db_path: Path) -> tuple[dict[str, dict[str, float | None]], int]:
     """Per metric: the pooled between-run sd of the log figure (percent), raw and calibrated;
     and the number of series a run has (the family the false-alarm rate covers)."""
-    from analysis.db import connect_read_only
+    from analysis.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     try:

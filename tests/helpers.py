@@ -18,8 +18,8 @@ from stages.runtime.query import Query
 from stages.runtime.recorder import Recorder
 from stages.runtime.registry import StageRegistry, default_registry, stage_type
 from stages.runtime.stage import Route, Stage
-from stages.spec.loading import validate_document
 from stages.spec.models import PipelineSpec
+from stages.validation.loading import validate_document
 from tests.paths import REPO as REPO  # re-exported: many tests import REPO from here
 
 default_registry()

@@ -43,7 +43,23 @@ RULES: tuple[ImportRule, ...] = (
     ImportRule("stages/library", ("stages.collocation", "stages.cli", "analysis", "dagster")),
     ImportRule("stages/telemetry", ("stages.library", "stages.cli", "analysis", "dagster")),
     ImportRule("stages/artifacts", ("stages.library", "stages.cli", "analysis", "dagster")),
-    ImportRule("stages/spec", ("stages.library", "stages.collocation", "stages.cli", "analysis")),
+    # The spec's models sit below the runtime and the services, which import them; validating
+    # a spec (the stage registry's checks) is stages/validation, above both.
+    ImportRule(
+        "stages/spec",
+        (
+            "stages.runtime",
+            "stages.services",
+            "stages.validation",
+            "stages.library",
+            "stages.collocation",
+            "stages.cli",
+            "analysis",
+        ),
+    ),
+    ImportRule(
+        "stages/validation", ("stages.library", "stages.collocation", "stages.cli", "analysis")
+    ),
     ImportRule(
         "stages/collocation_modes",
         ("stages.collocation", "stages.library", "stages.services", "stages.cli", "analysis"),
@@ -108,6 +124,7 @@ def test_packages_import_only_what_the_layering_allows(rule: ImportRule) -> None
     "package",
     [
         "stages/spec",
+        "stages/validation",
         "stages/runtime",
         "stages/library",
         "stages/artifacts",
@@ -125,7 +142,7 @@ def test_validating_and_registering_every_stage_loads_no_torch() -> None:
     code = (
         "import sys\n"
         "from stages.runtime.registry import default_registry\n"
-        "from stages.spec.schema import spec_json_schema\n"
+        "from stages.validation.schema import spec_json_schema\n"
         "from stages.artifacts import catalogue\n"
         "names = default_registry().names()\n"
         "spec_json_schema()\n"

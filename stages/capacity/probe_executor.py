@@ -33,7 +33,7 @@ from stages.collocation.launcher import (
 from stages.contracts.capacity_files import PipelineProbe, ProbeRecord, SearchSettings, Verdict
 from stages.contracts.slo_verdict import SloRule
 from stages.rundir.manifest import read_manifest_document
-from stages.spec.loading import LoadedSpec
+from stages.validation.loading import LoadedSpec
 
 BATCHES = 10
 """Successive blocks of the target's measured queries recorded per probe (block bootstrap)."""

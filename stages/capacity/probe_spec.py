@@ -17,7 +17,7 @@ from stages.capacity.probe_plan import CEILING_PROBE_MAX_S
 from stages.capacity.search_services import SharedService, as_external
 from stages.contracts.capacity_files import SearchSettings
 from stages.contracts.errors import InvalidInputError
-from stages.spec.loading import LoadedSpec, validate_document
+from stages.validation.loading import LoadedSpec, validate_document
 
 OPEN_LOOP_TYPES = ("server", "constant")
 """The load generators a searched (or co-running) pipeline may have: an offered rate."""

@@ -27,7 +27,7 @@ from stages.contracts.capacity_files import (
     SoloCapacity,
 )
 from stages.contracts.errors import InvalidInputError
-from stages.spec.loading import LoadedSpec
+from stages.validation.loading import LoadedSpec
 
 OPEN_LOOP_TYPES = ("server", "constant")
 """Load generators whose `rate` a search scales (capacity is an open-loop question)."""

@@ -19,7 +19,7 @@ from stages.collocation.launcher import LauncherInterruptedWithResult
 from stages.contracts.capacity_files import CapacityResult, ProbeRecord, SearchSettings
 from stages.contracts.errors import InvalidInputError
 from stages.contracts.slo_verdict import SloRule
-from stages.spec.loading import LoadedSpec
+from stages.validation.loading import LoadedSpec
 
 
 class SearchMismatch(InvalidInputError, ValueError):

@@ -13,7 +13,7 @@ from typing import Any
 
 from stages.services.group import ServiceGroup
 from stages.services.registry import default_service_registry
-from stages.spec.loading import LoadedSpec
+from stages.validation.loading import LoadedSpec
 
 PROBE_READY_TIMEOUT_S = 30.0
 """How long a probe waits for a search-wide service to answer its ready path: it is already up,

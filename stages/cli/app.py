@@ -28,7 +28,7 @@ from stages.cli.commands.artifacts import artifacts_app
 from stages.cli.console import err
 from stages.cli.errors import report_error
 from stages.contracts.errors import ExitCode
-from stages.spec.checks import one_line
+from stages.validation.checks import one_line
 
 
 class _OneLineUsageErrors(typer.core.TyperGroup):

@@ -58,10 +58,10 @@ from stages.collocation.worker import WorkerTask
 from stages.process_lifetime import ParentWatch, stop_reason
 from stages.rundir.manifest import DEVICE_BUSY
 from stages.rundir.tables import merge_parts
-from stages.spec.loading import LoadedSpec
 from stages.spec.models import PipelineSpec
-from stages.spec.paths import spec_folder, with_resolved_files
 from stages.telemetry.supervisor import SamplerGroup
+from stages.validation.loading import LoadedSpec
+from stages.validation.paths import spec_folder, with_resolved_files
 
 # Names the CLI, Dagster and the tests import from here, wherever they are defined.
 __all__ = [

@@ -16,10 +16,10 @@ from stages.contracts.warnings import WarningRecord
 from stages.rundir.manifest import FORMAT_VERSION, parse_manifest
 from stages.rundir.tables import MANIFEST
 from stages.runtime.driver import arrival_seed
-from stages.spec.loading import LoadedSpec
 from stages.spec.model_entry import onnx_execution_provider
 from stages.spec.models import BenchmarkSpec
-from stages.spec.paths import model_entries
+from stages.validation.loading import LoadedSpec
+from stages.validation.paths import model_entries
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,15 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
-from stages.contracts.errors import RunFailedError
 from stages.library.http_wire import ConnectionPool, HttpError, Response
 from stages.library.openai_session import run_session, session_turns
-from stages.library.openai_stream import SseReader, StreamedCompletion, StreamError, excerpt
+from stages.library.openai_stream import (
+    OpenAIRequestError,
+    SseReader,
+    StreamedCompletion,
+    StreamError,
+    excerpt,
+)
 from stages.library.request_shape import (
     EnforceOutput,
     TokenMismatch,
@@ -47,10 +52,6 @@ ERROR_BODY_BYTES = 512
 """How much of an error response's body is read for its reason."""
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-
-
-class OpenAIRequestError(RunFailedError, RuntimeError):
-    """A request that did not produce a complete response; the text is the reason."""
 
 
 class OpenAIConfig(AsyncStageConfig):

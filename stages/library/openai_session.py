@@ -17,7 +17,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from stages.library.openai_stream import StreamedCompletion, StreamError
+from stages.library.openai_stream import OpenAIRequestError, StreamedCompletion, StreamError
 from stages.library.request_shape import mismatch, output_fields
 
 if TYPE_CHECKING:
@@ -39,8 +39,6 @@ async def run_session(
     """Send every turn with the history so far, pausing `think_time_ms` between them; record
     a `session_turns` row per turn and the sums on the query. A failed turn fails the visit
     (the turns before it keep their rows)."""
-    from stages.library.openai_http import OpenAIRequestError
-
     think_s = float(payload.get("think_time_ms") or 0.0) / 1000.0
     messages: list[dict[str, str]] = []
     rows: list[dict[str, Any]] = []
@@ -73,8 +71,6 @@ async def _turn(
     stage: OpenAIStage, messages: list[dict[str, str]], output_tokens: Any
 ) -> tuple[StreamedCompletion, dict[str, Any]]:
     """One turn's request and what its row records."""
-    from stages.library.openai_http import OpenAIRequestError
-
     config = stage.config
     fields = dict(stage.request_fields)
     if isinstance(output_tokens, int) and output_tokens >= 1:
@@ -105,8 +101,6 @@ async def _turn(
 
 def _check_output(stage: OpenAIStage, asked: Any, tokens: int | None, turn: int) -> None:
     """An enforced output length that did not arrive fails the session (on_token_mismatch)."""
-    from stages.library.openai_http import OpenAIRequestError
-
     config = stage.config
     if config.enforce_output == "off" or config.on_token_mismatch != "fail":
         return
@@ -120,8 +114,6 @@ def _check_output(stage: OpenAIStage, asked: Any, tokens: int | None, turn: int)
 def _check_first_input(stage: OpenAIStage, payload: dict[str, Any], prompt_tokens: Any) -> None:
     """The first turn is the payload's prompt alone: its `input_tokens` are checked against
     the server's count as a single request's are (on_token_mismatch)."""
-    from stages.library.openai_http import OpenAIRequestError
-
     if stage.config.on_token_mismatch != "fail":
         return
     stage.warn_unchecked(payload)

@@ -1,6 +1,7 @@
 """Reading an OpenAI-compatible response: server-sent events (SSE) parsed incrementally with a
-bound on an event's size, and the stream's chunks gathered into text, token arrival times and
-the server's usage. No I/O here: `stages.library.openai_http` feeds the bytes as they arrive.
+bound on an event's size, the stream's chunks gathered into text, token arrival times and the
+server's usage, and the errors a request ends in. No I/O here: `stages.library.openai_http`
+feeds the bytes as they arrive.
 
 The SSE grammar kept (the subset OpenAI-compatible servers send): lines end with LF (CR LF
 accepted); `data: VALUE` lines (one space after the colon dropped) add to the event; a blank line
@@ -16,6 +17,10 @@ from stages.contracts.errors import RunFailedError
 
 DONE = b"[DONE]"
 EXCERPT_CHARS = 120
+
+
+class OpenAIRequestError(RunFailedError, RuntimeError):
+    """A request that did not produce a complete response; the text is the reason."""
 
 
 class StreamError(RunFailedError, ValueError):

@@ -1,6 +1,6 @@
 """Which image batches reach each stage of a pipeline, as its stages declare them
 (`StageConfig.images_out`): what the model stages are checked against before the run, at
-validation (stages.spec.image_fit) and in `prepare` (`StageContext.images_in`)."""
+validation (stages.validation.image_fit) and in `prepare` (`StageContext.images_in`)."""
 
 from __future__ import annotations
 

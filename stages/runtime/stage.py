@@ -43,7 +43,7 @@ class StageConfig(StrictModel):
 
     file_fields: ClassVar[tuple[str, ...]] = ()
     """Fields that name a file: a spec's value is resolved against the spec's folder and must
-    lie inside the allowed roots (stages.spec.paths)."""
+    lie inside the allowed roots (stages.validation.paths)."""
     model_entry_fields: ClassVar[tuple[str, ...]] = ()
     """Fields that take a model entry (`stages.spec.model_entry`) besides a model name: its
     folder or file is resolved, kept inside the model roots and hashed by content."""
@@ -67,7 +67,8 @@ class StageConfig(StrictModel):
     def prompt_api(self) -> str | None:
         """The API a stage that sends prompts to a server sends them over (`chat`,
         `completions`: what the server's `usage.prompt_tokens` counts); None: it sends none.
-        A prompt builder upstream counts its tokens for this API (stages.spec.prompt_counting)."""
+        A prompt builder upstream counts its tokens for this API
+        (stages.validation.prompt_counting)."""
         return None
 
     def follow_prompt_apis(

@@ -1,2 +1,3 @@
-"""The spec contract: pydantic models of the YAML (`models`), the checks a model cannot express
-(`checks`), safe loading with `--set` overrides (`loading`) and the JSON Schema (`schema`)."""
+"""The spec contract: pydantic models of the YAML (`models`, `loadgen`, `services`,
+`model_entry`) and the shape of a problem (`problems`). Loading and validating a spec, which
+needs the stage registry, is `stages.validation`."""

@@ -2,7 +2,7 @@
 
 Every model forbids unknown keys so a typo is an error, not a silently ignored setting.
 Structural rules live here; rules that need the stage registry or the whole graph (unknown
-stage types, edges, cycles) live in `stages.spec.checks`.
+stage types, edges, cycles) live in `stages.validation.checks`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 beside its pipelines, such as an OpenAI-compatible inference server a `http.openai` stage calls.
 
 `type` names a registered service type (`stages.services.registry`), checked in
-`stages.spec.checks` like stage types. What a type needs beyond the common fields (`url` for
+`stages.validation.checks` like stage types. What a type needs beyond the common fields (`url` for
 `external`, `command` for the opt-in `command` type) is checked there too, one line per problem.
 
 Secrets: the normal form of the spec, `env` included, is recorded in the manifest. So `env`

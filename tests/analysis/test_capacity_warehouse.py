@@ -23,8 +23,8 @@ from analysis.capacity_warehouse import (
     load_region,
     load_search,
 )
-from analysis.db import run_query
 from analysis.loader import load_runs
+from analysis.reader import run_query
 from analysis.report_entries import ReportCatalogueError
 from analysis.views_not_per_run import CAPACITY_CATALOGUE
 from tests.analysis.capacity_dirs import (

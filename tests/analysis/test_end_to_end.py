@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.db import connect_read_only
 from analysis.loader import load_runs
+from analysis.reader import connect_read_only
 from analysis.report import report
 from stages.rundir.manifest import read_manifest
 from tests.noop_run import NoopCollocatedRun

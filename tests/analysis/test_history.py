@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from analysis.db import connect_read_only
 from analysis.history import JSON_KEYS, history_connection, run_verdicts
 from analysis.loader import load_runs
+from analysis.reader import connect_read_only
 from stages.cli.app import app
 from tests.analysis.rundirs import SECOND_NS, RunBuilder, rows_of
 

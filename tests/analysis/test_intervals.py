@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.db import run_query, sql_text
 from analysis.loader import load_runs
+from analysis.reader import run_query
+from analysis.sql_files import sql_text
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder
 
 

@@ -13,9 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis import migrations
-from analysis.db import connect_read_only, run_query, sql_text, view_files
 from analysis.loader import load_runs
 from analysis.migrations import CURRENT_VERSION, SchemaMismatch
+from analysis.reader import connect_read_only, run_query
+from analysis.sql_files import sql_text, view_files
 from stages.cli.app import app
 from stages.rundir.layout import TABLES, table_files
 from tests.analysis.runs import collocated_run, single_pipeline_run

@@ -14,8 +14,8 @@ import pytest
 from analysis import report_catalogue, report_entries
 from analysis.compare import COLUMNS as COMPARE_COLUMNS
 from analysis.compare import COMPARISON_MARKDOWN, COMPARISON_TERMINAL
-from analysis.db import connect_read_only
 from analysis.loader import load_runs
+from analysis.reader import connect_read_only
 from analysis.report import report, warehouse_views
 from analysis.report_catalogue import (
     AFTER_RUN,

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis import plots
-from analysis.db import connect_read_only
 from analysis.loader import load_runs
+from analysis.reader import connect_read_only
 from analysis.report_file import markdown_table, write_report
 from analysis.trace import write_trace
 from stages.cli.app import app

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.db import run_query
 from analysis.loader import load_runs
+from analysis.reader import run_query
 from analysis.run_summary import (
     headline_metrics,
     summarize_phase,

@@ -13,8 +13,8 @@ import matplotlib.image
 import pytest
 
 from analysis import plots
-from analysis.db import connect_read_only
 from analysis.loader import load_runs
+from analysis.reader import connect_read_only
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder, rows_of
 from tests.analysis.runs import BASE_NS
 

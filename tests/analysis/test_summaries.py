@@ -10,9 +10,9 @@ import duckdb
 import pytest
 
 from analysis import definitions_db, summaries, view_manifest
-from analysis.db import connect_read_only
 from analysis.load_steps import STEPS, LoadSteps
 from analysis.loader import LoadError, load_runs
+from analysis.reader import connect_read_only
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
 

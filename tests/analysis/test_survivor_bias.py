@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from analysis.db import run_query
 from analysis.early_stopping import early_stopping_percentile, slo_met
 from analysis.loader import load_runs
+from analysis.reader import run_query
 from analysis.run_summary import summarize_run
 from stages.rundir.tables import merge_parts, read_table
 from stages.runtime.driver import run_pipeline

@@ -16,7 +16,7 @@ from analysis.report import report
 from analysis.report_entries import MARKDOWN_NUMBERS
 from analysis.report_file import write_report
 from stages.cli.commands.report import _worth_showing_after_run
-from stages.spec.loading import validate_document
+from stages.validation.loading import validate_document
 from tests.analysis.rundirs import MS_NS, RunBuilder, definition_rows_of, one, rows_of
 from tests.analysis.runs import BASE_NS
 

@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from analysis import catalogue
-from analysis.db import sql_text, view_files
+from analysis.sql_files import sql_text, view_files
 from analysis.view_manifest import (
     BY_FILE,
     VIEW_FILES,

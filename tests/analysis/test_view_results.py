@@ -11,9 +11,9 @@ from typing import Any
 
 import duckdb
 
-from analysis.catalogue import exported_rows_dir
 from analysis.loader import load_runs
 from analysis.migrations import CURRENT_VERSION
+from analysis.raw_rows_out import exported_rows_dir
 from stages.rundir.layout import TABLES, table_files
 from tests.analysis.view_results import (
     FROZEN,

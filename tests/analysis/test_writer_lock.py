@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from analysis import db as warehouse
-from analysis.db import WarehouseError, connect_read_only, writer_lock
+from analysis.db import writer_lock
 from analysis.loader import load_runs
+from analysis.reader import connect_read_only
+from analysis.sql_files import WarehouseError
 from tests.analysis.runs import collocated_run, single_pipeline_run
 from tests.helpers import REPO
 

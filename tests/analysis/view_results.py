@@ -18,9 +18,9 @@ from typing import Any
 
 import duckdb
 
-from analysis.db import connect_read_only
 from analysis.definitions_db import warehouse_definitions
 from analysis.loader import load_runs
+from analysis.reader import connect_read_only
 from stages.rundir.layout import TABLES
 from tests.analysis.runs import (
     collocated_run,

@@ -25,7 +25,7 @@ from stages.contracts.capacity_files import (
     Verdict,
 )
 from stages.contracts.slo_verdict import slo_verdict_by_counts
-from stages.spec.loading import LoadedSpec
+from stages.validation.loading import LoadedSpec
 
 WINDOW_S = 120.0
 """Each simulated probe's arrival window."""

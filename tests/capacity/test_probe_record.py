@@ -13,7 +13,7 @@ from stages.capacity.probe_executor import ProbeExecutor, batches_of, combined_v
 from stages.collocation.results import PipelineOutcome, RunResult
 from stages.contracts.capacity_files import SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule
-from stages.spec.loading import validate_document
+from stages.validation.loading import validate_document
 
 SPEC = validate_document(
     {

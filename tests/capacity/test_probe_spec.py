@@ -12,7 +12,7 @@ from stages.capacity.controller import ProbeRequest
 from stages.capacity.probe_spec import ProbeSpecError, check_searchable, probe_spec
 from stages.collocation.phase_plan import phases_of
 from stages.contracts.capacity_files import SearchSettings
-from stages.spec.loading import LoadedSpec, validate_document
+from stages.validation.loading import LoadedSpec, validate_document
 
 
 def spec(**target_loadgen: Any) -> LoadedSpec:

@@ -24,7 +24,7 @@ from stages.contracts.slo_verdict import LoadgenSloRule, min_passing_queries
 from stages.runtime.driver import arrival_seed
 from stages.runtime.loadgen.arrivals import PoissonArrivals
 from stages.spec.loadgen import ServerLoadgen
-from stages.spec.loading import LoadedSpec, validate_document
+from stages.validation.loading import LoadedSpec, validate_document
 
 PROBE_S = 6.0
 PROBE_QUERIES = 150

@@ -23,7 +23,7 @@ from stages.capacity.region import (
 from stages.capacity.region_model import ray_angles_deg, ray_direction
 from stages.capacity.region_store import read_region
 from stages.contracts.capacity_files import CAPACITY_FILE, REGION_FILE, RegionResult, SearchSettings
-from stages.spec.loading import LoadedSpec, validate_document
+from stages.validation.loading import LoadedSpec, validate_document
 from tests.capacity.region_sim import SimOptions, SimulatedSearch, TwoQueueModel
 
 SERVICE_MS = 5.0

@@ -20,7 +20,7 @@ from stages.capacity.region import run_region
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.contracts.capacity_files import RegionResult, SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule
-from stages.spec.loading import validate_document
+from stages.validation.loading import validate_document
 
 pytestmark = pytest.mark.spawns  # every test here starts a process
 

@@ -29,7 +29,7 @@ from stages.capacity.sequential import LOOKS, first_look_queries, look_confidenc
 from stages.cli.mlflow_capacity import search_params
 from stages.contracts.capacity_files import CapacityResult, ProbeKind, SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule, max_passing_over_slo
-from stages.spec.loading import LoadedSpec, validate_document
+from stages.validation.loading import LoadedSpec, validate_document
 from tests.analysis.capacity_dirs import classify_search
 
 SPEC_SLO_MS = 5.0

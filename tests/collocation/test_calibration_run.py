@@ -13,9 +13,9 @@ from stages.collocation import calibration_run
 from stages.collocation.calibration_run import RunCalibration
 from stages.contracts.warnings import WarningCode
 from stages.rundir.tables import read_table
-from stages.spec.loading import validate_document
 from stages.spec.models import BenchmarkSpec
 from stages.telemetry.calibration import GpuUnavailable
+from stages.validation.loading import validate_document
 
 CORE = min(os.sched_getaffinity(0))
 

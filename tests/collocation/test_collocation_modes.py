@@ -24,8 +24,8 @@ from stages.contracts.placement_environment import (
 )
 from stages.services.registry import default_service_registry
 from stages.spec.models import CollocationSpec, PipelineSpec
-from stages.spec.schema import spec_json_schema
 from stages.spec.services import ServiceSpec
+from stages.validation.schema import spec_json_schema
 from tests.helpers import REPO
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from stages.collocation.launcher import LaunchError, ProgressEvent
 from stages.rundir.tables import read_table
-from stages.spec.loading import validate_document
+from stages.validation.loading import validate_document
 from tests.helpers import REPO, run, spec_doc
 from tests.noop_run import NoopCollocatedRun
 

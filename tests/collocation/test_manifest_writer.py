@@ -15,7 +15,7 @@ from stages.collocation.results import PipelineOutcome
 from stages.contracts.counters import QueryCounters
 from stages.rundir.layout import MANIFEST
 from stages.rundir.manifest import ManifestError, PipelineResult, read_manifest
-from stages.spec.loading import load_spec
+from stages.validation.loading import load_spec
 from tests.helpers import REPO
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from stages import settings
 from stages.collocation.preflight import check_environment, gpus_used
-from stages.spec.loading import validate_document
+from stages.validation.loading import validate_document
 from tests.helpers import REPO, foreign_process, run, spec_doc
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from stages.cli.app import app
 from stages.collocation.launcher import phases_of, subset_phase_name
-from stages.spec.loading import validate_document
+from stages.validation.loading import validate_document
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ from bench_defs.benchmark import benchmark_run
 from bench_defs.reports import report_assets
 from bench_defs.specs import SPEC_PARTITIONS
 from bench_defs.warehouse import warehouse
-from stages.spec.loading import load_spec
+from stages.validation.loading import load_spec
 from tests.dagster.specs import tiny_spec, write_spec
 
 pytestmark = pytest.mark.spawns  # every test here starts a process

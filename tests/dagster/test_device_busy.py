@@ -24,7 +24,7 @@ from bench_defs.specs import (
     run_tags,
 )
 from stages.collocation.phase_plan import phases_of
-from stages.spec.loading import validate_document
+from stages.validation.loading import validate_document
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import foreign_process
 

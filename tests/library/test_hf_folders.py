@@ -28,8 +28,8 @@ from stages.library.model_common import ModelFileError
 from stages.library.vision import ClassifyStage
 from stages.runtime.query import Query
 from stages.runtime.stage import Stage, StageContext
-from stages.spec.loading import load_spec
 from stages.spec.model_entry import ALLOW_REMOTE_CODE_ENV, content_sha256
+from stages.validation.loading import load_spec
 
 SMALL_LM = {"prompts_size": 64, "n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 400}
 PROMPTS = ["How does batching affect tail latency?", "Why?"]

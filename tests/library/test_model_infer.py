@@ -18,7 +18,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from analysis.db import run_query
+from analysis.reader import run_query
 from stages.cli.app import app
 from stages.library.model_common import ModelFileError
 from stages.library.model_infer import InferStage

@@ -19,8 +19,13 @@ import pytest
 from pydantic import ValidationError
 
 from stages.library.http_wire import ChunkedDecoder, HttpError
-from stages.library.openai_http import OpenAIConfig, OpenAIRequestError, OpenAIStage
-from stages.library.openai_stream import SseReader, StreamedCompletion, StreamError
+from stages.library.openai_http import OpenAIConfig, OpenAIStage
+from stages.library.openai_stream import (
+    OpenAIRequestError,
+    SseReader,
+    StreamedCompletion,
+    StreamError,
+)
 from stages.runtime.recorder import Recorder
 from stages.runtime.stage import StageContext
 from stages.spec.models import PipelineSpec

@@ -373,8 +373,8 @@ def test_shipped_spec_passes_the_spec_checks_but_for_the_text_branch_types() -> 
     """The spec's own blocks and graph are valid; the only problems allowed on this branch
     are the text branch's stage types and artefact, which arrive when it merges."""
     document = yaml.safe_load((REPO / "specs" / "self_rag.yaml").read_text())
-    from stages.spec.checks import check_spec
     from stages.spec.models import BenchmarkSpec
+    from stages.validation.checks import check_spec
 
     problems = check_spec(BenchmarkSpec.model_validate(document))
     allowed = (

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stages.library.openai_http import OpenAIRequestError
+from stages.library.openai_stream import OpenAIRequestError
 from stages.library.synthetic_prompts import SyntheticPromptsConfig, SyntheticPromptsStage
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext

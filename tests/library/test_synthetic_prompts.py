@@ -23,9 +23,9 @@ from stages.library.synthetic_prompts import SyntheticPromptsConfig, SyntheticPr
 from stages.library.token_lengths import EmpiricalLength, query_rng, sample_length
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig, StageContext
-from stages.spec.loading import load_spec
 from stages.spec.model_entry import content_sha256
 from stages.spec.models import PipelineSpec
+from stages.validation.loading import load_spec
 from tests.helpers import registry_with, rows, run_in_process
 from tests.library.openai_calibration import make_query
 from tests.library.openai_stub import Script, ThreadedStub
@@ -445,7 +445,7 @@ def test_a_trace_longer_than_the_models_context_is_refused_before_the_run(
     """The hostile trace: a request asking more tokens than tiny_lm's 256 stops the run at its
     start (exit 2 through the launcher's LaunchError) with the file and the row."""
     from stages.collocation.preflight import check_traces
-    from stages.spec.loading import validate_document
+    from stages.validation.loading import validate_document
 
     trace = tmp_path / "t.jsonl"
     rows_ = [(30, 4), (200, 20), (250, 20), (100, 100)]

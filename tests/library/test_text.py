@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from analysis.db import run_query
 from analysis.loader import load_runs
+from analysis.reader import run_query
 from stages.library.text import (
     EmbedConfig,
     EmbedStage,

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from perf import client_truth
-from stages.spec.loading import validate_document
+from stages.validation.loading import validate_document
 from tests.library.openai_calibration import make_query
 from tests.library.openai_stub import Script, StubServer, ThreadedStub
 from tests.library.test_openai_http import make_stage

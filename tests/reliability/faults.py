@@ -19,8 +19,8 @@ from typing import Any
 import psutil
 import yaml
 
-from analysis.db import connect_read_only
 from analysis.loader import load_runs
+from analysis.reader import connect_read_only
 from bench_defs import warehouse_checks
 from stages.rundir.tables import read_table
 from tests.helpers import REPO, spec_doc

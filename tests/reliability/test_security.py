@@ -16,15 +16,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis.db import connect_read_only, connect_writer
+from analysis.db import connect_writer
 from analysis.loader import ensure_schema
+from analysis.reader import connect_read_only
 from bench_defs.benchmark import benchmark_run
 from bench_defs.specs import SPEC_PARTITIONS
 from bench_defs.warehouse import warehouse
 from stages.cli.app import app
 from stages.library.retrieval import SqlRetrievalStage
-from stages.spec.loading import load_spec
-from stages.spec.paths import with_resolved_files
+from stages.validation.loading import load_spec
+from stages.validation.paths import with_resolved_files
 from tests.dagster.fixtures import (  # noqa: F401 - fixtures used below
     home,
     instance,

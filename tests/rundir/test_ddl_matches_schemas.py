@@ -11,7 +11,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from analysis.db import sql_text
+from analysis.sql_files import sql_text
 from stages.rundir.layout import TABLES
 from stages.rundir.schemas import SCHEMAS
 

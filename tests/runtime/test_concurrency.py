@@ -19,8 +19,8 @@ from stages.runtime.pipeline import PipelineRuntime
 from stages.runtime.query import Query
 from stages.runtime.recorder import STAGE_COLUMNS, Recorder
 from stages.runtime.stage import Route, Stage, StageConfig
-from stages.spec.checks import check_spec
 from stages.spec.models import BenchmarkSpec, PipelineSpec, StageSpec
+from stages.validation.checks import check_spec
 from tests.helpers import registry_with, rows, run_in_process
 
 

@@ -22,7 +22,7 @@ from stages.capacity.search_services import search_services
 from stages.contracts.capacity_files import SearchSettings
 from stages.contracts.slo_verdict import LoadgenSloRule, min_passing_queries
 from stages.services.lifecycle import ServiceError
-from stages.spec.loading import LoadedSpec, validate_document
+from stages.validation.loading import LoadedSpec, validate_document
 
 pytestmark = pytest.mark.spawns  # every test here starts a process
 

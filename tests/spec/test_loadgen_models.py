@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from stages.spec.loadgen import OfflineLoadgen, ServerLoadgen, SingleStreamLoadgen, loadgen_spec
-from stages.spec.loading import LoadedSpec, SpecError, validate_document
+from stages.validation.loading import LoadedSpec, SpecError, validate_document
 
 FLAT_FIELDS = {
     "type", "rate", "burstiness", "concurrency", "think_time_ms", "samples_per_query", "trace",

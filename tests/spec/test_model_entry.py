@@ -13,13 +13,13 @@ import pytest
 from pydantic import ValidationError
 
 from stages import settings
-from stages.spec.loading import SpecError, load_spec
 from stages.spec.model_entry import (
     MODEL_ROOTS_ENV,
     ModelEntry,
     content_sha256,
     onnx_external_files,
 )
+from stages.validation.loading import SpecError, load_spec
 
 SPEC = """\
 name: byo

@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from stages.cli.app import app
-from stages.spec.loading import LoadedSpec, SpecError, validate_document
+from stages.validation.loading import LoadedSpec, SpecError, validate_document
 
 runner = CliRunner()
 

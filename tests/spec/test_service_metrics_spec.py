@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stages.cli.app import app
-from stages.spec.loading import load_spec
+from stages.validation.loading import load_spec
 from tests.spec.test_services_spec import problems, spec_with
 
 LOCAL = "  - {name: llm, type: external, url: 'http://127.0.0.1:8000/v1', metrics: %s}\n"

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from stages.cli.app import app
-from stages.spec.loading import SpecError, load_spec
-from stages.spec.paths import with_resolved_files
+from stages.validation.loading import SpecError, load_spec
+from stages.validation.paths import with_resolved_files
 
 runner = CliRunner()
 

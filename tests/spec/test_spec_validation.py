@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from stages.cli.app import app
-from stages.spec.loading import SpecError, load_spec
+from stages.validation.loading import SpecError, load_spec
 from tests.helpers import REPO
 
 runner = CliRunner()

@@ -42,7 +42,7 @@ from stages.cli.commands.capacity_region import (
 from stages.cli.console import err, fail_input
 from stages.cli.options import DbOption
 from stages.contracts.errors import ExitCode
-from stages.spec.loading import LoadedSpec, load_spec
+from stages.validation.loading import LoadedSpec, load_spec
 
 SEARCH_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 WITH_PATTERN = re.compile(r"(?P<name>[^=\s]+)=(?P<rate>[^=\s]+)")

@@ -31,7 +31,7 @@ from stages.contracts.capacity_files import (
     SoloCapacity,
 )
 from stages.contracts.errors import ExitCode
-from stages.spec.loading import LoadedSpec
+from stages.validation.loading import LoadedSpec
 
 RegionOption = Annotated[
     str | None,

@@ -55,9 +55,9 @@ def history(
     same machine class: regressed, improved, no change or undecided (with the runs it needs),
     the change and its interval, the likely cause (code, environment, machine) and the smallest
     change the history can see. Writes a PNG of the series with the change points marked."""
-    from analysis.db import connect_read_only
     from analysis.history import UnknownSpec, history_connection, resolve_spec_hash
     from analysis.history_plot import plot_history
+    from analysis.reader import connect_read_only
 
     db_path = db or settings.duckdb_path()
     reference = _spec_reference(spec, list(overrides or []))
@@ -108,7 +108,7 @@ def _spec_reference(spec: str, overrides: list[str]) -> str:
         if overrides:
             raise fail_input([f"{spec}: --set needs a spec file"])
         return spec
-    from stages.spec.loading import load_spec
+    from stages.validation.loading import load_spec
 
     return load_spec(spec, overrides).spec_hash  # a SpecError is an input error (exit 2)
 

@@ -19,7 +19,7 @@ from stages.cli.options import DbOption, OverridesOption
 from stages.cli.summary import summary_table
 from stages.cli.wiring import log_to_mlflow, summarize_phase
 from stages.contracts.errors import ExitCode
-from stages.spec.loading import load_spec
+from stages.validation.loading import load_spec
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 

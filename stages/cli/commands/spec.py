@@ -11,7 +11,7 @@ import typer
 
 from stages.cli.console import fail_input, out
 from stages.cli.options import OverridesOption
-from stages.spec.loading import SpecError, load_spec
+from stages.validation.loading import SpecError, load_spec
 
 
 def validate(
@@ -34,7 +34,7 @@ def validate(
 
 def schema() -> None:
     """Print the JSON Schema of the spec (for editor autocompletion)."""
-    from stages.spec.schema import spec_json_schema
+    from stages.validation.schema import spec_json_schema
 
     sys.stdout.write(json.dumps(spec_json_schema(), indent=2) + "\n")
 

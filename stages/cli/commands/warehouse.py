@@ -75,8 +75,8 @@ def _query(db_path: Path, query: str) -> Any:
     """The query's result as an Arrow table; exit 2 with one line when it cannot run."""
     import duckdb
 
-    from analysis.db import ReadOnlyRequired
     from analysis.export import query_arrow
+    from analysis.reader import ReadOnlyRequired
 
     try:
         return query_arrow(db_path, query)
@@ -186,7 +186,7 @@ WITHIN_RUN_NOTE = (
 
 def _spec_name(db_path: Path, run_id: str) -> str:
     """A loaded run's spec hash (12 characters; else its name), for `collobench history`."""
-    from analysis.db import connect_read_only
+    from analysis.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     try:

@@ -17,18 +17,18 @@ from yaml.composer import ComposerError
 
 from stages.contracts.errors import InvalidInputError
 from stages.runtime.registry import default_registry
-from stages.spec.checks import check_spec
-from stages.spec.image_fit import check_image_fit
 from stages.spec.model_entry import hash_form, is_model_entry
 from stages.spec.models import BenchmarkSpec
-from stages.spec.paths import (
+from stages.spec.problems import SpecProblem, one_line, problems_from_validation_error
+from stages.validation.checks import check_spec
+from stages.validation.image_fit import check_image_fit
+from stages.validation.paths import (
     check_file_paths,
     check_model_entries,
     spec_folder,
     with_model_contents,
 )
-from stages.spec.problems import SpecProblem, one_line, problems_from_validation_error
-from stages.spec.prompt_counting import follow_prompt_apis
+from stages.validation.prompt_counting import follow_prompt_apis
 
 MAX_BYTES_ENV = "COLLOBENCH_SPEC_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 20
@@ -267,7 +267,8 @@ def read_document(path: Path) -> dict[str, Any]:
 
 def validate_document(document: dict[str, Any], source: str = "") -> LoadedSpec:
     """Validate a raw document; raises `SpecError` listing every problem found. Files it names
-    must lie inside the allowed roots (stages.spec.paths; relative to the folder of `source`)."""
+    must lie inside the allowed roots (stages.validation.paths; relative to the folder of
+    `source`)."""
     try:
         spec = BenchmarkSpec.model_validate(document)
     except ValidationError as error:

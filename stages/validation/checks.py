@@ -20,7 +20,7 @@ from stages.spec.problems import SpecProblem as SpecProblem
 from stages.spec.problems import did_you_mean, format_location
 from stages.spec.problems import one_line as one_line
 from stages.spec.problems import problems_from_validation_error as problems_from_validation_error
-from stages.spec.service_checks import check_services
+from stages.validation.service_checks import check_services
 
 MAX_PIPELINES_ALL_SUBSETS = 6  # `collocation.subsets: all` runs 2^n - n - 2 subset phases
 
