@@ -2,10 +2,10 @@
 `soak` marker: fault injection, hostile input, durability, the ten-run soak) and the runtime's
 long flatness run, summed up in ONE JSON line on stdout (progress on stderr).
 
-1. `pytest tests/reliability tests/capacity/test_region_real.py tests/capacity/test_real_search.py
-   -m "soak or not soak"` (the real-harness capacity search and regions too) with `COLLOBENCH_RELIABILITY_FIGURES` naming
-   a temporary JSON file, into which the suite's tests count what they injected and survived
-   (tests/reliability/figures.py).
+1. `pytest tests/reliability tests/capacity/test_region_real.py
+   tests/capacity/test_real_search.py -m "soak or not soak"` (the real-harness capacity search
+   and regions too) with `COLLOBENCH_RELIABILITY_FIGURES` naming a temporary JSON file, into
+   which the suite's tests count what they injected and survived (tests/reliability/figures.py).
 2. `python -m perf.stage_overhead --soak --flatness-only` (1M queries through one pipeline with
    recording on: the per-query cost and RSS must stay flat), unless `--no-runtime`.
 
