@@ -25,6 +25,7 @@ from stages.contracts.errors import InvalidInputError
 from stages.contracts.slo_verdict import SloVerdict
 from stages.contracts.warnings import WarningRecord
 from stages.rundir.layout import MANIFEST
+from stages.rundir.manifest_part import ManifestPart
 from stages.rundir.manifest_startup import Startup
 
 FORMAT_VERSION = 1
@@ -35,13 +36,6 @@ SCHEMA_FILE = Path(__file__).with_name("manifest.schema.json")
 
 class ManifestError(InvalidInputError, ValueError):
     """A manifest cannot be read or does not match the model; the message is one line."""
-
-
-class _Ours(BaseModel):
-    """A part of the manifest only collobench writes: unknown keys are an error, and the
-    serialization schema lists every field as always present."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
 
 
 class _Open(BaseModel):
@@ -132,13 +126,13 @@ class EnvironmentPart(_Open):
 # ----------------------------------------------------------------------------- run records
 
 
-class PipelineSeeds(_Ours):
+class PipelineSeeds(ManifestPart):
     arrivals_by_trial: list[int] = Field(
         description="The arrival schedule's seed of each trial (derived from the spec's seed)."
     )
 
 
-class Clock(_Ours):
+class Clock(ManifestPart):
     """One reading of both clocks at the start: maps the tables' monotonic times to wall time."""
 
     monotonic_ns: int
@@ -164,14 +158,14 @@ class TimelineEntry(BaseModel):
     end_ns: int | None = Field(None, description="Monotonic clock; None: still running.")
 
 
-class EnergySources(_Ours):
+class EnergySources(ManifestPart):
     """Where the energy figures came from, comma-joined when several (None: no energy)."""
 
     gpu_source: str | None = Field(None, description="nvml_counter | nvml_power")
     host_source: str | None = Field(None, description="rapl | model_estimate")
 
 
-class _ResultIdentity(_Ours):
+class _ResultIdentity(ManifestPart):
     """Which pipeline, phase and trial a result row is, and how its worker ended (first in
     the row; the counters follow)."""
 
@@ -214,7 +208,7 @@ class PipelineResult(QueryCounters, _ResultIdentity):
     )
 
 
-class ModelRecord(_Ours):
+class ModelRecord(ManifestPart):
     """A model a stage ran from a model entry (a file or folder the user brought)."""
 
     pipeline: str = Field(description="The pipeline.")
@@ -234,7 +228,7 @@ class ModelRecord(_Ours):
     )
 
 
-class Manifest(_Ours):
+class Manifest(ManifestPart):
     """manifest.json: identity, spec, seeds, clocks, timeline, environment and per-pipeline
     results of one run. Written when the run starts (status running) and again at its end."""
 

@@ -3,16 +3,12 @@ flowing, as stages.collocation.startup records it."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from stages.rundir.manifest_part import ManifestPart
 
 
-class _Ours(BaseModel):
-    """Only collobench writes it: unknown keys are an error (as stages.rundir.manifest's)."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
-
-
-class StartupPhase(_Ours):
+class StartupPhase(ManifestPart):
     """One phase's start-up: seconds from the origin (`Startup.origin`) until each step."""
 
     trial: int
@@ -32,7 +28,7 @@ class StartupPhase(_Ours):
     )
 
 
-class Startup(_Ours):
+class Startup(ManifestPart):
     """How long the run took to get load flowing, in seconds from `origin`; None: not (yet)
     reached, or not measured by the caller (a run started outside the CLI has no `cli_ready_s`
     nor `spec_loaded_s`)."""

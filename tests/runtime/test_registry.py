@@ -29,8 +29,9 @@ def test_entry_point_stages_are_registered(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(registry_module, "_REGISTRY", StageRegistry())
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [not_a_stage])
+    registry = default_registry()  # a plug-in is imported at its first lookup (issue 42, item 6)
     with pytest.raises(TypeError, match=r"thirdparty\.bad.*is not a Stage class"):
-        default_registry()
+        registry.get("thirdparty.bad")
 
 
 def test_unknown_type_lists_registered_types() -> None:
