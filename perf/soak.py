@@ -4,8 +4,9 @@ long flatness run, summed up in ONE JSON line on stdout (progress on stderr).
 
 1. `pytest tests/reliability tests/capacity/test_region_real.py
    tests/capacity/test_real_search.py -m "soak or not soak"` (the real-harness capacity search
-   and regions too) with `COLLOBENCH_RELIABILITY_FIGURES` naming a temporary JSON file, into
-   which the suite's tests count what they injected and survived (tests/reliability/figures.py).
+   and regions too, and the served client's 200-stream calibration) with
+   `COLLOBENCH_RELIABILITY_FIGURES` naming a temporary JSON file, into which the suite's tests
+   count what they injected and survived (tests/reliability/figures.py).
 2. `python -m perf.stage_overhead --soak --flatness-only` (1M queries through one pipeline with
    recording on: the per-query cost and RSS must stay flat), unless `--no-runtime`.
 
@@ -52,6 +53,8 @@ def run_suite(figures_path: Path) -> int:
             "tests/reliability",
             "tests/capacity/test_region_real.py",
             "tests/capacity/test_real_search.py",
+            "tests/library/test_openai_http.py::"
+            "test_timestamps_are_within_a_millisecond_of_the_script_at_200_streams",
             "-m",
             "soak or not soak",
         ),

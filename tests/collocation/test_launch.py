@@ -316,13 +316,28 @@ def test_launch_error_for_impossible_pinning(tmp_path: Path) -> None:
 def test_lost_gpu_and_counter_reset_reach_the_manifest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Late enough that a sampler starting slowly on a loaded machine still sees the counter
-    # before its reset; early enough to fall inside the run (which lasts over 3 s).
-    fake_gpu(tmp_path, monkeypatch, power_w=120, energy_resets_at_s=[1.5], lost_at_s=2.5)
-    doc = spec_doc({"type": "noop"}, duration_s=2)
-    doc["pipelines"][1]["loadgen"]["duration_s"] = 2
+    # The reset and the loss count from a trigger file the test creates once the victim has
+    # had 1 s of load: inside the window however slowly the sampler started (no wall clock).
+    trigger = tmp_path / "gpu-events-start"
+    fake_gpu(
+        tmp_path,
+        monkeypatch,
+        power_w=120,
+        energy_resets_at_s=[0.0],
+        lost_at_s=0.3,
+        events_after_file=str(trigger),
+    )
+    doc = spec_doc({"type": "noop"}, duration_s=3)
+    doc["pipelines"][1]["loadgen"]["duration_s"] = 3
     doc["telemetry"]["gpu"] = {"period_ms": 20}
-    result = run(doc, tmp_path)
+
+    def start_events(event: ProgressEvent) -> None:
+        first_ns = event.data.get("first_issue_ns")
+        if first_ns is not None and time.monotonic_ns() - first_ns > 1e9:
+            trigger.touch(exist_ok=True)
+
+    result = run(doc, tmp_path, progress=start_events)
+    assert trigger.exists()
     assert result.status == "ok"  # losing telemetry does not fail the pipelines
     gpu = read_table(result.run_dir, "gpu_samples").to_pandas()
     assert len(gpu) > 10  # rows before the loss are kept

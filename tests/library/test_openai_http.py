@@ -374,6 +374,11 @@ def test_failed_requests_are_error_rows_and_the_key_is_never_recorded(
 ATTEMPTS = 10
 
 
+# 1 ms p99 at 10,000 tokens/s depends on this VM's minute: ten attempts in a row missed it in a
+# fresh-clone CI on a quiet machine (1.5-2.8 ms), and both the code before issue 42 and after it
+# ranged 0.4-4 ms run to run. `make soak` runs it (perf/soak.py); perf/http_client.py keeps the
+# figure; make test keeps the client's correctness tests above (issue 43, item 9).
+@pytest.mark.soak
 @pytest.mark.spawns
 @pytest.mark.slow
 def test_timestamps_are_within_a_millisecond_of_the_script_at_200_streams() -> None:
