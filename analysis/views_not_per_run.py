@@ -12,8 +12,8 @@ from stages.rundir.layout import TABLES
 NOT_REPORTED_FILE = "analysis/views_not_per_run.py"
 
 # The capacity views (issue 19), reported per capacity search (`search_id`) or region
-# (`region_id`), not per run: analysis.capacity_warehouse.capacity_table reads them, the capacity
-# command prints them with these columns.
+# (`region_id`), not per run: analysis.capacity.warehouse_tables.capacity_table reads them,
+# the capacity command prints them with these columns.
 CAPACITY_CATALOGUE: tuple[ReportView, ...] = (
     ReportView(
         "capacity",

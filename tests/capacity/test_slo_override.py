@@ -18,8 +18,8 @@ import pytest
 import yaml
 from matplotlib import pyplot
 
-from analysis import capacity_plots
-from analysis.capacity_files import read_search
+from analysis.capacity import figures as capacity_plots
+from analysis.capacity.file_reader import read_search
 from analysis.run_summary import verdict_latencies
 from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.controller import ProbeRequest
