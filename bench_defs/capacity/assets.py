@@ -1,5 +1,5 @@
 """The `capacity` asset: one capacity search per dynamic partition `<spec>|<target>`
-(capacity_keys).
+(keys).
 
 Materialising a partition runs `collobench capacity` in a Pipes child in its own process group
 (`bench_defs.capacity.runner`, started by `GroupPipesClient` as `benchmark_run` is), writing

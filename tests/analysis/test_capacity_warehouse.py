@@ -417,16 +417,16 @@ def test_the_plot_draws_the_unloaded_probe_as_a_line(
 ) -> None:
     """The unloaded probe (rate 0) is a dashed line at its p99, not a point at x = 0 on the log
     axis; a search with no search probe at all (infeasible at once) still plots."""
-    from analysis.capacity import figures as capacity_plots
+    from analysis.capacity import figures
 
     drawn: list[Any] = []
-    save = capacity_plots._save
+    save = figures._save
 
     def keep_axis(figure: Any, path: Path) -> Path:
         drawn.append(figure.axes[0])
         return save(figure, path)
 
-    monkeypatch.setattr(capacity_plots, "_save", keep_axis)
+    monkeypatch.setattr(figures, "_save", keep_axis)
     search = slow_search()
     report = report_markdown.write_search_report(search.write(tmp_path)).read_text()
     axis = drawn[-1]

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis.capacity import warehouse_tables as capacity_warehouse
+from analysis.capacity.warehouse_tables import load_region, load_search
 from stages.contracts.capacity_files import CAPACITY_FILE, REGION_FILE, PipelineProbe, RegionResult
 from tests.analysis.capacity_dirs import classify_search, ray, write_region
 from tests.helpers import REPO
@@ -54,7 +54,7 @@ def test_model_records_load_with_their_values(tmp_path: Path, by_alias: bool) ->
     (folder / CAPACITY_FILE).write_text(result.model_dump_json(by_alias=by_alias))
 
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
-    assert capacity_warehouse.load_search(connection, folder) == result.search_id
+    assert load_search(connection, folder) == result.search_id
     searched = connection.execute(
         "SELECT pipeline, slo_ms, percentile, CAST(with_rates->>'$.embed' AS DOUBLE), "
         "certified_qps, estimate_qps, "
@@ -116,7 +116,7 @@ def test_region_records_load_with_their_values(tmp_path: Path) -> None:
     path.write_text(region.model_dump_json(indent=2))
 
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
-    assert capacity_warehouse.load_region(connection, folder) == region.region_id
+    assert load_region(connection, folder) == region.region_id
     loaded = connection.execute(
         "SELECT ray_index, angle_deg, pipeline_a, pipeline_b, solo_capacity_a_qps, "
         "solo_capacity_b_qps, certified_s, estimate_s, estimate_s_ci_low, estimate_s_ci_high, "
