@@ -46,7 +46,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 OLD_DEVICE_TAG = "collobench/device"
 """The per-device tag pools replaced (one run per `cuda:N` value, whatever the host): an instance
 limit on it is dropped when the pool limits are written."""
-INSTANCE_TEMPLATE = Path(__file__).with_name("dagster.yaml")
+INSTANCE_TEMPLATE = Path(__file__).parent.parent / "dagster.yaml"
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
