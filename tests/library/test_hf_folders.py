@@ -1,8 +1,9 @@
-"""Local Hugging Face model folders brought as `model: {path: DIR}` (`stages.library.hf_folders`):
-tiny_lm and minilm through their folders answer as they do by name; a small HF image
-classifier runs in `torchvision.classify` as it runs alone; a folder's own code runs only when
-the entry and the environment both allow it; a folder that does not load fails prepare with
-one line naming it. Every model here is made in the test: nothing is downloaded."""
+"""Local Hugging Face model folders brought as `model: {path: DIR}`
+(`stages.library.models.hf_folders`): tiny_lm and minilm through their folders answer as they
+do by name; a small HF image classifier runs in `torchvision.classify` as it runs alone; a
+folder's own code runs only when the entry and the environment both allow it; a folder that
+does not load fails prepare with one line naming it. Every model here is made in the test:
+nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ from typer.testing import CliRunner
 
 from stages.artifacts.catalogue import ensure_artifact
 from stages.cli.app import app
-from stages.library.datasets import DigitsDatasetStage
-from stages.library.embed import EmbedConfig, EmbedStage
-from stages.library.generate import GenerateConfig, GenerateStage
-from stages.library.model_common import ModelFileError
-from stages.library.vision import ClassifyStage
+from stages.library.models.common import ModelFileError
+from stages.library.text.embed import EmbedConfig, EmbedStage
+from stages.library.text.generate import GenerateConfig, GenerateStage
+from stages.library.vision.datasets import DigitsDatasetStage
+from stages.library.vision.torchvision_stages import ClassifyStage
 from stages.runtime.query import Query
 from stages.runtime.stage import Stage, StageContext
 from stages.spec.model_entry import ALLOW_REMOTE_CODE_ENV, content_sha256

@@ -1,4 +1,4 @@
-"""Model files a user brings, loaded as torch modules (`stages.library.model_files`): each
+"""Model files a user brings, loaded as torch modules (`stages.library.models.loaders`): each
 format gives the same answers as the model it was made from; a pickled full model and a
 corrupt file are refused with one line naming the file."""
 
@@ -11,9 +11,9 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 
-from stages.artifacts.vision import build_digits_cnn
-from stages.library.model_common import ModelFileError
-from stages.library.model_files import load_onnx_model, load_torch_model
+from stages.artifacts.vision_artifacts import build_digits_cnn
+from stages.library.models.common import ModelFileError
+from stages.library.models.loaders import load_onnx_model, load_torch_model
 from stages.spec.model_entry import ModelEntry
 
 

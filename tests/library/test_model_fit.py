@@ -15,12 +15,12 @@ import torch
 from typer.testing import CliRunner
 
 from stages.artifacts.catalogue import ensure_artifact
-from stages.artifacts.vision import build_digits_cnn, load_digits_cnn
+from stages.artifacts.vision_artifacts import build_digits_cnn, load_digits_cnn
 from stages.cli.app import app
 from stages.contracts.image_batches import ImageBatch
-from stages.library.datasets import DigitsDatasetStage
-from stages.library.model_common import ModelFileError
-from stages.library.vision import ClassifyStage
+from stages.library.models.common import ModelFileError
+from stages.library.vision.datasets import DigitsDatasetStage
+from stages.library.vision.torchvision_stages import ClassifyStage
 from stages.runtime.query import Query
 from stages.runtime.stage import Stage, StageContext
 

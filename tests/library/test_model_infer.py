@@ -1,4 +1,4 @@
-"""`model.infer` (stages/library/model_infer.py) on small models made here: a two-input model
+"""`model.infer` (stages/library/models/infer.py) on small models made here: a two-input model
 saved as ONNX, a `torch.export` program and TorchScript runs on seeded synthetic inputs or the
 payload's, gives the same answers in every format, returns argmax, topk and raw outputs,
 grades labelled batches; declared inputs that do not fit the file fail prepare on one line, a
@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from analysis.reader import run_query
 from stages.cli.app import app
-from stages.library.model_common import ModelFileError
-from stages.library.model_infer import InferStage
+from stages.library.models.common import ModelFileError
+from stages.library.models.infer import InferStage
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext
 from tests.helpers import REPO

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from stages.library.http_wire import ChunkedDecoder, HttpError
-from stages.library.openai_http import OpenAIConfig, OpenAIStage
-from stages.library.openai_stream import (
+from stages.library.served.http_wire import ChunkedDecoder, HttpError
+from stages.library.served.openai_http import OpenAIConfig, OpenAIStage
+from stages.library.served.stream import (
     OpenAIRequestError,
     SseReader,
     StreamedCompletion,

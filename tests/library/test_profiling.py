@@ -13,8 +13,8 @@ import pytest
 from pydantic import Field
 
 from analysis.loader import load_runs
-from stages.library.profiling import WINDOW, OperatorProfiler, realtime_minus_monotonic_ns
-from stages.library.torch_common import ModelStageConfig, device_synchronizer
+from stages.library.core.profiling import WINDOW, OperatorProfiler, realtime_minus_monotonic_ns
+from stages.library.core.torch_common import ModelStageConfig, device_synchronizer
 from stages.rundir.tables import merge_parts, read_table
 from stages.runtime.driver import run_pipeline
 from stages.runtime.query import Query

@@ -19,13 +19,9 @@ from typer.testing import CliRunner
 from stages.artifacts import catalogue
 from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
 from stages.cli.app import app
-from stages.library.retrieval import (
-    FuseStage,
-    SqlRetrievalStage,
-    SqlRowLimitError,
-    SqlTimeoutError,
-    VectorRetrievalStage,
-)
+from stages.library.retrieval.fuse import FuseStage
+from stages.library.retrieval.sql import SqlRetrievalStage, SqlRowLimitError, SqlTimeoutError
+from stages.library.retrieval.vector import VectorRetrievalStage
 from tests.helpers import REPO
 from tests.library.rag_fixtures import DIMENSIONS, make_stage, query_with, write_corpus
 

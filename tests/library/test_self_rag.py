@@ -15,7 +15,7 @@ import yaml
 from typer.testing import CliRunner
 
 from stages.cli.app import app
-from stages.library.self_rag import (
+from stages.library.self_rag.blocks import (
     GraderStage,
     HallucinationCheckStage,
     RewriterStage,

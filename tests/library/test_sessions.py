@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from stages.library.openai_stream import OpenAIRequestError
-from stages.library.synthetic_prompts import SyntheticPromptsConfig, SyntheticPromptsStage
+from stages.library.served.stream import OpenAIRequestError
+from stages.library.served.synthetic_prompts import SyntheticPromptsConfig, SyntheticPromptsStage
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext
 from tests.library.openai_calibration import make_query

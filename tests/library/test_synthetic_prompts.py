@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import ValidationError
 
-from stages.library.exact_prompts import PromptLengthError
-from stages.library.model_common import ModelFileError
-from stages.library.openai_http import OpenAIStage
-from stages.library.synthetic_prompts import SyntheticPromptsConfig, SyntheticPromptsStage
-from stages.library.token_lengths import EmpiricalLength, query_rng, sample_length
+from stages.library.models.common import ModelFileError
+from stages.library.served.exact_prompts import PromptLengthError
+from stages.library.served.openai_http import OpenAIStage
+from stages.library.served.synthetic_prompts import SyntheticPromptsConfig, SyntheticPromptsStage
+from stages.library.served.token_lengths import EmpiricalLength, query_rng, sample_length
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig, StageContext
 from stages.spec.model_entry import content_sha256

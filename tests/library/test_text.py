@@ -16,15 +16,10 @@ from pydantic import ValidationError
 
 from analysis.loader import load_runs
 from analysis.reader import run_query
-from stages.library.text import (
-    EmbedConfig,
-    EmbedStage,
-    GenerateConfig,
-    GenerateStage,
-    PromptsConfig,
-    PromptsStage,
-)
-from stages.library.text_payloads import as_dict as _as_dict
+from stages.library.text.embed import EmbedConfig, EmbedStage
+from stages.library.text.generate import GenerateConfig, GenerateStage
+from stages.library.text.payloads import as_dict as _as_dict
+from stages.library.text.prompts import PromptsConfig, PromptsStage
 from stages.rundir.tables import merge_parts
 from stages.runtime.driver import run_pipeline
 from stages.runtime.query import Query

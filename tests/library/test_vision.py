@@ -15,9 +15,13 @@ from typer.testing import CliRunner
 
 from stages.artifacts.catalogue import ensure_artifact
 from stages.cli.app import app
-from stages.library import vision as vision_stages
-from stages.library.datasets import DIGITS_SPLIT_SIZES, DigitsDatasetStage, FakeImagesDatasetStage
-from stages.library.vision import ClassifyStage, PreprocessStage, TrainStage
+from stages.library.vision import torchvision_stages as vision_stages
+from stages.library.vision.datasets import (
+    DIGITS_SPLIT_SIZES,
+    DigitsDatasetStage,
+    FakeImagesDatasetStage,
+)
+from stages.library.vision.torchvision_stages import ClassifyStage, PreprocessStage, TrainStage
 from stages.runtime.query import Query
 from stages.runtime.registry import default_registry
 from stages.runtime.stage import Stage, StageContext
@@ -402,7 +406,7 @@ def test_a_brought_model_grades_as_the_built_in_one_in_every_format(tmp_path: Pa
     """The trained digits_cnn saved as TorchScript, a torch.export program and ONNX, each run
     by `torchvision.classify` from a model entry: the same 360 answers and the artefact's own
     accuracy (ONNX through ONNX Runtime)."""
-    from stages.artifacts.vision import load_digits_cnn
+    from stages.artifacts.vision_artifacts import load_digits_cnn
 
     model = load_digits_cnn(ensure_artifact("digits_cnn")).eval()
     x = torch.zeros((40, 1, 8, 8))

@@ -1,11 +1,11 @@
 """`http.openai`: a client of an OpenAI-compatible server (`/v1/completions`,
 `/v1/chat/completions`), streamed (SSE) or not, many requests in flight on the stage's loop.
 
-Connections: one pool of keep-alive connections per stage instance (`stages.library.http_wire`,
-a minimal HTTP/1.1 client on asyncio), made in `start_async` and closed in `stop_async` on the
-stage's event loop. A streamed response is read as it arrives, each received segment stamped
-with `time.monotonic_ns()` when the socket gave it, and its SSE events parsed by
-`stages.library.openai_stream` with a bound on an event's size.
+Connections: one pool of keep-alive connections per stage instance
+(`stages.library.served.http_wire`, a minimal HTTP/1.1 client on asyncio), made in `start_async`
+and closed in `stop_async` on the stage's event loop. A streamed response is read as it arrives,
+each received segment stamped with `time.monotonic_ns()` when the socket gave it, and its SSE
+events parsed by `stages.library.served.stream` with a bound on an event's size.
 Every failure (HTTP status >= 400, timeout, refused connection, malformed or truncated stream)
 raises `OpenAIRequestError` with a one-line reason: the runtime records an `error` row and the
 reason in `errors`. The API key (`api_key_env`) is sent, and is never in a reason.
@@ -22,16 +22,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
-from stages.library.http_wire import ConnectionPool, HttpError, Response
-from stages.library.openai_session import run_session, session_turns
-from stages.library.openai_stream import (
-    OpenAIRequestError,
-    SseReader,
-    StreamedCompletion,
-    StreamError,
-    excerpt,
-)
-from stages.library.request_shape import (
+from stages.library.served.http_wire import ConnectionPool, HttpError, Response
+from stages.library.served.request_shape import (
     EnforceOutput,
     TokenMismatch,
     asked_output,
@@ -39,7 +31,15 @@ from stages.library.request_shape import (
     output_fields,
     unchecked_input,
 )
-from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
+from stages.library.served.session import run_session, session_turns
+from stages.library.served.stream import (
+    OpenAIRequestError,
+    SseReader,
+    StreamedCompletion,
+    StreamError,
+    excerpt,
+)
+from stages.library.text.payloads import PROMPT_FIELD, as_dict, prompt_texts
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
 from stages.runtime.query import Query
 from stages.runtime.stage import Route
@@ -159,7 +159,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
     body's), `tokens` (the server's `usage.completion_tokens`, else the content chunks),
     `prompt_tokens` (the server's `usage.prompt_tokens`) and, streamed, one `token_events` row
     per content chunk. A payload's `output_tokens` sets the request's max_tokens; a payload's
-    `turns` makes the visit a multi-turn session (stages.library.openai_session). Payload out:
+    `turns` makes the visit a multi-turn session (stages.library.served.session). Payload out:
     the input's fields plus `text` and `new_tokens`."""
 
     records_outcome = True
@@ -244,7 +244,7 @@ class OpenAIStage(AsyncStage[OpenAIConfig]):
         visit = query.visits[self.context.stage_index]
         payload = as_dict(query.payload, self.config.text_field)
         turns = session_turns(payload)
-        if turns is not None:  # a multi-turn session (stages.library.openai_session)
+        if turns is not None:  # a multi-turn session (stages.library.served.session)
             if self.config.api != "chat":
                 raise ValueError("a session's turns carry their history: use api: chat")
             await run_session(self, query, payload, turns)

@@ -13,8 +13,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field
 
-from stages.library.exact_prompts import CountAs, PromptBuilder, PromptLengthError
-from stages.library.token_lengths import TokenLength, query_rng, sample_length
+from stages.library.served.exact_prompts import CountAs, PromptBuilder, PromptLengthError
+from stages.library.served.token_lengths import TokenLength, query_rng, sample_length
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
 from stages.spec.base import StrictModel
@@ -177,7 +177,7 @@ def _folder_context(reference: str | ModelEntry) -> int | None:
     import json
 
     if isinstance(reference, ModelEntry):
-        from stages.library.model_common import located
+        from stages.library.models.common import located
 
         folder = Path(located(reference).location)
     else:
@@ -197,11 +197,11 @@ def _load(reference: str | ModelEntry) -> tuple[Any, Path]:
     """(tokenizer, its folder), offline."""
     from transformers import AutoTokenizer
 
-    from stages.library.hf_folders import TOKENIZER_PROBE
-    from stages.library.model_common import ModelFileError
+    from stages.library.models.common import ModelFileError
+    from stages.library.models.hf_folders import TOKENIZER_PROBE
 
     if isinstance(reference, ModelEntry):
-        from stages.library.hf_folders import trust_remote_code
+        from stages.library.models.hf_folders import trust_remote_code
 
         folder, trust = Path(reference.location), trust_remote_code(reference)
     else:

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
-from stages.artifacts.vision import DIGITS_CLASSES, FakeImagesParams
+from stages.artifacts.vision_artifacts import DIGITS_CLASSES, FakeImagesParams
 from stages.contracts.image_batches import ImageBatch
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
@@ -143,7 +143,7 @@ class DigitsDatasetStage(_BatchServer[DigitsConfig]):
 
     def _load(self) -> tuple[Any, Any]:
         from stages.artifacts.catalogue import ensure_artifact
-        from stages.artifacts.vision import load_digits_split
+        from stages.artifacts.vision_artifacts import load_digits_split
 
         return load_digits_split(ensure_artifact("digits"), self.config.split)
 
@@ -154,7 +154,7 @@ class FakeImagesDatasetStage(_BatchServer[FakeImagesConfig]):
 
     def _load(self) -> tuple[Any, Any]:
         from stages.artifacts.catalogue import ensure_artifact
-        from stages.artifacts.vision import load_fake_images
+        from stages.artifacts.vision_artifacts import load_fake_images
 
         params = {
             "size": self.config.size,

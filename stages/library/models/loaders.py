@@ -1,8 +1,9 @@
 """A model file a user brings (`stages.spec.model_entry`), loaded as a torch module: the
 weights of a torchvision architecture (safetensors, or a state dict read with `weights_only`),
 a TorchScript module, a `torch.export` program or a Hugging Face image classifier folder
-(`stages.library.hf_folders`; one loader per format, in a registry); or an ONNX file as an ONNX
-Runtime session behind the same call (`OnnxModel`, which also feeds several inputs by name);
+(`stages.library.models.hf_folders`; one loader per format, in a registry); or an ONNX file as
+an ONNX Runtime session behind the same call (`OnnxModel`, which also feeds several inputs by
+name);
 and the inputs each file declares, to check a spec against.
 
 Nothing here unpickles arbitrary objects: a state dict is read with `weights_only=True`, so a
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stages.library.model_common import (
+from stages.library.models.common import (
     INPUT_SHAPE_ATTRIBUTE,
     DeclaredInput,
     ModelFileError,
@@ -219,7 +220,7 @@ def load_onnx_model(entry: ModelEntry, device: str, threads: int | None) -> Onnx
 
 
 def _hf_folder(entry: ModelEntry) -> Any:
-    from stages.library.hf_folders import load_hf_classifier
+    from stages.library.models.hf_folders import load_hf_classifier
 
     return load_hf_classifier(entry)
 

@@ -14,10 +14,10 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, model_validator
 
 from stages.contracts.image_batches import ImageBatch
-from stages.library.classifier_choice import DIGITS_CNN, ModelChoiceConfig, load_classifier
-from stages.library.model_fit import check_answers
-from stages.library.profiling import OperatorProfiler
-from stages.library.torch_common import device_synchronizer
+from stages.library.core.profiling import OperatorProfiler
+from stages.library.core.torch_common import device_synchronizer
+from stages.library.models.classifier_choice import DIGITS_CNN, ModelChoiceConfig, load_classifier
+from stages.library.models.fit import check_answers
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig, StageContext
 from stages.spec.model_entry import ModelEntry
@@ -156,7 +156,7 @@ class _ModelStage(Stage[ModelChoiceConfigT]):
         self._dtype = getattr(torch, self.config.dtype)
         entry = self.config.model
         if isinstance(entry, ModelEntry) and entry.format == "onnx":
-            from stages.library.model_files import load_onnx_model
+            from stages.library.models.loaders import load_onnx_model
 
             model = load_onnx_model(entry, self.context.device, self.config.threads)
         else:
@@ -174,7 +174,7 @@ class _ModelStage(Stage[ModelChoiceConfigT]):
         if images_in is not None:
             shape = (1, *images_in.image_shape)
         elif isinstance(self.config.model, ModelEntry):
-            from stages.library.model_files import input_shape
+            from stages.library.models.loaders import input_shape
 
             shape = input_shape(model)
         else:

@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 
 from stages.artifacts.store import locked
 from stages.contracts.errors import RunFailedError
-from stages.library.corpus import CorpusConfig, corpus_file
+from stages.library.retrieval.corpus import CorpusConfig, corpus_file
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage
 

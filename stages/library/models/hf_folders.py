@@ -14,7 +14,7 @@ import functools
 from pathlib import Path
 from typing import Any, Literal
 
-from stages.library.model_common import (
+from stages.library.models.common import (
     INPUT_SHAPE_ATTRIBUTE,
     ModelFileError,
     located,
@@ -105,7 +105,7 @@ def _image_shape(config: Any) -> tuple[int, ...] | None:
 def load_hf_classifier(entry: ModelEntry) -> Any:
     """An image classifier folder (AutoModelForImageClassification) as a torch module whose
     call on [B, C, H, W] returns logits [B, classes]; its config's input shape, when it gives
-    one, is what `model_files.input_shape` reports."""
+    one, is what `loaders.input_shape` reports."""
     from transformers import AutoModelForImageClassification
     from transformers.utils import logging as hf_logging
 

@@ -122,7 +122,7 @@ class OperatorProfiler:
             yield
             if self.context.device.startswith("cuda"):
                 # Kernels still queued when the profiler stops would be lost.
-                from stages.library.torch_common import device_synchronizer
+                from stages.library.core.torch_common import device_synchronizer
 
                 device_synchronizer(self.context.device)()
         finally:

@@ -9,10 +9,10 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
-from stages.library.profiling import OperatorProfiler
-from stages.library.text_models import load_text_model, model_reference, to_device
-from stages.library.text_payloads import PROMPT_FIELD, as_dict
-from stages.library.torch_common import ModelStageConfig, device_synchronizer
+from stages.library.core.profiling import OperatorProfiler
+from stages.library.core.torch_common import ModelStageConfig, device_synchronizer
+from stages.library.text.language_models import load_text_model, model_reference, to_device
+from stages.library.text.payloads import PROMPT_FIELD, as_dict
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage
 from stages.spec.model_entry import ModelEntry
@@ -55,7 +55,7 @@ class EmbedStage(Stage[EmbedConfig]):
         self.synchronize()
 
     def _embed(self, texts: list[str]) -> Any:
-        from stages.artifacts.text import embed_texts
+        from stages.artifacts.text_artifacts import embed_texts
 
         return embed_texts(
             self.model, self.tokenizer, texts, self.config.max_tokens, self.context.device

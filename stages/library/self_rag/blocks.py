@@ -55,7 +55,7 @@ class _Block(Stage[BlockConfigT]):
     def prepare(self) -> None:
         self._busy_iterations = 0
         if self.config.work == "busy" and self.config.work_ms:
-            from stages.library.builtin import _work_loop, machine_calibration
+            from stages.library.core.builtin import _work_loop, machine_calibration
 
             self._busy = _work_loop(False)
             rate = machine_calibration(self.context.cache_dir, False)

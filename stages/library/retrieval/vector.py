@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from stages.library.corpus import (
+from stages.library.retrieval.corpus import (
     DOCUMENTS_FIELD,
     EMBEDDING_FIELD,
     CorpusConfig,

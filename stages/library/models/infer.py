@@ -16,10 +16,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from stages.library import model_files
-from stages.library.model_common import DeclaredInput, ModelFileError, model_file_reason
-from stages.library.profiling import OperatorProfiler
-from stages.library.torch_common import ModelStageConfig, device_synchronizer
+from stages.library.core.profiling import OperatorProfiler
+from stages.library.core.torch_common import ModelStageConfig, device_synchronizer
+from stages.library.models import loaders
+from stages.library.models.common import DeclaredInput, ModelFileError, model_file_reason
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageContext
 from stages.spec.base import StrictModel
@@ -223,16 +223,16 @@ class InferStage(Stage[InferConfig]):
         self._torch = torch
         self._device = torch.device(self.context.device)
         if config.model.format == "onnx":
-            model = model_files.load_onnx_model(config.model, self.context.device, config.threads)
+            model = loaders.load_onnx_model(config.model, self.context.device, config.threads)
             self._input_device = torch.device("cpu")
             self._call = onnx_runner(model, [spec.name for spec in config.inputs])
         else:
-            model = model_files.load_torch_model(config.model)
+            model = loaders.load_torch_model(config.model)
             model = model.to(self._device, getattr(torch, config.dtype))
             self._input_device = self._device
             self._call = torch_runner(torch.compile(model) if config.compile else model)
         by_name = config.model.format == "onnx"
-        check_declared(config, model_files.declared_inputs(model), by_name)
+        check_declared(config, loaders.declared_inputs(model), by_name)
         self._synthetic = synthetic_inputs(config.inputs, self.context.seed, self._input_device)
         self._synchronize = device_synchronizer(self.context.device)
         self._warm_up()

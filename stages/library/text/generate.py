@@ -13,10 +13,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from stages.library.profiling import OperatorProfiler
-from stages.library.text_models import load_text_model, model_reference, to_device
-from stages.library.text_payloads import PROMPT_FIELD, as_dict, prompt_texts
-from stages.library.torch_common import ModelStageConfig, device_synchronizer
+from stages.library.core.profiling import OperatorProfiler
+from stages.library.core.torch_common import ModelStageConfig, device_synchronizer
+from stages.library.text.language_models import load_text_model, model_reference, to_device
+from stages.library.text.payloads import PROMPT_FIELD, as_dict, prompt_texts
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage
 from stages.spec.model_entry import ModelEntry
@@ -76,7 +76,7 @@ class GenerateConfig(ModelStageConfig):
         if self.model.startswith("hf:") and self.model_params:
             raise ValueError("model_params are tiny_lm recipe parameters, not for hub models")
         if self.model == "tiny_lm":
-            from stages.artifacts.text import TinyLmParams
+            from stages.artifacts.text_artifacts import TinyLmParams
 
             try:
                 params = TinyLmParams.model_validate(self.model_params)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from stages.library.corpus import DOCUMENTS_FIELD
+from stages.library.retrieval.corpus import DOCUMENTS_FIELD
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig
 

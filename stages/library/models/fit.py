@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stages.contracts.image_batches import ImageBatch
-from stages.library.model_common import ModelFileError, located, model_file_reason
+from stages.library.models.common import ModelFileError, located, model_file_reason
 from stages.spec.model_entry import ModelEntry, ModelFormat
 
 if TYPE_CHECKING:
-    from stages.library.classifier_choice import ModelChoiceConfig
+    from stages.library.models.classifier_choice import ModelChoiceConfig
 
 DIGITS_CNN_SIGNATURE_SIDE = 8  # digits_cnn's linear layer takes 32 x 4 x 4: 8x8 images
 

@@ -40,7 +40,7 @@ class PromptsStage(Stage[PromptsConfig]):
         import random
 
         from stages.artifacts.catalogue import ensure_artifact
-        from stages.artifacts.text import read_prompts
+        from stages.artifacts.text_artifacts import read_prompts
 
         built = ensure_artifact(
             "prompts", {"size": self.config.size, "seed": self.config.dataset_seed}

@@ -1,6 +1,6 @@
 """Reading an OpenAI-compatible response: server-sent events (SSE) parsed incrementally with a
 bound on an event's size, the stream's chunks gathered into text, token arrival times and the
-server's usage, and the errors a request ends in. No I/O here: `stages.library.openai_http`
+server's usage, and the errors a request ends in. No I/O here: `stages.library.served.openai_http`
 feeds the bytes as they arrive.
 
 The SSE grammar kept (the subset OpenAI-compatible servers send): lines end with LF (CR LF

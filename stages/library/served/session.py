@@ -17,11 +17,11 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from stages.library.openai_stream import OpenAIRequestError, StreamedCompletion, StreamError
-from stages.library.request_shape import mismatch, output_fields
+from stages.library.served.request_shape import mismatch, output_fields
+from stages.library.served.stream import OpenAIRequestError, StreamedCompletion, StreamError
 
 if TYPE_CHECKING:
-    from stages.library.openai_http import OpenAIStage
+    from stages.library.served.openai_http import OpenAIStage
     from stages.runtime.query import Query
 
 TABLE = "session_turns"

@@ -24,7 +24,7 @@ def load_text_model(
     from stages.artifacts.hub import hub_name, load_hub_model
 
     if isinstance(reference, ModelEntry):
-        from stages.library.hf_folders import load_hf_text_model
+        from stages.library.models.hf_folders import load_hf_text_model
 
         return load_hf_text_model(reference, task)
     name = hub_name(reference)
@@ -33,7 +33,7 @@ def load_text_model(
         return model.eval(), tokenizer, f"hub:{name}"
     built = ensure_artifact(reference, params)
     if task == "encoder":
-        from stages.artifacts.text import load_encoder
+        from stages.artifacts.text_artifacts import load_encoder
 
         model, tokenizer = load_encoder(built.path)
         return model, tokenizer, f"{reference}@{built.content_hash[:12]}"

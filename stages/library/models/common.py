@@ -1,8 +1,8 @@
 """What every model-file loader shares: its error and one-line reason, where an entry's file
 lies (`located`, which builds an `artifact:` model), and how a loaded module states its inputs.
 
-A leaf, so that the loaders (`model_files`, `hf_folders`) and their users (`model_fit`,
-`model_infer`, `synthetic_prompts`) import it without importing one another.
+A leaf, so that the loaders (`loaders`, `hf_folders`) and their users (`fit`, `infer`,
+`stages.library.served.synthetic_prompts`) import it without importing one another.
 """
 
 from __future__ import annotations

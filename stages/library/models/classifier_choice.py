@@ -1,6 +1,6 @@
 """Which classifier a vision model stage runs: `digits_cnn`, a torchvision architecture by
 name, or a model entry (a file the user brings), with its weights and classes; how it loads;
-and whether it fits the image batches the stages before it make (stages.library.model_fit).
+and whether it fits the image batches the stages before it make (stages.library.models.fit).
 
 torch and torchvision are imported in validators and loaders, never at import.
 """
@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from stages.contracts.image_batches import ImageBatch
-from stages.library.torch_common import ModelStageConfig
+from stages.library.core.torch_common import ModelStageConfig
 from stages.spec.model_entry import ModelEntry
 
 DIGITS_CNN = "digits_cnn"
@@ -22,7 +22,7 @@ DIGITS_CNN = "digits_cnn"
 CLASSIFIER_FORMATS = frozenset(
     {"hf_folder", "onnx", "torch_export", "torchscript", "torchvision_weights"}
 )
-"""Model entry formats a classifier stage loads (stages.library.model_files)."""
+"""Model entry formats a classifier stage loads (stages.library.models.loaders)."""
 
 
 class ModelChoiceConfig(ModelStageConfig):
@@ -102,7 +102,7 @@ class ModelChoiceConfig(ModelStageConfig):
         )
 
     def images_problems(self, images_in: ImageBatch) -> list[tuple[str, str]]:
-        from stages.library.model_fit import builtin_signature, entry_signature, fit_problems
+        from stages.library.models.fit import builtin_signature, entry_signature, fit_problems
 
         if isinstance(self.model, ModelEntry):
             if isinstance(self.model.labels, str):  # a file not yet read: the classes wait
@@ -117,10 +117,10 @@ def load_classifier(config: ModelChoiceConfig) -> Any:
     """The `nn.Module` a model stage runs (CPU, float32), from its artefact."""
     from stages.artifacts.catalogue import ensure_artifact
     from stages.artifacts.torchvision_models import load_torchvision_model
-    from stages.artifacts.vision import build_digits_cnn, load_digits_cnn
+    from stages.artifacts.vision_artifacts import build_digits_cnn, load_digits_cnn
 
     if isinstance(config.model, ModelEntry):
-        from stages.library.model_files import load_torch_model
+        from stages.library.models.loaders import load_torch_model
 
         return load_torch_model(config.model)
     if config.model == DIGITS_CNN:
