@@ -15,7 +15,7 @@ from stages.runtime.query import Query
 from stages.runtime.stage import StageContext
 from tests.library.openai_calibration import make_query
 from tests.library.openai_stub import Script, ThreadedStub
-from tests.library.test_openai_http import make_stage as make_http_stage
+from tests.library.served.test_openai_http import make_stage as make_http_stage
 
 THINK_MS = 60
 

@@ -29,7 +29,7 @@ from stages.validation.loading import load_spec
 from tests.helpers import registry_with, rows, run_in_process
 from tests.library.openai_calibration import make_query
 from tests.library.openai_stub import Script, ThreadedStub
-from tests.library.test_openai_http import make_stage as make_http_stage
+from tests.library.served.test_openai_http import make_stage as make_http_stage
 
 TINY_LM_CONTEXT = 256
 
