@@ -7,7 +7,7 @@ view is named in one of its tables or here.
 from __future__ import annotations
 
 from analysis.report_entries import ReportView, names
-from stages.rundir.layout import TABLES
+from stages.rundir.schemas import TABLES
 
 NOT_REPORTED_FILE = "analysis/views_not_per_run.py"
 
