@@ -116,10 +116,10 @@ perf: install
 	$(BIN)/python -m perf.stage_overhead
 	$(BIN)/python -m perf.stage_overhead --scheduling-policy batch
 	$(BIN)/python -m perf.loadgen_accuracy
-	$(BIN)/python -m perf.issue_delay_rounds
-	$(BIN)/python -m perf.issue_delay_sources
-	$(BIN)/python -m perf.default_spec_issue_delay
-	$(BIN)/python -m perf.hot_path_costs
+	$(BIN)/python -m perf.studies.issue_delay_rounds
+	$(BIN)/python -m perf.studies.issue_delay_sources
+	$(BIN)/python -m perf.studies.default_spec_issue_delay
+	$(BIN)/python -m perf.studies.hot_path_costs
 	$(BIN)/python -m perf.sampler_cost
 	$(BIN)/python -m perf.launch
 	$(BIN)/python -m perf.profiling_cost
@@ -141,7 +141,7 @@ soak: install
 # model specs on cuda; one line per check and a JSON line (also to $$GPU_CHECK_OUT when set).
 # Without a GPU every check is "skip" and it exits 0.
 gpu-check: install
-	$(BIN)/python -m perf.gpu_check
+	$(BIN)/python -m tests.gpu.gpu_check
 
 clean:
 	rm -rf $(VENV) .collobench .pytest_cache .mypy_cache .ruff_cache

@@ -8,7 +8,7 @@ rounds of the issue delay p50/p99 and latency p99 (us), and the paired per-round
 the p99 against the base and against the variant before it. Rounds alternate the variants'
 order. Each window is 5 s of Poisson arrivals into one `noop` stage, run in this process with
 Parquet recording, as in `perf/loadgen_accuracy.py` (whose `ours_server` it calls). Usage:
-`python -m perf.issue_delay_rounds [ROUNDS]` (default 5, about 2 minutes).
+`python -m perf.studies.issue_delay_rounds [ROUNDS]` (default 5, about 2 minutes).
 """
 
 from __future__ import annotations
