@@ -15,8 +15,8 @@ excluded, LoadGen's percentile); per variant the paired per-round difference to 
 spec; whether the default spec met p50 <= 10 us and p99 <= 120 us (median of rounds); the
 load average before and after and the CPU other processes used. Rounds run every variant once,
 the order reversed every other round. Usage:
-`python -m perf.studies.default_spec_issue_delay [--rounds N] [--variants a,b,...]` (default 3 rounds
-of every variant, about 25 s a run on a quiet machine, up to a minute under load).
+`python -m perf.studies.default_spec_issue_delay [--rounds N] [--variants a,b,...]` (default 3
+rounds of every variant, about 25 s a run on a quiet machine, up to a minute under load).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ import numpy as np
 import pyarrow as pa
 
 from perf import common, loadgen_accuracy, stage_overhead
-from perf.studies import issue_delay_rounds
 from perf.common import report_header, spread, wait_for_quiet
+from perf.studies import issue_delay_rounds
 from stages.rundir.tables import ChunkWriter, read_table
 from stages.runtime import recorder, row_slices
 from stages.runtime.loadgen import open_loop
