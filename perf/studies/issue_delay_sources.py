@@ -32,7 +32,7 @@ import numpy as np
 
 from perf import common, product_path
 from perf.common import spread
-from perf.loadgen_accuracy import LATE_ISSUE_NS, noop_pipeline, query_rows, schedule_figures
+from perf.loadgen_ours import LATE_ISSUE_NS, noop_pipeline, query_rows, schedule_figures
 from stages.runtime.os_threads import HINTS_ENV
 from stages.spec.loadgen import loadgen_spec
 
