@@ -14,8 +14,8 @@ through `collobench run`, see perf/studies/issue_delay_sources.py). Two unprivil
   measured threads; they still get their share when the cores are free.
 
 Both are hints, on by default; `COLLOBENCH_THREAD_HINTS=0` turns them off (to measure what
-they do, as perf/studies/issue_delay_sources.py does). Where the kernel refuses or does not know them
-(another OS, an older kernel, a seccomp filter) they do nothing and say so, and the run goes
+they do, as perf/studies/issue_delay_sources.py does). Where the kernel refuses or does not know
+them (another OS, an older kernel, a seccomp filter) they do nothing and say so, and the run goes
 on unchanged. Names make `top -H`
 and `perf sched` show which of the runtime's threads ran (`name_os_thread`).
 """
