@@ -35,7 +35,7 @@ def run_dirs_of(runs_dir: Path) -> list[Path]:
 
 
 def row_level(name: str) -> bool:
-    from stages.rundir.layout import TABLES
+    from stages.rundir.schemas import TABLES
 
     return name in TABLES or name in ROW_LEVEL_VIEWS
 

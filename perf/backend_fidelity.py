@@ -92,7 +92,7 @@ def backend_call(backend: str) -> Any:
     import torch
 
     from stages.artifacts.catalogue import ensure_artifact
-    from stages.artifacts.vision import load_digits_cnn
+    from stages.artifacts.vision_artifacts import load_digits_cnn
 
     if backend == "pytorch":
         return load_digits_cnn(ensure_artifact("digits_cnn"))

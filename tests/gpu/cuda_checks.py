@@ -15,7 +15,7 @@ from tests.gpu.check import FAIL, OK, Check
 
 def check_sync(torch: Any, size: int = 4096, repeats: int = 20) -> Check:
     """Matmuls timed without the synchroniser (queued only) and with it (done)."""
-    from stages.library.torch_common import device_synchronizer
+    from stages.library.core.torch_common import device_synchronizer
 
     synchronize = device_synchronizer("cuda", torch)
     a = torch.randn(size, size, device="cuda")
