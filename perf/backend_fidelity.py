@@ -5,7 +5,7 @@ and torch.export (`{torch_export: artifact:digits_cnn_pt2}`).
 
 For each backend, three sides, interleaved and rotated per repeat (drift on the shared machine
 hits all): the 3-stage pipeline `dataset.digits -> torchvision.preprocess -> torchvision.classify`
-in this process with recording on (`perf/fidelity.py`'s `pipeline_qps` way); the same pipeline
+in this process with recording on (`perf/fidelity_pipeline.py`'s `pipeline_qps`); the same pipeline
 through `collobench run` (`perf/product_path.py`); and the bare loop of that backend: the same
 batches and preprocessing, then the backend's own call (`session.run` on the batch as numpy
 for ONNX Runtime, the exported module's forward for torch.export, the nn.Module for PyTorch),

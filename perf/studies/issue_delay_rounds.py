@@ -7,8 +7,9 @@ Prints ONE JSON line on stdout (progress on stderr): per variant the median [min
 rounds of the issue delay p50/p99 and latency p99 (us), and the paired per-round difference of
 the p99 against the base and against the variant before it. Rounds alternate the variants'
 order. Each window is 5 s of Poisson arrivals into one `noop` stage, run in this process with
-Parquet recording, as in `perf/loadgen_accuracy.py` (whose `ours_server` it calls). Usage:
-`python -m perf.issue_delay_rounds [ROUNDS]` (default 5, about 2 minutes).
+Parquet recording, as in `perf/loadgen_accuracy.py` (whose `ours_server`, in
+`perf/loadgen_ours.py`, it calls). Usage: `python -m perf.studies.issue_delay_rounds [ROUNDS]`
+(default 5, about 2 minutes).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import stages.runtime.loadgen.open_loop as open_loop
 import stages.runtime.row_slices as row_slices
-from perf import loadgen_accuracy
+from perf import loadgen_accuracy, loadgen_ours
 from perf.common import spread
 from stages.runtime.loadgen.idle_gc import IdleCollector
 
@@ -82,7 +83,7 @@ def main() -> None:
                 for name, value in settings.items():
                     setattr(row_slices, name, value)
                 setattr(open_loop, "IdleCollector", collector)  # noqa: B010 - the variant under test
-                figures = loadgen_accuracy.ours_server(
+                figures = loadgen_ours.ours_server(
                     RATE_QPS, WINDOW_S, Path(work) / f"{variant}{round_index}"
                 )
                 measured[variant].append(figures)

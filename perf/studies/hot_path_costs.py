@@ -10,7 +10,7 @@ Prints ONE JSON line on stdout (progress on stderr). Measured:
    next stage's start (the stage loop's bookkeeping, the channel and the switch: one hand-off),
    a `noop` stage's own run, and completion -> next issue (the completing thread issues it).
    Beside them, in the same rounds (alternated), a bare `SimpleQueue` hop between Python
-   threads under the same policy (`perf/stage_overhead.py`'s bare chain, per stage): the
+   threads under the same policy (`perf/noop_chains.py`'s bare chain, per stage): the
    floor a hand-off cannot go below in Python.
 2. The recorder's writer, in this thread on 65,536 rows: converting stage rows (short and full
    width) and query rows to Arrow, and writing one Parquet chunk, per row. The writer does this
@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from perf import common, issue_delay_rounds, loadgen_accuracy, stage_overhead
+from perf import common, loadgen_ours, noop_chains
 from perf.common import report_header, spread, wait_for_quiet
+from perf.studies import issue_delay_rounds
 from stages.rundir.tables import ChunkWriter, read_table
 from stages.runtime import recorder, row_slices
 from stages.runtime.loadgen import open_loop
@@ -70,9 +71,9 @@ def chain_parts(run_dir: Path, policy: str, window_s: float) -> dict[str, float]
         warmup_queries=200,
         timeout_s=window_s + 60,
     )
-    spec = stage_overhead.noop_chain("chain", DEPTH, loadgen)
-    with stage_overhead.Placement({0}, policy):
-        stage_overhead.run_recorded(spec, run_dir)
+    spec = noop_chains.noop_chain("chain", DEPTH, loadgen)
+    with noop_chains.Placement({0}, policy):
+        noop_chains.run_recorded(spec, run_dir)
     queries = read_table(run_dir, "queries").to_pandas()
     queries = queries[~queries["warmup"] & (queries["status"] == "ok")].sort_values("issued_ns")
     events = read_table(run_dir, "stage_events").to_pandas()
@@ -109,8 +110,8 @@ def measure_chain(policy: str, rounds: int, window_s: float, work: Path) -> dict
     bare: list[float] = []
     for round_index in range(rounds):
         ours.append(chain_parts(work / f"{policy}{round_index}", policy, window_s))
-        with stage_overhead.Placement({0}, policy):
-            latency_ns, _ = stage_overhead.bare_chain_latencies_ns(DEPTH, window_s, 200)
+        with noop_chains.Placement({0}, policy):
+            latency_ns, _ = noop_chains.bare_chain_latencies_ns(DEPTH, window_s, 200)
         bare.append(median_us(latency_ns / DEPTH))
     figures: dict[str, Any] = {name: spread([row[name] for row in ours]) for name in ours[0]}
     figures["bare_hop_us"] = spread(bare)
@@ -197,7 +198,7 @@ def measure_gc(work: Path, window_s: float) -> dict[str, Any]:
     setattr(open_loop, "IdleCollector", issue_delay_rounds.AutomaticCollection)  # noqa: B010
     gc.callbacks.append(note)
     try:
-        loadgen_accuracy.ours_server(GC_RATE_QPS, window_s, work)
+        loadgen_ours.ours_server(GC_RATE_QPS, window_s, work)
     finally:
         gc.callbacks.remove(note)
         setattr(open_loop, "IdleCollector", saved)  # noqa: B010

@@ -4,7 +4,7 @@ spec the other perf scripts run, with one difference between them toggled at a t
 The default spec is one `noop` pipeline under a Poisson (`server`) load at 2,000 queries/s and
 nothing else: the loadgen's default 10-s window, host telemetry and calibration on, no
 placement, solo baseline, the runtime's kernel hints on. The perf spec is the one
-`perf/loadgen_accuracy.py` and `perf/issue_delay_sources.py` run through the same command (a
+`perf/loadgen_accuracy.py` and `perf/studies/issue_delay_sources.py` run through the same command (a
 5-s window). The toggles change one field of the default spec (or the hints' environment
 variable) each, so a paired difference names what a difference costs.
 
@@ -15,8 +15,8 @@ excluded, LoadGen's percentile); per variant the paired per-round difference to 
 spec; whether the default spec met p50 <= 10 us and p99 <= 120 us (median of rounds); the
 load average before and after and the CPU other processes used. Rounds run every variant once,
 the order reversed every other round. Usage:
-`python -m perf.default_spec_issue_delay [--rounds N] [--variants a,b,...]` (default 3 rounds
-of every variant, about 25 s a run on a quiet machine, up to a minute under load).
+`python -m perf.studies.default_spec_issue_delay [--rounds N] [--variants a,b,...]` (default 3
+rounds of every variant, about 25 s a run on a quiet machine, up to a minute under load).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ more than 100 us late, the time each task was on a CPU between its scheduled and
 time, summed per role (the issuer, stage threads, the recorder's writer, the progress
 reporter, the samplers, the launcher, the kernel's threads, other processes) and given as a
 share of all such time. The runtime names its threads in the kernel, which is what makes
-the roles readable. Usage: `python -m perf.issue_delay_sources [ROUNDS]` (default 5, about
+the roles readable. Usage: `python -m perf.studies.issue_delay_sources [ROUNDS]` (default 5, about
 3 minutes).
 """
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from perf import common, product_path
 from perf.common import spread
-from perf.loadgen_accuracy import LATE_ISSUE_NS, noop_pipeline, query_rows, schedule_figures
+from perf.loadgen_ours import LATE_ISSUE_NS, noop_pipeline, query_rows, schedule_figures
 from stages.runtime.os_threads import HINTS_ENV
 from stages.spec.loadgen import loadgen_spec
 
