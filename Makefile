@@ -11,7 +11,7 @@ CODE := stages analysis bench_defs tests perf
 
 .PHONY: install system-packages demo ui cluster cluster-down test check lint typecheck unit unit-quick \
 	unit-parallel unit-serial \
-	perf soak gpu-check clean
+	perf perf-studies soak gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -107,19 +107,17 @@ unit-quick: install
 
 check: lint typecheck unit-quick
 
-# perf.cluster_launch brings up its own cluster (needs redis-server and PostgreSQL; without
-# them it prints a `skipped` line). perf.client_truth compares with AIPerf when an `aiperf`
-# executable is on PATH (AIPERF=path/to/aiperf to name one); without it, collobench alone and
-# a `skipped` key.
+# The regression benchmarks of perf/, one JSON line each (their figures:
+# README.md#performance-what-the-harness-does-to-stay-out-of-the-way and
+# docs/design.md#the-figures-to-beat). perf.cluster_launch brings up its own cluster (needs
+# redis-server and PostgreSQL; without them it prints a `skipped` line). perf.client_truth
+# compares with AIPerf when an `aiperf` executable is on PATH (AIPERF=path/to/aiperf to name
+# one); without it, collobench alone and a `skipped` key.
 perf: install
 	$(BIN)/python -m pip install --disable-pip-version-check -qq -e '.[perf,cluster]'
 	$(BIN)/python -m perf.stage_overhead
 	$(BIN)/python -m perf.stage_overhead --scheduling-policy batch
 	$(BIN)/python -m perf.loadgen_accuracy
-	$(BIN)/python -m perf.issue_delay_rounds
-	$(BIN)/python -m perf.issue_delay_sources
-	$(BIN)/python -m perf.default_spec_issue_delay
-	$(BIN)/python -m perf.hot_path_costs
 	$(BIN)/python -m perf.sampler_cost
 	$(BIN)/python -m perf.launch
 	$(BIN)/python -m perf.profiling_cost
@@ -131,6 +129,15 @@ perf: install
 	$(BIN)/python -m perf.client_truth --aiperf $(or $(AIPERF),aiperf)
 	$(BIN)/python -m perf.cluster_launch
 
+# The one-off studies of perf/studies/ (variants of the hot path's choices, the kernel hints,
+# the default spec's fields, the hot path's parts), one JSON line each; not regression guards,
+# rerun when the choice they weighed is revisited.
+perf-studies: install
+	$(BIN)/python -m perf.studies.issue_delay_rounds
+	$(BIN)/python -m perf.studies.issue_delay_sources
+	$(BIN)/python -m perf.studies.default_spec_issue_delay
+	$(BIN)/python -m perf.studies.hot_path_costs
+
 # The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through
 # dagster dev and the CLI; the real-harness capacity region of two pinned pipelines) and the 1M-query runtime flatness run (python -m perf.stage_overhead --soak),
 # summed up in one JSON line; exits 1 when pytest fails or a target is missed.
@@ -139,9 +146,10 @@ soak: install
 
 # On a machine with an NVIDIA GPU: NVML, CUDA sync and placement, the GPU sampler, MPS, and the
 # model specs on cuda; one line per check and a JSON line (also to $$GPU_CHECK_OUT when set).
-# Without a GPU every check is "skip" and it exits 0.
+# Without a GPU every check is "skip" and it exits 0. The acceptance check lives with the tests
+# (tests/gpu/; tests/gpu/test_gpu_check.py runs it on the fake NVML and on a CPU-only machine).
 gpu-check: install
-	$(BIN)/python -m perf.gpu_check
+	$(BIN)/python -m tests.gpu.gpu_check
 
 clean:
 	rm -rf $(VENV) .collobench .pytest_cache .mypy_cache .ruff_cache

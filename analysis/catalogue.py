@@ -2,11 +2,12 @@
 
 Loading a run registers its files in `run_files` (path, rows, size, modification time, columns;
 analysis/sql/schema.sql) instead of copying their rows; each raw table (`queries`,
-`stage_events`, ...: stages.rundir.layout.TABLES) is a view over the registered files of every
-run, generated here from its shape in analysis/sql/raw_tables.sql (a column a file lacks reads
-as NULL, so runs written before a column existed still load). A reader checks the files before
-it opens the warehouse (`check_files`): a run directory moved, deleted or rewritten since it was
-loaded is a one-line WarehouseError naming it, never a query over other rows.
+`stage_events`, ...: stages.rundir.schemas.TABLES) is a view over the registered files of every
+run, generated here from its shape (`shapes`: the columns and types of its Arrow schema in
+stages.rundir.schemas; a column a file lacks reads as NULL, so runs written before a column
+existed still load). A reader checks the files before it opens the warehouse (`check_files`): a
+run directory moved, deleted or rewritten since it was loaded is a one-line WarehouseError
+naming it, never a query over other rows.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.sql_files import WarehouseError, sql_literal, sql_text
+from analysis.sql_files import WarehouseError, sql_literal
 from stages.contracts.errors import InvalidInputError
-from stages.rundir.layout import TABLES, table_files
+from stages.rundir.layout import table_files
+from stages.rundir.schemas import SCHEMAS, TABLES
 
 # Characters read_parquet would read as a glob pattern: a path holding one is refused.
 _GLOB = set("*?[")
@@ -57,22 +59,37 @@ class RunFile:
         )
 
 
+# DuckDB's type for each Arrow type the schemas use (the one DuckDB itself gives a Parquet
+# column of that type; tests/rundir/test_schemas.py holds the two together). A
+# schema with a type not listed here fails at the first shapes() call, naming it.
+DUCKDB_TYPES: dict[pa.DataType, str] = {
+    pa.string(): "VARCHAR",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.float64(): "DOUBLE",
+    pa.bool_(): "BOOLEAN",
+}
+
+
 @functools.cache
 def shapes() -> dict[str, tuple[tuple[str, str], ...]]:
-    """Each raw table's (column, DuckDB type) list, from analysis/sql/raw_tables.sql (run once
-    in a throwaway in-memory database)."""
-    connection = duckdb.connect(":memory:")
+    """Each raw table's (column, DuckDB type) list, derived from its Arrow schema
+    (stages.rundir.schemas.SCHEMAS), in the schema's order."""
+    return {
+        table: tuple((field.name, duckdb_type(table, field)) for field in SCHEMAS[table])
+        for table in TABLES
+    }
+
+
+def duckdb_type(table: str, field: pa.Field) -> str:
+    """The DuckDB type of `table`'s Arrow `field`; TypeError naming them when it has none."""
     try:
-        connection.execute(sql_text("raw_tables.sql"))
-        return {
-            table: tuple(
-                (str(name), str(kind))
-                for name, kind, *_ in connection.execute(f"DESCRIBE {table}").fetchall()
-            )
-            for table in TABLES
-        }
-    finally:
-        connection.close()
+        return DUCKDB_TYPES[field.type]
+    except KeyError:
+        raise TypeError(
+            f"{table}.{field.name}: Arrow type {field.type} has no DuckDB type in "
+            "analysis.catalogue.DUCKDB_TYPES"
+        ) from None
 
 
 def _only_run_id(path: Path, metadata: pq.FileMetaData, run_id: str) -> bool:

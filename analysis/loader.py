@@ -34,13 +34,14 @@ from analysis.sql_files import sql_text
 from analysis.view_manifest import summary_tables
 from analysis.warehouse_runs import WarehouseRun, insert_runs
 from stages.contracts.errors import InvalidInputError
-from stages.rundir.layout import MANIFEST, PARTS, TABLES
+from stages.rundir.layout import MANIFEST, PARTS
 from stages.rundir.manifest import (
     Manifest,
     ManifestError,
     parse_manifest,
     read_manifest_document,
 )
+from stages.rundir.schemas import TABLES
 
 
 class LoadError(InvalidInputError, ValueError):

@@ -11,7 +11,8 @@ import duckdb
 
 from analysis.catalogue import CatalogueError, RunFile, insert_files, register_file
 from analysis.sql_files import sql_literal
-from stages.rundir.layout import TABLES, table_files
+from stages.rundir.layout import table_files
+from stages.rundir.schemas import TABLES
 
 
 def exported_rows_dir(db: Path | str) -> Path:

@@ -169,8 +169,9 @@ class ReportCatalogueRules:
         unnamed = sorted(view for view in present - known if not view.endswith(DEFINITION_SUFFIX))
         if unnamed:
             raise ReportCatalogueError(
-                f"warehouse view(s) with no entry in {self.file} (CATALOGUE) or "
-                f"{self.other_file} (CAPACITY_CATALOGUE, NOT_REPORTED): {', '.join(unnamed)}"
+                f"warehouse view(s) with no entry in {self.file} (CATALOGUE), "
+                f"{self.other_file} (CAPACITY_CATALOGUE) or their view file's `not_reported` "
+                f"(analysis/view_manifest.py): {', '.join(unnamed)}"
             )
 
     def check_consistency(self, entries: int, keyed_entries: int) -> None:

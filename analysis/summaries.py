@@ -46,10 +46,11 @@ BATCH_ROWS = 4_000_000
 
 @functools.cache
 def views_hash() -> str:
-    """sha256 of the SQL that defines the warehouse (schema.sql, raw_tables.sql and every view
+    """sha256 of what defines the warehouse (schema.sql, the raw tables' shapes, and every view
     file, names and text): the version of the summaries' definitions and of the views."""
     digest = hashlib.sha256()
-    for name in ["schema.sql", "raw_tables.sql", *(f"views/{name}" for name in view_files())]:
+    digest.update(repr(catalogue.shapes()).encode())
+    for name in ["schema.sql", *(f"views/{name}" for name in view_files())]:
         digest.update(name.encode())
         digest.update(sql_text(name).encode())
     return digest.hexdigest()

@@ -10,7 +10,8 @@ the objects its statements reference, its `-- empty unless:` comment), so it can
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 DEFINITION_SUFFIX = "_from_rows"
 """A view named `<x>_from_rows` is a summary's definition over the raw rows, not a figure."""
@@ -34,12 +35,15 @@ class RowsWith:
 @dataclass(frozen=True)
 class ViewFile:
     """One file of analysis/sql/views: the objects it creates (views, macros, a summary table),
-    the view files whose objects it reads, and a stored summary's guard (None: always run)."""
+    the view files whose objects it reads, a stored summary's guard (None: always run), and
+    which of its views no per-run report shows, each with why (analysis.report_catalogue checks
+    that every view is reported or named so)."""
 
     file: str
     creates: tuple[str, ...]
     reads: tuple[str, ...] = ()
     empty_unless: RowsWith | None = None
+    not_reported: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def summary_table(self) -> str | None:
@@ -89,10 +93,30 @@ VIEW_FILES: tuple[ViewFile, ...] = (
         ),
     ),
     ViewFile(_THROUGHPUT, _summary("throughput"), reads=(_MACROS,)),
-    ViewFile(_QUERY_LATENCY, ("query_latency",)),
-    ViewFile("16_pipeline_outcomes.sql", ("pipeline_outcomes",)),
-    ViewFile(_PIPELINE_SPECS, ("pipeline_specs",)),
-    ViewFile("16_run_warnings.sql", ("run_warnings",)),
+    ViewFile(
+        _QUERY_LATENCY,
+        ("query_latency",),
+        not_reported={
+            "query_latency": "one row per query: the building block of latency and goodput"
+        },
+    ),
+    ViewFile(
+        "16_pipeline_outcomes.sql",
+        ("pipeline_outcomes",),
+        not_reported={
+            "pipeline_outcomes": "each pipeline's counts from the manifest: read by throughput"
+        },
+    ),
+    ViewFile(
+        _PIPELINE_SPECS,
+        ("pipeline_specs",),
+        not_reported={"pipeline_specs": "each pipeline's spec fields: read by the other views"},
+    ),
+    ViewFile(
+        "16_run_warnings.sql",
+        ("run_warnings",),
+        not_reported={"run_warnings": "the manifest's warnings: the run summary prints them"},
+    ),
     ViewFile("16_slo_verdicts.sql", ("slo_verdicts",)),
     ViewFile(_MEASURED_EVENTS, ("measured_stage_events_from_rows",)),
     ViewFile(_LATENCY, _summary("latency"), reads=(_MACROS, _QUERY_LATENCY)),
@@ -104,25 +128,55 @@ VIEW_FILES: tuple[ViewFile, ...] = (
     ),
     ViewFile("30_stage_breakdown.sql", _summary("stage_breakdown"), reads=(_MACROS,)),
     ViewFile("31_stage_concurrency.sql", ("stage_concurrency",)),
-    ViewFile(_LOAD_WINDOWS, _summary("load_windows")),
-    ViewFile(_ENERGY_SAMPLES, ("energy_samples",)),
-    ViewFile("37_idle_power.sql", ("idle_power",), reads=(_ENERGY_SAMPLES,)),
+    ViewFile(
+        _LOAD_WINDOWS,
+        _summary("load_windows"),
+        not_reported={
+            "load_windows": "each phase's load window: read by the energy and host views"
+        },
+    ),
+    ViewFile(
+        _ENERGY_SAMPLES,
+        ("energy_samples",),
+        not_reported={"energy_samples": "telemetry samples with energy: read by energy"},
+    ),
+    ViewFile(
+        "37_idle_power.sql",
+        ("idle_power",),
+        reads=(_ENERGY_SAMPLES,),
+        not_reported={"idle_power": "the idle baseline: read by energy_comparison"},
+    ),
     ViewFile(_ENERGY, ("energy",), reads=(_LOAD_WINDOWS, _ENERGY_SAMPLES, "37_idle_power.sql")),
     ViewFile("42_energy_split.sql", ("energy_split",), reads=(_THROUGHPUT, _LOAD_WINDOWS, _ENERGY)),
     ViewFile(
         "45_energy_comparison.sql",
         ("energy_comparison",),
         reads=(_THROUGHPUT, _LOAD_WINDOWS, _ENERGY),
+        not_reported={"energy_comparison": "energy against the idle baseline: `collobench sql`"},
     ),
     ViewFile("50_perf_per_watt.sql", ("perf_per_watt",), reads=(_THROUGHPUT, _ENERGY)),
-    ViewFile("55_phase_figures.sql", ("phase_figures",), reads=(_THROUGHPUT, _LATENCY)),
+    ViewFile(
+        "55_phase_figures.sql",
+        ("phase_figures",),
+        reads=(_THROUGHPUT, _LATENCY),
+        not_reported={
+            "phase_figures": "each phase's headline figures: read by contention and interference"
+        },
+    ),
     ViewFile(
         "60_contention.sql",
         ("contention", "contention_by_run"),
         reads=(_MACROS, "45_energy_comparison.sql", "55_phase_figures.sql"),
     ),
     ViewFile("65_interference.sql", ("interference",), reads=(_THROUGHPUT, "60_contention.sql")),
-    ViewFile("70_host_load.sql", ("host_load",), reads=(_LOAD_WINDOWS,)),
+    ViewFile(
+        "70_host_load.sql",
+        ("host_load",),
+        reads=(_LOAD_WINDOWS,),
+        not_reported={
+            "host_load": "host CPU load per window: the run summary's foreign-load warnings"
+        },
+    ),
     ViewFile(
         "80_accuracy.sql",
         _summary("accuracy"),
@@ -145,14 +199,46 @@ VIEW_FILES: tuple[ViewFile, ...] = (
         "87_server_metrics.sql",
         ("server_metric_names", "server_metrics"),
         reads=(_QUERY_LATENCY, _LOAD_WINDOWS),
+        not_reported={
+            "server_metrics": "one row per scrape of a service's metrics: drawn under the "
+            "timeline plot (timeline.png); `collobench sql`",
+            "server_metric_names": "the servers' metric names mapped to common figures: read by "
+            "server_metrics",
+        },
     ),
-    ViewFile("88_sessions.sql", ("sessions",), reads=(_MACROS,)),
-    ViewFile("90_operators.sql", ("profiled_queries", "operator_summary")),
+    ViewFile(
+        "88_sessions.sql",
+        ("sessions",),
+        reads=(_MACROS,),
+        not_reported={
+            "sessions": "per turn of multi-turn sessions (TTFT per turn, history growth): "
+            "`collobench sql \"SELECT * FROM sessions\"`; a session's duration is its query's "
+            "latency"
+        },
+    ),
+    ViewFile(
+        "90_operators.sql",
+        ("profiled_queries", "operator_summary"),
+        not_reported={"profiled_queries": "profiled queries: read by operator_summary"},
+    ),
     ViewFile("95_capacity.sql", ("capacity", "capacity_region")),
-    ViewFile("96_run_history.sql", ("run_history",), reads=(_THROUGHPUT, _LATENCY)),
+    ViewFile(
+        "96_run_history.sql",
+        ("run_history",),
+        reads=(_THROUGHPUT, _LATENCY),
+        not_reported={
+            "run_history": "every run of a spec, not one run: `collobench history` and the "
+            "Dagster `history` asset judge it (analysis.history)"
+        },
+    ),
 )
 
 BY_FILE: dict[str, ViewFile] = {view_file.file: view_file for view_file in VIEW_FILES}
+
+
+def not_reported() -> dict[str, str]:
+    """Every view no per-run report shows -> why (the view files' `not_reported`)."""
+    return {view: why for entry in VIEW_FILES for view, why in entry.not_reported.items()}
 
 
 def summary_tables() -> tuple[str, ...]:

@@ -1,15 +1,18 @@
 """The warehouse views the per-run report leaves out, declared for the report catalogue: the
 capacity views, reported per capacity search or region (`key`) with these columns, and the
-views no report shows, each with why. analysis.report_catalogue checks that every warehouse
-view is named in one of its tables or here.
+views no report shows, each with why (declared in their view file's entry of
+analysis.view_manifest, and the raw tables). analysis.report_catalogue checks that every
+warehouse view is named in one of its tables or here.
 """
 
 from __future__ import annotations
 
 from analysis.report_entries import ReportView, names
-from stages.rundir.layout import TABLES
+from analysis.view_manifest import not_reported
+from stages.rundir.schemas import TABLES
 
 NOT_REPORTED_FILE = "analysis/views_not_per_run.py"
+"""Where CAPACITY_CATALOGUE is (NOT_REPORTED: analysis/view_manifest.py, `not_reported`)."""
 
 # The capacity views (issue 19), reported per capacity search (`search_id`) or region
 # (`region_id`), not per run: analysis.capacity.warehouse_tables.capacity_table reads them,
@@ -40,27 +43,10 @@ CAPACITY_CATALOGUE: tuple[ReportView, ...] = (
 
 BY_CAPACITY_VIEW: dict[str, ReportView] = {entry.view: entry for entry in CAPACITY_CATALOGUE}
 
-# Warehouse views that are not reported per run, and why; views named `<x>_from_rows` are the
-# definitions of a summary table (`x` reads the table) and need no entry.
+# Warehouse views that are not reported per run, and why: the view files' entries
+# (analysis.view_manifest, `not_reported`) and the raw tables; views named `<x>_from_rows` are
+# the definitions of a summary table (`x` reads the table) and need no entry.
 NOT_REPORTED: dict[str, str] = {
-    "run_history": "every run of a spec, not one run: `collobench history` and the Dagster "
-    "`history` asset judge it (analysis.history)",
-    "query_latency": "one row per query: the building block of latency and goodput",
-    "pipeline_outcomes": "each pipeline's counts from the manifest: read by throughput",
-    "pipeline_specs": "each pipeline's spec fields: read by the other views",
-    "run_warnings": "the manifest's warnings: the run summary prints them",
-    "load_windows": "each phase's load window: read by the energy and host views",
-    "energy_samples": "telemetry samples with energy: read by energy",
-    "idle_power": "the idle baseline: read by energy_comparison",
-    "energy_comparison": "energy against the idle baseline: `collobench sql`",
-    "phase_figures": "each phase's headline figures: read by contention and interference",
-    "host_load": "host CPU load per window: the run summary's foreign-load warnings",
-    "profiled_queries": "profiled queries: read by operator_summary",
-    "server_metrics": "one row per scrape of a service's metrics: drawn under the timeline "
-    "plot (timeline.png); `collobench sql`",
-    "server_metric_names": "the servers' metric names mapped to common figures: read by "
-    "server_metrics",
-    "sessions": "per turn of multi-turn sessions (TTFT per turn, history growth): "
-    "`collobench sql \"SELECT * FROM sessions\"`; a session's duration is its query's latency",
+    **not_reported(),
     **{table: "raw rows: a view over the loaded runs' Parquet files" for table in TABLES},
 }

@@ -5,7 +5,7 @@ and torch.export (`{torch_export: artifact:digits_cnn_pt2}`).
 
 For each backend, three sides, interleaved and rotated per repeat (drift on the shared machine
 hits all): the 3-stage pipeline `dataset.digits -> torchvision.preprocess -> torchvision.classify`
-in this process with recording on (`perf/fidelity.py`'s `pipeline_qps` way); the same pipeline
+in this process with recording on (`perf/fidelity_pipeline.py`'s `pipeline_qps`); the same pipeline
 through `collobench run` (`perf/product_path.py`); and the bare loop of that backend: the same
 batches and preprocessing, then the backend's own call (`session.run` on the batch as numpy
 for ONNX Runtime, the exported module's forward for torch.export, the nn.Module for PyTorch),
@@ -92,7 +92,7 @@ def backend_call(backend: str) -> Any:
     import torch
 
     from stages.artifacts.catalogue import ensure_artifact
-    from stages.artifacts.vision import load_digits_cnn
+    from stages.artifacts.vision_artifacts import load_digits_cnn
 
     if backend == "pytorch":
         return load_digits_cnn(ensure_artifact("digits_cnn"))

@@ -100,14 +100,21 @@ def simulate(
         for index in range(searches)
     ]
     wall_s = time.perf_counter() - started
+    return {
+        "queue": {"service_ms": queue[0], "slo_ms": queue[1], "budget_s": budget_s},
+        "probe_s": probe_s,
+        "searches": searches,
+        **search_figures(results, true_qps, wall_s),
+    }
+
+
+def search_figures(results: list[CapacityResult], true_qps: float, wall_s: float) -> dict[str, Any]:
+    """What `simulate` reports of its searches against true_qps, with the targets met."""
     certified = [r.certified_qps for r in results]
     estimates = np.array([r.estimate_qps for r in results if r.estimate_qps is not None])
     intervals = [r.estimate_ci95 for r in results]
     probes = [len(r.probes) for r in results]
     return {
-        "queue": {"service_ms": queue[0], "slo_ms": queue[1], "budget_s": budget_s},
-        "probe_s": probe_s,
-        "searches": searches,
         "certified_le_true": round(
             float(np.mean([c is not None and c <= true_qps for c in certified])), 4
         ),

@@ -259,7 +259,7 @@ CLIENTS: dict[str, Callable[[Setup, int, Path], dict[str, float]]] = {
 
 def measure(args: argparse.Namespace, aiperf: str | None, work: Path) -> dict[str, Any]:
     """Every round's errors per stream count and client, summarised over rounds."""
-    from stages.artifacts.text import minilm_package_dir
+    from stages.artifacts.text_artifacts import minilm_package_dir
 
     stub = Stub()
     setup = Setup(stub.url, args.window_s, aiperf, args.tokenizer or str(minilm_package_dir()))

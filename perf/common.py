@@ -2,7 +2,8 @@
 
 What it holds:
 - `log`: progress on stderr, prefixed with the calling script's name (`[launch] ...`).
-- `pct` / `pct_or_none`: a percentile of an array, NaN or None when the array is empty.
+- `pct` / `pct_or_none`: a percentile of an array, NaN or None when the array is empty;
+  `us`: nanoseconds in microseconds; `rounded`: to 2 decimals unless told.
 - `BackgroundLoad`: the CPU other processes used over a `with` block (the machine is shared).
 - `wait_for_quiet`: wait, up to a bound, for a quiet second before measuring.
 - `code_version`: the commit measured and whether `stages/` had uncommitted changes.
@@ -59,6 +60,16 @@ def spread(values: list[float], digits: int = 2) -> dict[str, float]:
         "min": round(ordered[0], digits),
         "max": round(ordered[-1], digits),
     }
+
+
+def rounded(value: float, digits: int = 2) -> float:
+    """`value` to `digits` decimals (2 unless told)."""
+    return round(value, digits)
+
+
+def us(value_ns: float | None, digits: int = 1) -> float | None:
+    """Nanoseconds in microseconds, rounded; None stays None."""
+    return None if value_ns is None else round(value_ns / 1e3, digits)
 
 
 def pct_or_none(values: np.ndarray, q: float) -> float | None:

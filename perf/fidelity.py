@@ -63,31 +63,18 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.compute as pc
-
-from perf import backend_fidelity, common, product_path
+from perf import backend_fidelity, common
 from perf.common import (
     BackgroundLoad,
-    PeriodicSampler,
     report_header,
-    run_recorded_table,
     wait_for_quiet,
 )
-from perf.fidelity_loops import (
-    FAKE_DATASET,
-    FAKE_IMAGE_SIZE,
-    BareLoop,
-    measured_window,
-    window_qps,
-)
-from stages.rundir.tables import read_table
-from stages.spec.loadgen import loadgen_spec
-from stages.spec.models import PipelineSpec, PlacementSpec, StageSpec
+from perf.fidelity_loops import FAKE_IMAGE_SIZE, BareLoop
+from perf.fidelity_pipeline import cli_qps, pipeline_qps
 
 SCRIPT = "fidelity"
 TARGET_RATIO_MIN = 0.98
@@ -104,105 +91,61 @@ def log(message: str) -> None:
     common.log(SCRIPT, message)
 
 
-def stage_specs(model: str, batch: int, profile_every: int = 0) -> list[StageSpec]:
-    """dataset -> preprocess -> classify for `model` at `batch`."""
-    if model == "digits_cnn":
-        data = StageSpec(
-            id="data",
-            type="dataset.digits",
-            config={"split": "test", "batch_size": batch},
-            outputs=["prep"],
-        )
-        prep_config: dict[str, Any] = {"mean": [0.5], "std": [0.5]}
-    else:
-        data = StageSpec(
-            id="data",
-            type="dataset.fake_images",
-            config={**FAKE_DATASET, "batch_size": batch},
-            outputs=["prep"],
-        )
-        prep_config = {}  # ImageNet mean and std; no resize
-    return [
-        data,
-        StageSpec(id="prep", type="torchvision.preprocess", config=prep_config, outputs=["model"]),
-        StageSpec(
-            id="model",
-            type="torchvision.classify",
-            config={"model": model, "threads": 1, "profile_every": profile_every},
-        ),
-    ]
+SIDES = ("pipeline", "fused", "bare", "cli")
+"""The sides of one configuration, in the order of the first repeat (each repeat rotates it)."""
 
 
-def closed_loop_pipeline(
-    name: str,
-    model: str,
-    batch: int,
-    window_s: float,
-    warmup: int,
-    profile_every: int = 0,
-    fuse: bool = False,
-) -> PipelineSpec:
-    """The 3-stage pipeline of `model` at `batch` under one closed-loop client."""
-    loadgen = loadgen_spec(
-        type="closed_loop",
-        concurrency=1,
-        duration_s=window_s,
-        warmup_queries=warmup,
-        timeout_s=window_s * 10 + 60,
+@dataclass(frozen=True)
+class Setup:
+    """One configuration and how each of its windows is run."""
+
+    model: str
+    batch: int
+    window_s: float
+    warmup: int
+    work: Path
+    cli_cpus: list[int] | None
+
+
+@dataclass
+class ConfigSamples:
+    """What the repeats of one configuration measured: per side its queries/s, per in-process
+    side its CPU us per query, and the thread-per-stage pipeline's stage service times."""
+
+    rates: dict[str, list[float]] = field(default_factory=lambda: {side: [] for side in SIDES})
+    cpu_us: dict[str, list[float]] = field(
+        default_factory=lambda: {"pipeline": [], "fused": [], "bare": []}
     )
-    stages = stage_specs(model, batch, profile_every)
-    return PipelineSpec(name=name, fuse=fuse, loadgen=loadgen, stages=stages, error_budget=None)
+    services: list[dict[str, float]] = field(default_factory=list)
+
+    def ratios(self, side: str, against: str) -> list[float]:
+        """Per repeat, side's queries/s over against's."""
+        return [a / b for a, b in zip(self.rates[side], self.rates[against], strict=True)]
+
+    def cpu_ratios(self) -> list[float]:
+        """Per repeat, the bare loop's CPU per query over the pipeline's (1 = no cost)."""
+        return [b / p for b, p in zip(self.cpu_us["bare"], self.cpu_us["pipeline"], strict=True)]
 
 
-def pipeline_qps(
-    model: str,
-    batch: int,
-    window_s: float,
-    warmup: int,
-    work: Path,
-    profile_every: int = 0,
-    fuse: bool = False,
-) -> tuple[float, float, dict[str, float]]:
-    """Closed-loop queries/s of the 3-stage pipeline, recorded as in a real run; the process's
-    CPU time per measured query in microseconds (every thread: stages, load generator,
-    recorder), read every 20 ms by a sampler thread and interpolated at the window's ends; and
-    each stage's mean service time (finished_ns - started_ns) in microseconds over the measured
-    queries: what the stages' own code took, as opposed to the hand-offs between them.
-    `fuse`: the three stages in one thread (`fuse: true` on the pipeline)."""
-    name = f"{model}-b{batch}" + ("-fused" if fuse else "")
-    spec = closed_loop_pipeline(name, model, batch, window_s, warmup, profile_every, fuse=fuse)
-    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
-    with PeriodicSampler(time.process_time, 0.02, "cpu-sampler") as cpu:
-        result, table = run_recorded_table(SCRIPT, spec, run_dir, slack_ns=0)
-    if result.status != "ok":
-        raise RuntimeError(f"{spec.name}: pipeline {result.status}: {result.error}")
-    measured = table.filter(pc.invert(table.column("warmup")))
-    ok_count, start_ns, end_ns = measured_window(measured)
-    events = read_table(run_dir, "stage_events")
-    first_measured = pc.min(measured.column("query_id")).as_py()
-    events = events.filter(pc.greater_equal(events.column("query_id"), first_measured))
-    service_ns = pc.subtract(events.column("finished_ns"), events.column("started_ns"))
-    service_us = {}
-    for stage in ("data", "prep", "model"):
-        mask = pc.equal(events.column("stage"), stage)
-        service_us[stage] = pc.mean(pc.filter(service_ns, mask)).as_py() / 1e3
-    at_ns, cpu_s = np.array(cpu.samples, dtype=np.float64).T
-    cpu_window_s = float(np.interp(end_ns, at_ns, cpu_s) - np.interp(start_ns, at_ns, cpu_s))
-    qps = float(ok_count / ((end_ns - start_ns) / 1e9))
-    return qps, cpu_window_s / ok_count * 1e6, service_us
-
-
-def cli_qps(
-    model: str, batch: int, window_s: float, warmup: int, work: Path, cpus: list[int] | None
-) -> float:
-    """The same closed-loop pipeline as `pipeline_qps`, through `collobench run`, its worker
-    on `cpus` with one torch thread: queries/s from its run directory's rows."""
-    name = f"{model}-b{batch}-cli"
-    spec = closed_loop_pipeline(name, model, batch, window_s, warmup)
-    spec = spec.model_copy(update={"placement": PlacementSpec(cpus=cpus, threads=1)})
-    place = Path(tempfile.mkdtemp(prefix="cli-", dir=work))
-    run_dir = product_path.run_spec(product_path.spec_document(name, [spec]), place, name)
-    return window_qps(product_path.measured_queries(run_dir, name))
+def measure_side(side: str, setup: Setup, bare: BareLoop, samples: ConfigSamples) -> None:
+    """One window of one side, its figures added to `samples`."""
+    if side == "cli":
+        rate = cli_qps(
+            setup.model, setup.batch, setup.window_s, setup.warmup, setup.work, setup.cli_cpus
+        )
+        samples.rates[side].append(rate)
+        return
+    if side == "bare":
+        rate, cpu = bare.qps(setup.window_s, setup.warmup)
+    else:
+        fuse = side == "fused"
+        rate, cpu, service_us = pipeline_qps(
+            setup.model, setup.batch, setup.window_s, setup.warmup, setup.work, fuse=fuse
+        )
+        if not fuse:
+            samples.services.append(service_us)
+    samples.rates[side].append(rate)
+    samples.cpu_us[side].append(cpu)
 
 
 def measure_config(
@@ -217,57 +160,39 @@ def measure_config(
     """Interleaved repeats of the pipeline (a thread per stage), the fused pipeline, the bare
     loop and the pipeline through `collobench run` (its worker on `cli_cpus`) for one
     configuration; each repeat starts with a different side."""
+    setup = Setup(model, batch, window_s, warmup, work, cli_cpus)
     bare = BareLoop(model, batch)
-    pipeline_rates, bare_rates, fused_rates, ratios, fused_ratios = [], [], [], [], []
-    cli_ratios, cli_gaps, cli_rates = [], [], []
-    services: list[dict[str, float]] = []
-    cpu_us: dict[str, list[float]] = {"pipeline": [], "fused": [], "bare": []}
-    cpu_ratios = []
+    samples = ConfigSamples()
     for repeat in range(repeats):
-        order = ["pipeline", "fused", "bare", "cli"]
-        sides = order[repeat % 4 :] + order[: repeat % 4]
-        rates = {}
-        for side in sides:
-            if side == "cli":
-                rates[side] = cli_qps(model, batch, window_s, warmup, work, cli_cpus)
-                continue
-            if side == "bare":
-                rates[side], cpu = bare.qps(window_s, warmup)
-            else:
-                fuse = side == "fused"
-                rates[side], cpu, service_us = pipeline_qps(
-                    model, batch, window_s, warmup, work, fuse=fuse
-                )
-                if not fuse:
-                    services.append(service_us)
-            cpu_us[side].append(cpu)
-        pipeline_rates.append(rates["pipeline"])
-        bare_rates.append(rates["bare"])
-        fused_rates.append(rates["fused"])
-        ratios.append(rates["pipeline"] / rates["bare"])
-        fused_ratios.append(rates["fused"] / rates["bare"])
-        cpu_ratios.append(cpu_us["bare"][-1] / cpu_us["pipeline"][-1])
-        cli_rates.append(rates["cli"])
-        cli_ratios.append(rates["cli"] / rates["bare"])
-        cli_gaps.append(rates["cli"] / rates["pipeline"])
+        order = list(SIDES)
+        for side in order[repeat % 4 :] + order[: repeat % 4]:
+            measure_side(side, setup, bare, samples)
+        rates = {side: samples.rates[side][-1] for side in SIDES}
         log(
             f"{model} b{batch} repeat {repeat}: pipeline {rates['pipeline']:.1f} q/s, "
             f"fused {rates['fused']:.1f} q/s, bare {rates['bare']:.1f} q/s, ratio "
-            f"{ratios[-1]:.4f}, fused {fused_ratios[-1]:.4f}, CPU ratio {cpu_ratios[-1]:.4f}, "
-            f"through collobench run {rates['cli']:.1f} q/s ({cli_ratios[-1]:.4f} of bare)"
+            f"{samples.ratios('pipeline', 'bare')[-1]:.4f}, fused "
+            f"{samples.ratios('fused', 'bare')[-1]:.4f}, CPU ratio "
+            f"{samples.cpu_ratios()[-1]:.4f}, through collobench run {rates['cli']:.1f} q/s "
+            f"({samples.ratios('cli', 'bare')[-1]:.4f} of bare)"
         )
-    pipeline_median = statistics.median(pipeline_rates)
-    bare_median = statistics.median(bare_rates)
-    service_us = {
-        stage: round(statistics.median(s[stage] for s in services), 1) for stage in services[0]
-    }
-    pipeline_us = 1e6 / pipeline_median
+    return {**rate_figures(model, batch, samples), **cost_figures(samples)}
+
+
+def rate_figures(model: str, batch: int, samples: ConfigSamples) -> dict[str, Any]:
+    """A configuration's throughput on each side, and each side's ratio to the bare loop."""
+    pipeline_median = statistics.median(samples.rates["pipeline"])
+    ratios = samples.ratios("pipeline", "bare")
+    fused_rates = samples.rates["fused"]
+    fused_ratios = samples.ratios("fused", "bare")
+    cli_ratios = samples.ratios("cli", "bare")
+    cli_gaps = samples.ratios("cli", "pipeline")
     return {
         "model": model,
         "batch": batch,
         "input": "digits 1x8x8" if model == "digits_cnn" else f"fake 3x{FAKE_IMAGE_SIZE}x64",
         "pipeline_qps_median": round(pipeline_median, 2),
-        "bare_qps_median": round(bare_median, 2),
+        "bare_qps_median": round(statistics.median(samples.rates["bare"]), 2),
         "pipeline_samples_per_s_median": round(pipeline_median * batch, 2),
         "ratio_median": round(statistics.median(ratios), 4),
         "ratio_min": round(min(ratios), 4),
@@ -278,27 +203,40 @@ def measure_config(
         "fused_ratio_min": round(min(fused_ratios), 4),
         "fused_ratio_max": round(max(fused_ratios), 4),
         "fused_us_per_query": round(1e6 / statistics.median(fused_rates), 1),
-        "fused_cpu_us_per_query": round(statistics.median(cpu_us["fused"]), 1),
+        "fused_cpu_us_per_query": round(statistics.median(samples.cpu_us["fused"]), 1),
         # The pipeline through `collobench run` (the product path): its ratio to the bare loop
         # and to the in-process pipeline, each per repeat.
-        "cli_qps_median": round(statistics.median(cli_rates), 2),
+        "cli_qps_median": round(statistics.median(samples.rates["cli"]), 2),
         "cli_ratio_median": round(statistics.median(cli_ratios), 4),
         "cli_ratio_min": round(min(cli_ratios), 4),
         "cli_ratio_max": round(max(cli_ratios), 4),
         "cli_to_in_process_median": round(statistics.median(cli_gaps), 4),
         "cli_to_in_process_min": round(min(cli_gaps), 4),
         "cli_to_in_process_max": round(max(cli_gaps), 4),
+    }
+
+
+def cost_figures(samples: ConfigSamples) -> dict[str, Any]:
+    """A configuration's CPU and time per query, in the pipeline and outside its stages."""
+    pipeline_us = 1e6 / statistics.median(samples.rates["pipeline"])
+    bare_us = 1e6 / statistics.median(samples.rates["bare"])
+    cpu_ratios = samples.cpu_ratios()
+    services = samples.services
+    service_us = {
+        stage: round(statistics.median(s[stage] for s in services), 1) for stage in services[0]
+    }
+    return {
         # CPU time per query (bare / pipeline, so 1 = no cost, like the throughput ratio):
         # time the process was preempted by other processes does not count, so this one holds
         # on a shared machine where the wall-clock ratio swings.
         "cpu_ratio_median": round(statistics.median(cpu_ratios), 4),
         "cpu_ratio_min": round(min(cpu_ratios), 4),
         "cpu_ratio_max": round(max(cpu_ratios), 4),
-        "pipeline_cpu_us_per_query": round(statistics.median(cpu_us["pipeline"]), 1),
-        "bare_cpu_us_per_query": round(statistics.median(cpu_us["bare"]), 1),
-        "overhead_us_per_query": round(pipeline_us - 1e6 / bare_median, 1),
+        "pipeline_cpu_us_per_query": round(statistics.median(samples.cpu_us["pipeline"]), 1),
+        "bare_cpu_us_per_query": round(statistics.median(samples.cpu_us["bare"]), 1),
+        "overhead_us_per_query": round(pipeline_us - bare_us, 1),
         "pipeline_us_per_query": round(pipeline_us, 1),
-        "bare_us_per_query": round(1e6 / bare_median, 1),
+        "bare_us_per_query": round(bare_us, 1),
         # Where a pipeline query's time goes: the stages' own service times, and the rest
         # (hand-offs between stage threads, the load generator's completion -> next issue).
         "stage_service_us": service_us,
@@ -332,6 +270,24 @@ def _ratio_target(config: dict[str, Any]) -> float:
     if (config["model"], config["batch"]) in SUB_MS_CONFIGS:
         return TARGET_SUB_MS_RATIO_MIN
     return TARGET_RATIO_MIN
+
+
+def met(configs: list[dict[str, Any]], backends: list[dict[str, Any]]) -> dict[str, bool]:
+    """Each configuration's targets (in process, through the CLI, fused) and each backend's."""
+    return {
+        **{f"{c['model']}_b{c['batch']}": c["ratio_median"] >= _ratio_target(c) for c in configs},
+        **{
+            f"{c['model']}_b{c['batch']}_cli": c["cli_ratio_median"] >= _ratio_target(c)
+            for c in configs
+        },
+        **{f"backend_{entry['backend']}": entry["met"] for entry in backends},
+        **{
+            f"{c['model']}_b{c['batch']}_fused": c["fused_ratio_median"]
+            >= TARGET_SUB_MS_FUSED_RATIO_MIN
+            for c in configs
+            if (c["model"], c["batch"]) in SUB_MS_CONFIGS
+        },
+    }
 
 
 def main() -> None:
@@ -388,23 +344,7 @@ def main() -> None:
             "sub_ms_fused_ratio_min": TARGET_SUB_MS_FUSED_RATIO_MIN,
             "sub_ms_configs": [f"{model}_b{batch}" for model, batch in SUB_MS_CONFIGS],
         },
-        "met": {
-            **{
-                f"{c['model']}_b{c['batch']}": c["ratio_median"] >= _ratio_target(c)
-                for c in configs
-            },
-            **{
-                f"{c['model']}_b{c['batch']}_cli": c["cli_ratio_median"] >= _ratio_target(c)
-                for c in configs
-            },
-            **{f"backend_{entry['backend']}": entry["met"] for entry in backends},
-            **{
-                f"{c['model']}_b{c['batch']}_fused": c["fused_ratio_median"]
-                >= TARGET_SUB_MS_FUSED_RATIO_MIN
-                for c in configs
-                if (c["model"], c["batch"]) in SUB_MS_CONFIGS
-            },
-        },
+        "met": met(configs, backends),
     }
     print(json.dumps(report), flush=True)
 

@@ -37,9 +37,9 @@ class BareLoop:
         import torch
 
         from stages.artifacts.catalogue import ensure_artifact
-        from stages.artifacts.vision import load_digits_split, load_fake_images
-        from stages.library.classifier_choice import ModelChoiceConfig, load_classifier
-        from stages.library.vision import IMAGENET_MEAN, IMAGENET_STD
+        from stages.artifacts.vision_artifacts import load_digits_split, load_fake_images
+        from stages.library.models.classifier_choice import ModelChoiceConfig, load_classifier
+        from stages.library.vision.torchvision_stages import IMAGENET_MEAN, IMAGENET_STD
 
         self.torch = torch
         self.batch = batch

@@ -54,7 +54,7 @@ import numpy as np
 
 from perf import common
 from perf.common import BackgroundLoad, log, pct, report_header, wait_for_quiet
-from stages.library.openai_http import OpenAIConfig, OpenAIStage
+from stages.library.served.openai_http import OpenAIConfig, OpenAIStage
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext
 

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from perf.common import BackgroundLoad, log, report_header, wait_for_quiet
-from stages.library.profiling import OperatorProfiler
+from stages.library.core.profiling import OperatorProfiler
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext
 

@@ -53,7 +53,7 @@ def run_suite(figures_path: Path) -> int:
             "tests/reliability",
             "tests/capacity/test_region_real.py",
             "tests/capacity/test_real_search.py",
-            "tests/library/test_openai_http.py::"
+            "tests/library/served/test_openai_http.py::"
             "test_timestamps_are_within_a_millisecond_of_the_script_at_200_streams",
             "-m",
             "soak or not soak",

@@ -1,7 +1,7 @@
 -- collobench warehouse schema: what the warehouse itself stores. One row per run in `runs`, one
 -- row per registered Parquet file in `run_files` (the raw rows stay in the run directories: the
--- raw tables `queries`, `stage_events`, ... are views over those files, shaped by
--- raw_tables.sql), the per-run summary tables the view files define (summary_*), and the
+-- raw tables `queries`, `stage_events`, ... are views over those files, shaped by their Arrow
+-- schemas in stages/rundir/schemas.py: analysis/catalogue.py), the per-run summary tables the view files define (summary_*), and the
 -- capacity searches. Loading is idempotent: the loader deletes a run_id's rows from every
 -- stored table, then inserts them again, in one transaction.
 

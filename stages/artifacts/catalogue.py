@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stages.artifacts import model_exports, text, torchvision_models, vision
+from stages.artifacts import model_exports, text_artifacts, torchvision_models, vision_artifacts
 from stages.artifacts.store import ArtifactBuilder, ArtifactError, ArtifactStore, BuiltArtifact
 from stages.name_registry import NameRegistry
 
@@ -31,8 +31,8 @@ class ArtifactRegistry(NameRegistry[ArtifactBuilder[Any]]):
 
 def _builtin_artifacts() -> ArtifactRegistry:
     registry = ArtifactRegistry()
-    builders = (*vision.BUILDERS, *model_exports.BUILDERS, *torchvision_models.BUILDERS)
-    for builder in (*builders, *text.BUILDERS):
+    builders = (*vision_artifacts.BUILDERS, *model_exports.BUILDERS, *torchvision_models.BUILDERS)
+    for builder in (*builders, *text_artifacts.BUILDERS):
         registry.register(builder)
     return registry
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field
 
 from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
-from stages.artifacts.vision import load_digits_cnn, load_digits_split
+from stages.artifacts.vision_artifacts import load_digits_cnn, load_digits_split
 
 EXPORT_BATCH = "batch"
 """The name of the exported programs' one dynamic dimension (the batch)."""

@@ -35,8 +35,9 @@ from stages.cli.mlflow_client import (
     text_tags,
 )
 from stages.contracts.counters import QUERY_COUNTS
-from stages.rundir.layout import MANIFEST, TABLES, table_files
+from stages.rundir.layout import MANIFEST, table_files
 from stages.rundir.manifest import Manifest, PipelineResult, read_manifest
+from stages.rundir.schemas import TABLES
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

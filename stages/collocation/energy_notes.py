@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.rundir.tables import read_table
-from stages.telemetry.supervisor import SamplerGroup
+from stages.telemetry.sampler_group import SamplerGroup
 
 SAMPLER_READY_TIMEOUT_S = 30.0  # for every sampler's first sample before a phase starts
 

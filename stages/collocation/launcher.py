@@ -59,7 +59,7 @@ from stages.process_lifetime import ParentWatch, stop_reason
 from stages.rundir.manifest import DEVICE_BUSY
 from stages.rundir.tables import merge_parts
 from stages.spec.models import PipelineSpec
-from stages.telemetry.supervisor import SamplerGroup
+from stages.telemetry.sampler_group import SamplerGroup
 from stages.validation.loading import LoadedSpec
 from stages.validation.paths import spec_folder, with_resolved_files
 

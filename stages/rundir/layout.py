@@ -1,5 +1,6 @@
-"""Where things live in a run directory: the file names, the table list, and the one function
-that finds a table's Parquet files (the merged file plus any `parts/` chunks).
+"""Where things live in a run directory: the file names and the one function that finds a
+table's Parquet files (the merged file plus any `parts/` chunks). The table list is
+stages.rundir.schemas.TABLES (derived from the schemas).
 
 Every reader of a run directory (the launcher, the warehouse loader, MLflow logging) goes
 through `table_files`, so a run cut short before its merge reads the same everywhere.
@@ -15,21 +16,6 @@ MANIFEST = "manifest.json"
 PARTS = "parts"
 """The folder of chunk files written while the run is live:
 `parts/<table>/<label>-NNNNNN.parquet`."""
-TABLES = (
-    "queries",
-    "stage_events",
-    "errors",
-    "host_samples",
-    "gpu_samples",
-    "gpu_process_samples",
-    "server_samples",
-    "operator_spans",
-    "token_events",
-    "session_turns",
-    "calibration",
-)
-"""The run directory's tables, in the order they are merged and loaded; `<table>.parquet` once
-merged. Their columns: stages.rundir.schemas.SCHEMAS (same keys, same order)."""
 
 
 def merged_file(run_dir: Path, table: str) -> Path:

@@ -1,6 +1,8 @@
-"""The columns of every run-directory table, as Arrow schemas: the one statement of the file
-contract. The warehouse's DDL (analysis/sql/schema.sql) mirrors them column for column, which
-tests/rundir/test_ddl_matches_schemas.py checks."""
+"""The columns of every run-directory table, as Arrow schemas: the one statement of each table's
+shape. Derived from it: the table list (`TABLES`), the recorder's row tuples
+(stages.runtime.recorder), the warehouse's raw-table views (analysis.catalogue.shapes); and
+checked against it: the column tables of docs/contracts.md#the-run-directory
+(tests/rundir/test_ddl_matches_schemas.py)."""
 
 from __future__ import annotations
 
@@ -180,3 +182,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
 }
+
+TABLES: tuple[str, ...] = tuple(SCHEMAS)
+"""The run directory's tables, in the order they are merged and loaded; `<table>.parquet` once
+merged (stages.rundir.layout.merged_file)."""
+KEY_COLUMNS: tuple[str, ...] = tuple(field.name for field in _KEY_FIELDS)
+"""The columns every table starts with; a writer adds them from its keys (ChunkWriter)."""
+STAGE_WRITTEN_TABLES = frozenset({"operator_spans", "token_events", "session_turns"})
+"""The tables a stage writes itself (`StageContext.write_rows`, through the recorder's writer
+thread); the others have one writer each: the recorder (queries, stage_events, errors), the
+samplers and the launcher (calibration)."""

@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.rundir.layout import MANIFEST, PARTS, TABLES, merged_file, part_files, table_files
-from stages.rundir.schemas import SCHEMAS
+from stages.rundir.layout import MANIFEST, PARTS, merged_file, part_files, table_files
+from stages.rundir.schemas import SCHEMAS, TABLES
 
 __all__ = [
     "DISK_FULL_ENV",

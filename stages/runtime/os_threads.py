@@ -6,7 +6,7 @@ writer, the progress reporter or another process holds a core. Linux's EEVDF sch
 the running thread finish its slice (1.4 ms here by default) before a woken one of the same
 priority gets the core, so queries were issued milliseconds late whenever the Parquet writer
 was busy (measured with `perf sched`: the writer was on a core during 55-60% of all lateness
-through `collobench run`, see perf/issue_delay_sources.py). Two unprivileged hints fix that:
+through `collobench run`, see perf/studies/issue_delay_sources.py). Two unprivileged hints fix that:
 
 - `short_wakeup_slice`: the issuer asks for a 100 us slice (`sched_setattr`, Linux 6.12+).
   A woken thread with a shorter slice than the running one preempts it at once.
@@ -14,8 +14,8 @@ through `collobench run`, see perf/issue_delay_sources.py). Two unprivileged hin
   measured threads; they still get their share when the cores are free.
 
 Both are hints, on by default; `COLLOBENCH_THREAD_HINTS=0` turns them off (to measure what
-they do, as perf/issue_delay_sources.py does). Where the kernel refuses or does not know them
-(another OS, an older kernel, a seccomp filter) they do nothing and say so, and the run goes
+they do, as perf/studies/issue_delay_sources.py does). Where the kernel refuses or does not know
+them (another OS, an older kernel, a seccomp filter) they do nothing and say so, and the run goes
 on unchanged. Names make `top -H`
 and `perf sched` show which of the runtime's threads ran (`name_os_thread`).
 """

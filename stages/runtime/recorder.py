@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stages.rundir.schemas import KEY_COLUMNS, SCHEMAS, STAGE_WRITTEN_TABLES
 from stages.rundir.tables import ChunkWriter
 from stages.runtime.counters import p99_ms
 from stages.runtime.os_threads import lower_priority, name_os_thread
@@ -38,69 +39,32 @@ FLUSH_PERIOD_NS = 1_000_000_000
 # held by a thread busy in a long call reaches disk.
 DRAIN_TICK_S = 0.05
 
-# Row layouts (tuples, in this order).
+# Row layouts: the tuples producer threads append are their table's columns after the key
+# columns (stages.rundir.schemas, which the layouts are derived from once, here), in schema
+# order, with `stage` and `status` as codes: the stage's index in `stage_names` and the index
+# of the status in STATUS_NAMES (names are looked up in C at the write).
 # stage row: query_id, stage_index, visit, enqueued_ns, started_ns, finished_ns, status,
 #            first_token_ns, tokens, joined_ns, graded, correct, loss, prompt_tokens
 #            (a stage that records no outcome and joins nothing writes only the first
-#            SHORT_STAGE_ROW fields: the rest are null, and the tuple is built per visit)
+#            SHORT_STAGE_ROW fields, up to status: the rest are null, and the tuple is built
+#            per visit)
 # query row: query_id, scheduled_ns, issued_ns, completed_ns, status, samples, warmup
-SHORT_STAGE_ROW = 7
-STAGE_COLUMNS = (
-    "query_id",
-    "stage",
-    "visit",
-    "enqueued_ns",
-    "started_ns",
-    "finished_ns",
-    "status",
-    "first_token_ns",
-    "tokens",
-    "joined_ns",
-    "graded",
-    "correct",
-    "loss",
-    "prompt_tokens",
-)
-QUERY_COLUMNS = (
-    "query_id",
-    "scheduled_ns",
-    "issued_ns",
-    "completed_ns",
-    "status",
-    "samples",
-    "warmup",
-)
+_CODE_TYPES = {"stage": pa.int32(), "status": pa.int8()}
 
 
-# Arrow types of the row fields, in row order (codes, not strings: names are looked up in C).
-_STAGE_ROW_TYPES = (
-    pa.int64(),
-    pa.int32(),
-    pa.int32(),
-    pa.int64(),
-    pa.int64(),
-    pa.int64(),
-    pa.int8(),
-    pa.int64(),
-    pa.int32(),
-    pa.int64(),
-    pa.int32(),
-    pa.int32(),
-    pa.float64(),
-    pa.int32(),
-)
-_QUERY_ROW_TYPES = (
-    pa.int64(),
-    pa.int64(),
-    pa.int64(),
-    pa.int64(),
-    pa.int8(),
-    pa.int32(),
-    pa.bool_(),
-)
-# Tables a stage may write through `Recorder.write_rows` (StageContext.write_rows): the run
-# directory's tables that no one else in a worker writes.
-EXTRA_TABLES = frozenset({"operator_spans", "token_events", "session_turns"})
+def _row_layout(table: str) -> tuple[tuple[str, ...], tuple[pa.DataType, ...]]:
+    """A table's row-tuple columns (its schema less the key columns) and their Arrow types
+    (codes for `_CODE_TYPES` columns)."""
+    fields = [field for field in SCHEMAS[table] if field.name not in KEY_COLUMNS]
+    names = tuple(field.name for field in fields)
+    return names, tuple(_CODE_TYPES.get(field.name, field.type) for field in fields)
+
+
+STAGE_COLUMNS, _STAGE_ROW_TYPES = _row_layout("stage_events")
+QUERY_COLUMNS, _QUERY_ROW_TYPES = _row_layout("queries")
+SHORT_STAGE_ROW = STAGE_COLUMNS.index("status") + 1
+# Tables a stage may write through `Recorder.write_rows` (StageContext.write_rows).
+EXTRA_TABLES = STAGE_WRITTEN_TABLES
 _STATUS_STRINGS = pa.array(STATUS_NAMES, type=pa.string())
 # Typed scalars: an untyped Python number makes pyarrow infer its type, which imports pandas
 # (0.4-1 s, at the first hand-off: inside the load window; stages.rundir.arrow_pandas).

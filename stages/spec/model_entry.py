@@ -15,7 +15,7 @@ over its files) is filled into the entry's normal form, and the spec hash covers
 instead of the location: a changed model is a different benchmark, a moved one is not. A spec
 may pin `sha256` itself; a file whose content differs is then refused. An `artifact:<name>`
 location is a model file artefact of the store, named and hashed by its recipe as a named model
-is, and resolved where it runs (stages.library.model_files).
+is, and resolved where it runs (stages.library.models.loaders).
 """
 
 from __future__ import annotations

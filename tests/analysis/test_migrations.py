@@ -18,7 +18,8 @@ from analysis.migrations import CURRENT_VERSION, SchemaMismatch
 from analysis.reader import connect_read_only, run_query
 from analysis.sql_files import sql_text, view_files
 from stages.cli.app import app
-from stages.rundir.layout import TABLES, table_files
+from stages.rundir.layout import table_files
+from stages.rundir.schemas import TABLES
 from tests.analysis.runs import collocated_run, single_pipeline_run
 from tests.analysis.test_tokens import generation_run, streaming_run
 

@@ -85,10 +85,13 @@ def test_summary_agrees_with_the_warehouse_views(tmp_path: Path) -> None:
     """One implementation: the summary's figures are the views' figures for the same data."""
     latencies = [float(1 + (i * 37) % 100) for i in range(2000)]
     run_dir = make_run(tmp_path / "r", "server", latencies, 50, phases=("solo", "collocated"))
-    started = time.perf_counter()
+    started_cpu_s = time.process_time()
     summaries = summarize_run(run_dir)
-    elapsed_s = time.perf_counter() - started
-    assert elapsed_s < 0.5
+    cpu_s = time.process_time() - started_cpu_s
+    # CPU time of this process (DuckDB's threads included), not wall time: a busy machine
+    # stretches the wall clock 3x here. Cold, it takes 0.3 s of CPU under load 9 (0.13 s warm);
+    # 1 s keeps a 3x margin and still catches a summary that scans row by row.
+    assert cpu_s < 1.0
     db = tmp_path / "w.duckdb"
     load_runs([run_dir], db)
     columns, rows = run_query(

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from analysis.loader import load_runs
 from analysis.run_summary import headline_metrics, summarize_run
-from stages.cli.summary import COLUMNS, summary_table
+from stages.cli.summary_table import COLUMNS, summary_table
 from tests.analysis.rundirs import MS_NS, RunBuilder
 from tests.analysis.runs import BASE_NS
 

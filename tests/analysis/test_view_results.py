@@ -14,7 +14,8 @@ import duckdb
 from analysis.loader import load_runs
 from analysis.migrations import CURRENT_VERSION
 from analysis.raw_rows_out import exported_rows_dir
-from stages.rundir.layout import TABLES, table_files
+from stages.rundir.layout import table_files
+from stages.rundir.schemas import TABLES
 from tests.analysis.view_results import (
     FROZEN,
     build,

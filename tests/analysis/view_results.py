@@ -21,7 +21,7 @@ import duckdb
 from analysis.definitions_db import warehouse_definitions
 from analysis.loader import load_runs
 from analysis.reader import connect_read_only
-from stages.rundir.layout import TABLES
+from stages.rundir.schemas import TABLES
 from tests.analysis.runs import (
     collocated_run,
     single_pipeline_run,

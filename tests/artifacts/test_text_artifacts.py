@@ -15,7 +15,7 @@ import pytest
 from stages.artifacts import hub
 from stages.artifacts.catalogue import ensure_artifact
 from stages.artifacts.store import ArtifactError, ArtifactStore
-from stages.artifacts.text import EMBEDDING_DIM, read_prompts
+from stages.artifacts.text_artifacts import EMBEDDING_DIM, read_prompts
 from tests.helpers import REPO
 
 # A tiny tiny_lm: builds in about a second.
@@ -100,7 +100,7 @@ def test_tiny_lm_has_a_chat_template(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_default_tiny_lm_size_is_small() -> None:
-    from stages.artifacts.text import TinyLmParams
+    from stages.artifacts.text_artifacts import TinyLmParams
 
     defaults = TinyLmParams()
     # ~2M parameters: transformer blocks (12 d^2 each) plus token and position embeddings.

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from stages.artifacts import torchvision_models, vision
+from stages.artifacts import torchvision_models, vision_artifacts
 from stages.artifacts.catalogue import ensure_artifact
 from stages.artifacts.store import ArtifactError, ArtifactStore
-from stages.library.datasets import DIGITS_SPLIT_SIZES
+from stages.library.vision.datasets import DIGITS_SPLIT_SIZES
 
 SMALL_FAKE = {"size": 6, "image_size": 16, "num_classes": 5}
 
@@ -49,7 +49,7 @@ def test_digits_splits_match_the_stage_constants(tmp_path: Path) -> None:
     assert built.metadata["sizes"] == DIGITS_SPLIT_SIZES
     assert built.metadata["source"] == "sklearn.datasets.load_digits"
     for split, size in DIGITS_SPLIT_SIZES.items():
-        images, labels = vision.load_digits_split(built, split)
+        images, labels = vision_artifacts.load_digits_split(built, split)
         assert images.shape == (size, 1, 8, 8) and images.dtype == np.float32
         assert labels.shape == (size,) and labels.dtype == np.int64
         assert images.min() >= 0.0 and images.max() <= 1.0
@@ -59,7 +59,7 @@ def test_digits_splits_match_the_stage_constants(tmp_path: Path) -> None:
 
 def test_fake_images_shape_and_labels(tmp_path: Path) -> None:
     built = ensure_artifact("fake_images", SMALL_FAKE, store=ArtifactStore(tmp_path))
-    images, labels = vision.load_fake_images(built)
+    images, labels = vision_artifacts.load_fake_images(built)
     assert images.shape == (6, 3, 16, 16) and images.dtype == np.uint8
     assert labels.dtype == np.int64 and labels.max() < 5
     assert "torch.Generator" in built.metadata["source"]
@@ -73,9 +73,13 @@ def test_digits_cnn_meets_the_accuracy_floor_recomputed_from_its_weights(tmp_pat
     assert built.metadata["accuracy"] >= 0.95
     assert built.metadata["training"]["threads"] == 1
     assert (built.path / "model.safetensors").exists()
-    model = vision.load_digits_cnn(built)
-    images, labels = vision.load_digits_split(ensure_artifact("digits", store=store), "test")
-    correct = vision.top1_correct(model, torch.from_numpy(images), torch.from_numpy(labels))
+    model = vision_artifacts.load_digits_cnn(built)
+    images, labels = vision_artifacts.load_digits_split(
+        ensure_artifact("digits", store=store), "test"
+    )
+    correct = vision_artifacts.top1_correct(
+        model, torch.from_numpy(images), torch.from_numpy(labels)
+    )
     assert correct == built.metadata["test_correct"]
     assert correct / len(labels) >= 0.95
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from analysis.loader import load_runs
 from analysis.run_summary import summarize_run
 from stages.cli.mlflow_log import trial_metrics, verdict_tags
-from stages.cli.summary import COLUMNS, summary_table
+from stages.cli.summary_table import COLUMNS, summary_table
 from stages.cli.wiring import summarize_phase
 from stages.rundir.manifest import PipelineResult, read_manifest
 from tests.analysis.rundirs import rows_of

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from stages.library.openai_http import OpenAIConfig, OpenAIStage
+from stages.library.served.openai_http import OpenAIConfig, OpenAIStage
 from stages.runtime.query import Query
 from stages.runtime.stage import StageContext
 from tests.helpers import REPO

@@ -13,7 +13,7 @@ from perf import client_truth
 from stages.validation.loading import validate_document
 from tests.library.openai_calibration import make_query
 from tests.library.openai_stub import Script, StubServer, ThreadedStub
-from tests.library.test_openai_http import make_stage
+from tests.library.served.test_openai_http import make_stage
 
 
 def test_errors_are_measured_minus_scripted() -> None:

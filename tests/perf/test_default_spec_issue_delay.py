@@ -1,11 +1,11 @@
-"""perf/default_spec_issue_delay.py: every variant is a valid spec that differs from the
+"""perf/studies/default_spec_issue_delay.py: every variant is a valid spec that differs from the
 default spec in the one thing it names, and the paired differences pair by round."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from perf.default_spec_issue_delay import DEFAULT_SPEC, VARIANTS, report
+from perf.studies.default_spec_issue_delay import DEFAULT_SPEC, VARIANTS, report
 from stages.spec.models import BenchmarkSpec
 
 

@@ -1,11 +1,11 @@
-"""perf/issue_delay_sources.py's account of who held the CPUs while queries waited: each
+"""perf/studies/issue_delay_sources.py's account of who held the CPUs while queries waited: each
 `perf sched timehist` span is cut to the late queries' intervals and summed per role."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from perf.issue_delay_sources import blame_ns, role
+from perf.studies.issue_delay_sources import blame_ns, role
 
 # time, [cpu], task[tid/pid], wait, sched delay, run time (ms): the task ran for `run time`
 # up to `time` (seconds, CLOCK_MONOTONIC).

@@ -23,7 +23,7 @@ from bench_defs.benchmark import benchmark_run
 from bench_defs.core.specs import SPEC_PARTITIONS
 from bench_defs.warehouse import warehouse
 from stages.cli.app import app
-from stages.library.retrieval import SqlRetrievalStage
+from stages.library.retrieval.sql import SqlRetrievalStage
 from stages.validation.loading import load_spec
 from stages.validation.paths import with_resolved_files
 from tests.dagster.fixtures import (  # noqa: F401 - fixtures used below

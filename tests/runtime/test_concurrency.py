@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from stages.library.builtin import AsyncSleepStage
+from stages.library.core.builtin import AsyncSleepStage
 from stages.runtime.async_stage import AsyncStage, AsyncStageConfig
 from stages.runtime.async_thread import ASYNC_STOP_GRACE_S
 from stages.runtime.pipeline import PipelineRuntime

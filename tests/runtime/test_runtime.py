@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from stages.library.builtin import BusyStage, calibrate_iterations_per_ms
+from stages.library.core.builtin import BusyStage, calibrate_iterations_per_ms
 from stages.rundir.tables import merge_parts, read_table
 from stages.runtime.channels import Channel, PriorityInbox
 from stages.runtime.driver import run_pipeline
@@ -386,7 +386,7 @@ def test_busy_query_costs_its_milliseconds_of_cpu(release_gil: bool) -> None:
 
 
 def _calibrate_in_child(cache_dir: str, results: Any) -> None:
-    from stages.library.builtin import machine_calibration
+    from stages.library.core.builtin import machine_calibration
 
     results.put(machine_calibration(Path(cache_dir), True))
 

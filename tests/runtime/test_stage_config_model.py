@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from stages.library.builtin import NoopStage, SleepConfig, SleepStage
-from stages.library.self_rag import RouterConfig, RouterStage
+from stages.library.core.builtin import NoopStage, SleepConfig, SleepStage
+from stages.library.self_rag.blocks import RouterConfig, RouterStage
 from stages.runtime.query import Query
 from stages.runtime.stage import Route, Stage, StageConfig, StageContext
 

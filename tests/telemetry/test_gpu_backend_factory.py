@@ -21,7 +21,7 @@ PRODUCTION_MODULES = (
     "stages.telemetry.host_sampler",
     "stages.telemetry.nvml_backend",
     "stages.telemetry.sampler_process",
-    "stages.telemetry.supervisor",
+    "stages.telemetry.sampler_group",
 )
 
 

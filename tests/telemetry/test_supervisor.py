@@ -13,7 +13,7 @@ import pytest
 from stages.rundir.tables import read_table
 from stages.spec.models import TelemetrySpec
 from stages.telemetry.gpu_backend_factory import FAKE_NVML_ENV_VAR
-from stages.telemetry.supervisor import SamplerGroup
+from stages.telemetry.sampler_group import SamplerGroup
 
 pytestmark = pytest.mark.spawns  # every test here starts a process
 

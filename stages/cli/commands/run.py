@@ -16,7 +16,7 @@ from stages.cli.commands.report import load_and_show_results, write_report_files
 from stages.cli.console import err, fail_input, out
 from stages.cli.events import progress_display, say, warn
 from stages.cli.options import DbOption, OverridesOption
-from stages.cli.summary import summary_table
+from stages.cli.summary_table import summary_table
 from stages.cli.wiring import log_to_mlflow, summarize_phase
 from stages.contracts.errors import ExitCode
 from stages.validation.loading import load_spec

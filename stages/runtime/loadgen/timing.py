@@ -14,7 +14,7 @@ Why not the median: half the wake-ups were then late, and the queries due while 
 was issued were late too, so more than half of all queries were; the issue delay's p50 sat on
 the edge between the early ones (~3 us) and the late ones (tens of us) and jumped between 5
 and 15 us with the machine's load, the kernel hints or the spec's telemetry
-(perf/default_spec_issue_delay.py). The real issue time is always recorded.
+(perf/studies/default_spec_issue_delay.py). The real issue time is always recorded.
 """
 
 from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Self-RAG control blocks (blocks): router, relevance grader, hallucination check and query
+rewriter, deciding by seeded functions of the query."""
