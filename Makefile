@@ -58,7 +58,7 @@ demo: install
 # The Dagster UI on the instance `make demo` wrote (loopback only); its dagster.yaml gets one run
 # limit per device pool of the pools file (none: the pool `local`, one run at a time).
 ui: install
-	$(BIN)/python -m bench_defs.pools --write-instance $(DAGSTER_HOME)
+	$(BIN)/python -m bench_defs.core.pools --write-instance $(DAGSTER_HOME)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 # A multi-process Dagster instance on Postgres with two Celery worker hosts (host-a, host-b),

@@ -4,7 +4,7 @@ analysis/report_entries.py; the views not reported per run: analysis/views_not_p
 
 `collobench report` and the tables after `collobench run` (stages.cli), report.md
 (analysis.report_file), the Dagster report assets (bench_defs.reports) and the capacity tables
-(analysis.capacity_warehouse) read it. A column named here that a view's SQL lacks, a view
+(analysis.capacity.warehouse_tables) read it. A column named here that a view's SQL lacks, a view
 named here that the warehouse lacks, or a warehouse view named nowhere here is a
 ReportCatalogueError, never a silent drop. No DuckDB, pandas or matplotlib: the CLI and Dagster
 import it at start.

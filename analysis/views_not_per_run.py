@@ -15,8 +15,8 @@ NOT_REPORTED_FILE = "analysis/views_not_per_run.py"
 """Where CAPACITY_CATALOGUE is (NOT_REPORTED: analysis/view_manifest.py, `not_reported`)."""
 
 # The capacity views (issue 19), reported per capacity search (`search_id`) or region
-# (`region_id`), not per run: analysis.capacity_warehouse.capacity_table reads them, the capacity
-# command prints them with these columns.
+# (`region_id`), not per run: analysis.capacity.warehouse_tables.capacity_table reads them,
+# the capacity command prints them with these columns.
 CAPACITY_CATALOGUE: tuple[ReportView, ...] = (
     ReportView(
         "capacity",

@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from bench_defs.resources import CollobenchResource
+from bench_defs.core.resources import CollobenchResource
 from stages.artifacts.catalogue import ARTIFACTS
 from stages.artifacts.store import ArtifactBuilder, ArtifactStore, BuiltArtifact
 

@@ -1,6 +1,6 @@
 """`benchmark_run`: one dynamic partition per spec file; materialising it runs the benchmark.
 
-The run is `collobench run` in a Pipes child process (`bench_defs.pipes_runner`) in its own
+The run is `collobench run` in a Pipes child process (`bench_defs.core.pipes_runner`) in its own
 session, started by `GroupPipesClient`: Dagster never shares a process with the workers (or
 CUDA), and cancelling the Dagster run ends the whole process group. The child reports the
 run's figures as the materialisation's metadata; this step adds the Launchpad overrides and the
@@ -15,9 +15,9 @@ from typing import Any
 import dagster as dg
 
 from bench_defs.artifacts import ARTIFACT_NAMES, default_params
-from bench_defs.pools import check_run_pool
-from bench_defs.resources import CollobenchResource, GroupPipesClient
-from bench_defs.specs import (
+from bench_defs.core.pools import check_run_pool
+from bench_defs.core.resources import CollobenchResource, GroupPipesClient
+from bench_defs.core.specs import (
     MAX_RUNTIME_TAG,
     BenchmarkRunConfig,
     artifacts_used,
@@ -119,7 +119,7 @@ def benchmark_run(
     command = [
         collobench.python_executable(),
         "-m",
-        "bench_defs.pipes_runner",
+        "bench_defs.core.pipes_runner",
         "--spec",
         str(spec_path),
         "--out",

@@ -19,17 +19,17 @@ import dagster as dg
 
 from bench_defs.artifacts import artifact_assets
 from bench_defs.benchmark import benchmark_run
-from bench_defs.capacity_assets import CapacitySearchResource, capacity, capacity_job
-from bench_defs.capacity_region import capacity_region_job, capacity_region_sensor
-from bench_defs.jobs import artifacts_job, benchmark_job
-from bench_defs.model_files import model_file_definitions, with_model_file_deps
-from bench_defs.reports import report_assets
-from bench_defs.resources import (
+from bench_defs.capacity.assets import CapacitySearchResource, capacity, capacity_job
+from bench_defs.capacity.region_requests import capacity_region_job, capacity_region_sensor
+from bench_defs.core.resources import (
     CollobenchResource,
     GroupPipesClient,
     WarehouseResource,
     default_specs_dir,
 )
+from bench_defs.jobs import artifacts_job, benchmark_job
+from bench_defs.model_files import model_file_definitions, with_model_file_deps
+from bench_defs.reports import report_assets
 from bench_defs.schedules import nightly_benchmarks
 from bench_defs.sensors import spec_files_sensor
 from bench_defs.warehouse import warehouse

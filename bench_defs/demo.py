@@ -5,7 +5,7 @@ reads, then say where everything is and how to open the UI.
 
 1. `$DAGSTER_HOME` (default `$COLLOBENCH_HOME/dagster`, made absolute) is created with the
    instance configuration of `bench_defs/dagster.yaml` (telemetry off) and one run limit per
-   device pool (`bench_defs.pools.write_instance_config`; no pools file: the pool `local`,
+   device pool (`bench_defs.core.pools.write_instance_config`; no pools file: the pool `local`,
    limit 1); a non-empty `dagster.yaml` already there keeps everything but those limits.
 2. The spec file `<specs-dir>/<partition>.yaml` is validated (a bad one: its problems, exit 2)
    and its partition of `spec_files` is added.
@@ -35,16 +35,16 @@ from typing import Any
 import dagster as dg
 
 from bench_defs.artifacts import ARTIFACT_NAMES, ARTIFACTS_GROUP
-from bench_defs.definitions import build_definitions
-from bench_defs.pools import PoolError, default_pool, write_instance_config
-from bench_defs.resources import CollobenchResource
-from bench_defs.specs import (
+from bench_defs.core.pools import PoolError, default_pool, write_instance_config
+from bench_defs.core.resources import CollobenchResource
+from bench_defs.core.specs import (
     SPEC_PARTITIONS,
     artifacts_used,
     devices_of,
     read_spec_state,
     run_tags,
 )
+from bench_defs.definitions import build_definitions
 from bench_defs.warehouse import metadata_value
 from stages import settings
 from stages.contracts.errors import InvalidInputError, RunFailedError

@@ -7,9 +7,9 @@ import dagster as dg
 
 from bench_defs.artifacts import ARTIFACTS_GROUP
 from bench_defs.benchmark import benchmark_run
-from bench_defs.pools import default_pool
+from bench_defs.core.pools import default_pool
+from bench_defs.core.specs import DEFAULT_DEVICE, run_tags
 from bench_defs.reports import report_assets
-from bench_defs.specs import DEFAULT_DEVICE, run_tags
 from bench_defs.warehouse import warehouse
 
 artifacts_job = dg.define_asset_job(
@@ -22,8 +22,8 @@ benchmark_job = dg.define_asset_job(
     "benchmark_job",
     selection=dg.AssetSelection.assets(benchmark_run, warehouse, *report_assets),
     # A Launchpad run goes to the first pool unless its tags say otherwise; the sensor and the
-    # schedule pick the least-loaded pool (bench_defs/pools.py). The instance runs at most the
-    # pool's device count at once (bench_defs/dagster.yaml, written by bench_defs.pools).
+    # schedule pick the least-loaded pool (bench_defs/core/pools.py). The instance runs at most the
+    # pool's device count at once (bench_defs/dagster.yaml, written by bench_defs.core.pools).
     tags=run_tags(DEFAULT_DEVICE, default_pool()),
     # In-process: the steps run one after another anyway (run, load, report), and a run that
     # dagster-celery's run launcher hands to a Celery worker executes in the worker's pool

@@ -28,8 +28,8 @@ from typing import Any
 
 import dagster as dg
 
-from bench_defs.sensors import sensor_interval_s
-from bench_defs.specs import spec_files, spec_partitions
+from bench_defs.core.sensor_interval import sensor_interval_s
+from bench_defs.core.specs import spec_files, spec_partitions
 
 MODEL_FILES_GROUP = "model_files"
 SENSOR_NAME = "model_files_sensor"

@@ -9,7 +9,6 @@ Dagster has no image metadata type: each plot is inlined in Markdown metadata as
 `analysis.report_file.write_report` wrote beside the run (the `warehouse` step writes them).
 """
 
-import base64
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,9 @@ import dagster as dg
 
 from analysis.report_catalogue import CATALOGUE, PLOTS
 from analysis.report_entries import Asset
-from bench_defs.resources import WarehouseResource
-from bench_defs.specs import spec_partitions
+from bench_defs.core.image_metadata import image_markdown
+from bench_defs.core.resources import WarehouseResource
+from bench_defs.core.specs import spec_partitions
 from bench_defs.warehouse import latest_run, warehouse
 
 REPORTS_GROUP = "reports"
@@ -26,12 +26,6 @@ REPORTS_GROUP = "reports"
 # The views with a report asset, their tables, plots and notes (analysis.report_catalogue).
 ASSET_VIEWS: dict[str, Asset] = {view.view: view.asset for view in CATALOGUE if view.asset}
 PLOT_FILES: dict[str, str] = {plot.key: plot.file_name for plot in PLOTS}
-
-
-def image_markdown(path: Path, title: str) -> str:
-    """A PNG inlined as a base64 data URI in Markdown (what Dagster's UI can render)."""
-    encoded = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f"![{title}](data:image/png;base64,{encoded})"
 
 
 def report_metadata(

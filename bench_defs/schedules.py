@@ -5,7 +5,7 @@ The cron is `0 2 * * *` (02:00) in UTC unless `$COLLOBENCH_NIGHTLY_CRON` and
 `$COLLOBENCH_NIGHTLY_TIMEZONE` say otherwise (read when the code location loads). A plain
 schedule, not one built from the partitioned job: Dagster refuses dynamic partitions there.
 A spec whose partition does not exist yet (the sensor adds partitions) is skipped and logged.
-Each run goes to the least-loaded device pool (bench_defs/pools.py), counting the runs this
+Each run goes to the least-loaded device pool (bench_defs/core/pools.py), counting the runs this
 evaluation requested, so a night's specs spread over every pool.
 """
 
@@ -13,10 +13,9 @@ import os
 
 import dagster as dg
 
-from bench_defs.jobs import benchmark_job
-from bench_defs.pools import PoolChooser, PoolError, load_pools
-from bench_defs.resources import CollobenchResource
-from bench_defs.specs import (
+from bench_defs.core.pools import PoolChooser, PoolError, load_pools
+from bench_defs.core.resources import CollobenchResource
+from bench_defs.core.specs import (
     SPEC_HASH_TAG,
     SPEC_PARTITIONS,
     devices_of,
@@ -24,6 +23,7 @@ from bench_defs.specs import (
     run_tags,
     spec_files,
 )
+from bench_defs.jobs import benchmark_job
 
 CRON_ENV = "COLLOBENCH_NIGHTLY_CRON"
 TIMEZONE_ENV = "COLLOBENCH_NIGHTLY_TIMEZONE"

@@ -13,22 +13,21 @@ On the first tick (no cursor) the files already there are taken as the baseline:
 partitions are added, but nothing runs, so turning the sensor on never launches every shipped
 benchmark at once. Launch those from the UI.
 
-Each requested run goes to the least-loaded device pool (bench_defs/pools.py: queued and
+Each requested run goes to the least-loaded device pool (bench_defs/core/pools.py: queued and
 running runs per device, ties in the pools file's order); a pools file that cannot be read
 skips the tick with its error.
 """
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
-from bench_defs.jobs import benchmark_job
-from bench_defs.pools import PoolChooser, PoolError, load_pools
-from bench_defs.resources import CollobenchResource
-from bench_defs.specs import (
+from bench_defs.core.pools import PoolChooser, PoolError, load_pools
+from bench_defs.core.resources import CollobenchResource
+from bench_defs.core.sensor_interval import sensor_interval_s
+from bench_defs.core.specs import (
     SPEC_HASH_TAG,
     SPEC_PARTITIONS,
     devices_of,
@@ -37,6 +36,7 @@ from bench_defs.specs import (
     run_tags,
     spec_files,
 )
+from bench_defs.jobs import benchmark_job
 
 PartitionsRequest = dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest
 
@@ -101,16 +101,6 @@ def _partition_requests(to_add: list[str], to_delete: list[str]) -> list[Partiti
             dg.DeleteDynamicPartitionsRequest(SPEC_PARTITIONS, partition_keys=to_delete)
         )
     return requests
-
-
-SENSOR_INTERVAL_ENV = "COLLOBENCH_SENSOR_INTERVAL_S"
-
-
-def sensor_interval_s() -> int:
-    """Seconds between a sensor's evaluations (`$COLLOBENCH_SENSOR_INTERVAL_S`, default 30; read
-    when the code location loads): the spec-files and region sensors' `minimum_interval_seconds`.
-    The cluster tests set 5, so a region's solo searches and rays follow each other quickly."""
-    return max(1, int(os.environ.get(SENSOR_INTERVAL_ENV, "30")))
 
 
 @dg.sensor(

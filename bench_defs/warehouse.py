@@ -18,8 +18,8 @@ import dagster as dg
 
 from bench_defs import history_checks, warehouse_checks
 from bench_defs.benchmark import BENCHMARK_GROUP, benchmark_run
-from bench_defs.resources import WarehouseResource
-from bench_defs.specs import spec_partitions
+from bench_defs.core.resources import WarehouseResource
+from bench_defs.core.specs import spec_partitions
 
 
 @dataclass(frozen=True)

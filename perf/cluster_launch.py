@@ -277,7 +277,7 @@ def one_run(cluster: Cluster, client: Any, tags: dict[str, str]) -> dict[str, fl
 def measure_launcher(cluster: Cluster, launcher: str, runs: int, warmup: int) -> dict[str, Any]:
     """Bring the cluster up with `launcher`, run warm-up + `runs` runs, bring it down."""
     from bench_defs.cluster.run_timing import ClusterClient
-    from bench_defs.pools import load_pools, pool_tags
+    from bench_defs.core.pools import load_pools, pool_tags
 
     samples: list[dict[str, float]] = []
     errors: list[str] = []

@@ -6,7 +6,7 @@ Zombies: a process that has exited but is not yet reaped holds no memory, no CPU
 and no signal can reach it, so it is never a live member. A group whose only members are zombies
 is therefore not alive (an orphan's zombie may linger where PID 1 does not reap), while a zombie
 leader whose children still run is (its children are live members). Used by the services
-(stages.services.lifecycle), the Dagster Pipes client (bench_defs.resources) and the cluster
+(stages.services.lifecycle), the Dagster Pipes client (bench_defs.core.resources) and the cluster
 tooling (bench_defs.cluster).
 """
 

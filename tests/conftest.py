@@ -21,7 +21,7 @@ pytest_plugins = ("tests.spawn_guard",)
 # The checkout's pools file (`.collobench/cluster/pools.yaml`, which `make cluster` writes) must
 # not decide the pools the tests see, not even in the job tags fixed when bench_defs loads: no
 # pools file (os.devnull is no regular file), so the implicit pool `local`. A test of its own
-# pools sets $COLLOBENCH_POOLS_FILE itself (bench_defs/pools.py).
+# pools sets $COLLOBENCH_POOLS_FILE itself (bench_defs/core/pools.py).
 os.environ["COLLOBENCH_POOLS_FILE"] = os.devnull
 
 # A session started in the background (`pytest &` in a script, nohup) inherits SIGINT ignored,

@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS run_files (
 -- Capacity searches (`collobench capacity`, stages/capacity): one row per search directory
 -- `<out>/<search_id>/`, from its search.json (what was asked) and capacity.json (the answer;
 -- the answer's columns are NULL while a search is unfinished). Loaded by
--- analysis.capacity_warehouse.load_search, idempotently: delete-then-insert by search_id in one
+-- analysis.capacity.warehouse_tables.load_search, idempotently: delete-then-insert by search_id in one
 -- transaction, together with the search's rows in capacity_probes. Rates are offered queries
 -- per second of the target pipeline; for a region ray (`ray` set, pipeline 'A+B') they are the
 -- ray's scale s instead (pipeline i offered s * ray[i]). The columns after loaded_at came with
@@ -128,7 +128,7 @@ CREATE TABLE IF NOT EXISTS capacity_probes (
 -- One row per ray of a capacity region (`collobench capacity --region A,B`, region.json in
 -- `<out>/<region_id>/`): along the ray, pipeline A is offered s * direction_a * solo_capacity_a
 -- and B s * direction_b * solo_capacity_b (direction = (cos, sin) of angle_deg); s is the
--- ray's searched scale. Loaded by analysis.capacity_warehouse.load_region, delete-then-insert
+-- ray's searched scale. Loaded by analysis.capacity.warehouse_tables.load_region, delete-then-insert
 -- by region_id.
 CREATE TABLE IF NOT EXISTS capacity_region_rays (
     region_id VARCHAR NOT NULL,

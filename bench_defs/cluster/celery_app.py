@@ -32,7 +32,7 @@ from dagster_celery.tasks import create_execute_job_task, create_resume_job_task
 from kombu import Exchange, Queue, binding
 
 from bench_defs.cluster.layout import BACKEND_ENV, BROKER_ENV, QUEUES_ENV
-from bench_defs.pools import DEFAULT_QUEUE
+from bench_defs.core.pools import DEFAULT_QUEUE
 
 _executing = {"run": False}
 

@@ -23,7 +23,7 @@ from bench_defs.cluster.procs import (
     load_state,
     save_state,
 )
-from bench_defs.pools import DEFAULT_QUEUE, Pool, load_pools, pools_file
+from bench_defs.core.pools import DEFAULT_QUEUE, Pool, load_pools, pools_file
 from stages.process_groups import group_alive, signal_group
 
 STOP_GRACE_S = 15.0

@@ -21,7 +21,7 @@ from bench_defs.cluster.layout import (
     repo_root,
 )
 from bench_defs.cluster.procs import ProcRecord, env_with, spawn, wait_ready
-from bench_defs.pools import POOLS_FILE_ENV, Pool
+from bench_defs.core.pools import POOLS_FILE_ENV, Pool
 from stages import settings
 
 START_TIMEOUT_S = 240.0

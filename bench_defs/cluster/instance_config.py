@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from bench_defs.pools import DEFAULT_QUEUE, Pool, PoolsFile, load_pools, pool_limits
+from bench_defs.core.pools import DEFAULT_QUEUE, Pool, PoolsFile, load_pools, pool_limits
 
 RUN_START_TIMEOUT_S = 180
 """Run monitoring fails a run its worker has not started within this (a dead or absent worker)."""

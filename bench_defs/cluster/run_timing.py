@@ -12,7 +12,7 @@ from typing import Any, Self
 from urllib.parse import urlparse
 
 from bench_defs.cluster.instance_config import LOCATION
-from bench_defs.specs import SPEC_PARTITIONS
+from bench_defs.core.specs import SPEC_PARTITIONS
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def publish_search(search_dir: Path, db_path: Path) -> Path | None:
         from analysis.db import connect_writer, writer_lock
 
         with writer_lock(db_path):
-            from analysis.capacity_warehouse import load_search
+            from analysis.capacity.warehouse_tables import load_search
 
             connection = connect_writer(db_path)
             try:
@@ -50,7 +50,7 @@ def publish_search(search_dir: Path, db_path: Path) -> Path | None:
     except Exception as error:
         err.print(f"warning: could not load the search into {db_path}: {error}", markup=False)
     try:
-        from analysis.capacity_warehouse import write_search_report
+        from analysis.capacity.report_markdown import write_search_report
 
         return Path(write_search_report(search_dir))
     except Exception as error:
@@ -71,7 +71,7 @@ def print_result(result: Any, search_dir: Path, report: Path | None) -> None:
         f"report: {report}" if report is not None else "report: - (see the warning above)",
     ]
     if report is not None:
-        from analysis.capacity_report import SEARCH_PLOT
+        from analysis.capacity.report_markdown import SEARCH_PLOT
 
         plot = report.with_name(SEARCH_PLOT)
         lines.append(f"plot: {plot}" if plot.exists() else "plot: - (none was drawn)")

@@ -52,7 +52,7 @@ TAG_CONTENT = "collobench.content_sha256"  # what was logged: a changed search i
 KIND_SEARCH = "capacity_search"
 KIND_PROBE = "capacity_probe"
 # The files logged as the parent's artifacts when present (report.md and the plot are written
-# by analysis.capacity_warehouse.write_search_report, which log_search calls when the plot is
+# by analysis.capacity.report_markdown.write_search_report, which log_search calls when the plot is
 # missing).
 ARTIFACTS = (SEARCH_FILE, PROBES_FILE, CAPACITY_FILE, "report.md", "capacity_plot.png")
 
@@ -61,22 +61,15 @@ def read_search_dir(
     search_dir: Path,
 ) -> tuple[SearchSettings, CapacityResult | None, list[ProbeRecord]]:
     """search.json, capacity.json (None while the search is unfinished) and the probes
-    (capacity.json's, else probes.jsonl's, a torn last line ignored), through the models."""
-    settings = SearchSettings.model_validate_json((search_dir / SEARCH_FILE).read_text())
-    result_path = search_dir / CAPACITY_FILE
-    if result_path.exists():
-        result = CapacityResult.model_validate_json(result_path.read_text())
-        return settings, result, list(result.probes)
-    probes: list[ProbeRecord] = []
-    probes_path = search_dir / PROBES_FILE
-    lines = probes_path.read_text().splitlines() if probes_path.exists() else []
-    for number, line in enumerate(lines, start=1):
-        try:
-            probes.append(ProbeRecord.model_validate_json(line))
-        except ValueError:
-            if number < len(lines):
-                raise
-    return settings, None, probes
+    (capacity.json's, else probes.jsonl's, a torn last line ignored), through the analysis
+    layer's typed reader (the composition root meets analysis); a search without search.json
+    cannot be logged (ValueError)."""
+    from analysis.capacity.file_reader import read_search
+
+    files = read_search(search_dir)
+    if files.settings is None:
+        raise ValueError(f"{search_dir}: no {SEARCH_FILE}")
+    return files.settings, files.result, files.probes
 
 
 def _content_hash(search_dir: Path) -> str:
@@ -215,7 +208,7 @@ def _ensure_report(search_dir: Path) -> None:
     failure is a warning (the search is still logged, without them)."""
     if (search_dir / "capacity_plot.png").exists():
         return
-    from analysis.capacity_warehouse import (
+    from analysis.capacity.report_markdown import (
         write_search_report,  # the composition root meets analysis
     )
 

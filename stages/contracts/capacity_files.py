@@ -1,10 +1,11 @@
-"""The capacity search's files, one contract for the writer (stages.capacity) and the reader
-(the warehouse, analysis.capacity_warehouse): the file names of a search directory (`search.json`,
-`probes.jsonl`, `capacity.json`, the probes' run directories under `probes/`) and of a region
-directory (`region.json`), and the records written to them: one probe (`ProbeRecord`, a line of
-`probes.jsonl`), the search's settings (`SearchSettings`) and result (`CapacityResult`), and a
-region (`RegionResult` with its `RayResult`s and `SoloCapacity`s). The field names are the output
-contract (docs/contracts.md). A leaf: pydantic and the standard library only."""
+"""The capacity search's files, one contract for the writer (stages.capacity) and the reader (the
+warehouse, analysis.capacity.file_reader): the file names of a search directory
+(`search.json`, `probes.jsonl`, `capacity.json`, the probes' run directories under `probes/`)
+and of a region directory (`region.json`), and the records written to them: one probe
+(`ProbeRecord`, a line of `probes.jsonl`), the search's settings (`SearchSettings`) and result
+(`CapacityResult`), and a region (`RegionResult` with its `RayResult`s and `SoloCapacity`s). The
+field names are the output contract (docs/contracts.md). A leaf: pydantic and the standard
+library only."""
 
 from __future__ import annotations
 

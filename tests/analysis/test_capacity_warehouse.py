@@ -1,10 +1,10 @@
-"""The capacity warehouse (analysis.capacity_warehouse): loading a search twice leaves one copy, the
-`capacity` view's figures follow from the probes, an unfinished search loads from probes.jsonl,
-the `capacity_region` view normalises each ray by the solo capacities, a version-2 warehouse
-migrates, and the reports write their plots and link them. Capacity II: the endings' evidence,
-the time spent, the planned windows, cannot-pass and unloaded probes load (and an older search
-without them still does), the unloaded probe's verdict is no search verdict, a version-6
-warehouse gains the columns, and the plot draws the unloaded probe as a line."""
+"""The capacity warehouse (analysis.capacity.warehouse_tables): loading a search twice leaves one
+copy, the `capacity` view's figures follow from the probes, an unfinished search loads from
+probes.jsonl, the `capacity_region` view normalises each ray by the solo capacities, a version-2
+warehouse migrates, and the reports write their plots and link them. Capacity II: the endings'
+evidence, the time spent, the planned windows, cannot-pass and unloaded probes load (and an
+older search without them still does), the unloaded probe's verdict is no search verdict, a
+version-6 warehouse gains the columns, and the plot draws the unloaded probe as a line."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from typing import Any
 import duckdb
 import pytest
 
-from analysis import capacity_warehouse, migrations
-from analysis.capacity_warehouse import (
-    CapacityFileError,
+from analysis import migrations
+from analysis.capacity import report_markdown
+from analysis.capacity.file_reader import CapacityFileError
+from analysis.capacity.warehouse_tables import (
+    capacity_table,
     load_capacity_dirs,
     load_region,
     load_search,
@@ -27,6 +29,7 @@ from analysis.loader import load_runs
 from analysis.reader import run_query
 from analysis.report_entries import ReportCatalogueError
 from analysis.views_not_per_run import CAPACITY_CATALOGUE
+from stages.contracts.capacity_files import CAPACITY_FILE, PROBES_FILE, SEARCH_FILE
 from tests.analysis.capacity_dirs import (
     SOLO_QPS,
     UNDECIDABLE_DETAIL,
@@ -109,7 +112,7 @@ def test_an_unfinished_search_loads_from_probes_jsonl_and_a_resume_replaces_it(
     search = classify_search()
     search.probes = search.probes[:3]
     folder = search.write(tmp_path, finished=False)
-    with (folder / capacity_warehouse.PROBES_FILE).open("a") as handle:
+    with (folder / PROBES_FILE).open("a") as handle:
         handle.write('{"index": 3, "kind": "sea')  # torn by a crash mid-write
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
     load_search(connection, folder)
@@ -131,7 +134,7 @@ def test_bad_search_directories_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(CapacityFileError, match=r"not a capacity search \(no search.json\)$"):
         load_search(connection, tmp_path)
     folder = classify_search().write(tmp_path, finished=False)
-    (folder / capacity_warehouse.PROBES_FILE).write_text('{"index": 0,\n{"index": 1}\n')
+    (folder / PROBES_FILE).write_text('{"index": 0,\n{"index": 1}\n')
     with pytest.raises(CapacityFileError, match=r"probes.jsonl:1: not a JSON probe record"):
         load_search(connection, folder)
 
@@ -180,13 +183,13 @@ def test_load_capacity_dirs_loads_probe_runs_and_ray_searches(
     search.ray = {"vision": 70.7, "embed": 28.3}
     search.pipeline = "vision+embed"
     folder = search.write(tmp_path / "out")
-    result = (folder / capacity_warehouse.CAPACITY_FILE).read_text()
+    result = (folder / CAPACITY_FILE).read_text()
     broken = folder / "probes" / "20260101-000001-broken"  # a probe killed before its manifest
     broken.mkdir(parents=True)
     (broken / "manifest.json").write_text("{}")
     probe_runs = result.replace('"run_dir":null', f'"run_dir":"{run_dir}"', 1)
     probe_runs = probe_runs.replace('"run_dir":null', f'"run_dir":"{broken.name}"', 1)
-    (folder / capacity_warehouse.CAPACITY_FILE).write_text(probe_runs)
+    (folder / CAPACITY_FILE).write_text(probe_runs)
     region = write_region(tmp_path / "out", "region", [ray(45.0, 0.6, 0.62, (0.58, 0.66))])
     classify_search("region-vision").write(tmp_path / "out")  # the solo search of `vision`
 
@@ -202,15 +205,13 @@ def test_load_capacity_dirs_loads_probe_runs_and_ray_searches(
         db_path, "SELECT search_id, ray->>'$.vision' FROM capacity_searches ORDER BY search_id"
     )
     assert searched == [("ray-45", "70.7"), ("region-vision", None)]
-    frame = capacity_warehouse.capacity_table(db_path, "capacity_region", "region")
+    frame = capacity_table(db_path, "capacity_region", "region")
     assert list(frame["search_id"]) == ["ray-45"]
-    assert list(capacity_warehouse.capacity_table(db_path, "capacity", "ray-45")["pipeline"]) == [
-        "vision+embed"
-    ]
+    assert list(capacity_table(db_path, "capacity", "ray-45")["pipeline"]) == ["vision+embed"]
     with pytest.raises(ReportCatalogueError, match="not a capacity view"):
-        capacity_warehouse.capacity_table(db_path, "latency")
+        capacity_table(db_path, "latency")
     for view in CAPACITY_CATALOGUE:  # every catalogued column is in its view
-        assert view.columns() <= set(capacity_warehouse.capacity_table(db_path, view.view).columns)
+        assert view.columns() <= set(capacity_table(db_path, view.view).columns)
 
 
 def test_a_version_2_warehouse_migrates_to_the_capacity_tables(
@@ -240,9 +241,9 @@ def test_search_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
     search = classify_search()
     search.with_rates = {"embed": 12.5}
     folder = search.write(tmp_path)
-    report = capacity_warehouse.write_search_report(folder)
+    report = report_markdown.write_search_report(folder)
     text = report.read_text()
-    plot = folder / capacity_warehouse.SEARCH_PLOT
+    plot = folder / report_markdown.SEARCH_PLOT
     assert report == folder / "report.md"
     assert plot.read_bytes().startswith(PNG_MAGIC) and plot.stat().st_size > 10_000
     assert f"]({plot.name})" in text
@@ -264,8 +265,8 @@ def test_an_unfinished_or_infeasible_search_still_plots(tmp_path: Path) -> None:
         ceiling_qps=None,
     )
     for finished in (False, True):
-        report = capacity_warehouse.write_search_report(search.write(tmp_path, finished=finished))
-        assert (report.parent / capacity_warehouse.SEARCH_PLOT).stat().st_size > 0
+        report = report_markdown.write_search_report(search.write(tmp_path, finished=finished))
+        assert (report.parent / report_markdown.SEARCH_PLOT).stat().st_size > 0
     assert "infeasible" in report.read_text()
 
 
@@ -273,9 +274,9 @@ def test_region_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
     folder = write_region(
         tmp_path, "pair", [ray(a, 0.7, 0.72, (0.69, 0.75)) for a in (22.5, 45.0, 67.5)]
     )
-    report = capacity_warehouse.write_region_report(folder)
+    report = report_markdown.write_region_report(folder)
     text = report.read_text()
-    plot = folder / capacity_warehouse.REGION_PLOT
+    plot = folder / report_markdown.REGION_PLOT
     assert plot.read_bytes().startswith(PNG_MAGIC) and plot.stat().st_size > 10_000
     assert f"]({plot.name})" in text and "x + y = 1" in text
     assert "| 45 | 0.7 | (0.495, 0.495) | 0.9899 |" in text  # 0.7 * cos 45 = 0.495
@@ -286,11 +287,11 @@ def test_region_report_writes_the_plot_and_links_it(tmp_path: Path) -> None:
 def test_a_probe_s_design_effect_is_kept(tmp_path: Path) -> None:
     """helper "core"'s ProbeRecord.design_effect (bursts inflate the variance of the count)."""
     folder = classify_search().write(tmp_path, finished=False)
-    lines = (folder / capacity_warehouse.PROBES_FILE).read_text().splitlines()
+    lines = (folder / PROBES_FILE).read_text().splitlines()
     record = json.loads(lines[1])
     record["design_effect"] = 2.5
     lines[1] = json.dumps(record)
-    (folder / capacity_warehouse.PROBES_FILE).write_text("\n".join(lines) + "\n")
+    (folder / PROBES_FILE).write_text("\n".join(lines) + "\n")
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
     load_search(connection, folder)
     found = connection.execute(
@@ -351,18 +352,18 @@ def _strip(document: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
 def test_a_search_written_before_capacity_ii_still_loads_and_reports(tmp_path: Path) -> None:
     folder = classify_search().write(tmp_path)
     new_probe_fields = ("window_s", "cannot_pass")
-    settings = json.loads((folder / capacity_warehouse.SEARCH_FILE).read_text())
+    settings = json.loads((folder / SEARCH_FILE).read_text())
     old_settings = _strip(settings, ("budget_s", "min_queries"))
-    (folder / capacity_warehouse.SEARCH_FILE).write_text(json.dumps(old_settings))
+    (folder / SEARCH_FILE).write_text(json.dumps(old_settings))
     result = _strip(
-        json.loads((folder / capacity_warehouse.CAPACITY_FILE).read_text()),
+        json.loads((folder / CAPACITY_FILE).read_text()),
         ("stop_detail", "spent_s"),
     )
     result["probes"] = [_strip(probe, new_probe_fields) for probe in result["probes"]]
-    (folder / capacity_warehouse.CAPACITY_FILE).write_text(json.dumps(result))
+    (folder / CAPACITY_FILE).write_text(json.dumps(result))
     lines = [json.dumps(probe) for probe in result["probes"]]
-    (folder / capacity_warehouse.PROBES_FILE).write_text("\n".join(lines) + "\n")
-    assert "window_s" not in (folder / capacity_warehouse.CAPACITY_FILE).read_text()
+    (folder / PROBES_FILE).write_text("\n".join(lines) + "\n")
+    assert "window_s" not in (folder / CAPACITY_FILE).read_text()
 
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
     load_search(connection, folder)
@@ -375,7 +376,7 @@ def test_a_search_written_before_capacity_ii_still_loads_and_reports(tmp_path: P
     assert connection.execute("SELECT stop_detail, spent_s FROM capacity").fetchall() == [
         (None, None)
     ]
-    text = capacity_warehouse.write_search_report(folder).read_text()
+    text = report_markdown.write_search_report(folder).read_text()
     assert "- **stop reason**: converged\n- **spent**: -\n" in text
 
 
@@ -416,18 +417,18 @@ def test_the_plot_draws_the_unloaded_probe_as_a_line(
 ) -> None:
     """The unloaded probe (rate 0) is a dashed line at its p99, not a point at x = 0 on the log
     axis; a search with no search probe at all (infeasible at once) still plots."""
-    from analysis import capacity_plots
+    from analysis.capacity import figures
 
     drawn: list[Any] = []
-    save = capacity_plots._save
+    save = figures._save
 
     def keep_axis(figure: Any, path: Path) -> Path:
         drawn.append(figure.axes[0])
         return save(figure, path)
 
-    monkeypatch.setattr(capacity_plots, "_save", keep_axis)
+    monkeypatch.setattr(figures, "_save", keep_axis)
     search = slow_search()
-    report = capacity_warehouse.write_search_report(search.write(tmp_path)).read_text()
+    report = report_markdown.write_search_report(search.write(tmp_path)).read_text()
     axis = drawn[-1]
     points = [offset for group in axis.collections for offset in group.get_offsets()]
     assert points and all(x > 0 for x, _ in points)  # every marker has a rate
@@ -453,7 +454,7 @@ def test_the_plot_draws_the_unloaded_probe_as_a_line(
         ceiling_qps=None,
         stop_detail="the unloaded p99 misses the SLO",
     )
-    capacity_warehouse.write_search_report(hopeless.write(tmp_path))
+    report_markdown.write_search_report(hopeless.write(tmp_path))
     assert not drawn[-1].collections  # no probe point at all
     labels = [line.get_label() for line in drawn[-1].get_lines()]
     assert labels == ["unloaded p99 (missed)", "SLO: p99 <= 50 ms"]

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from matplotlib import pyplot
 
-from analysis import capacity_plots
-from analysis.capacity_files import read_search
+from analysis.capacity import figures
+from analysis.capacity.file_reader import read_search
 from analysis.run_summary import verdict_latencies
 from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.controller import ProbeRequest
@@ -117,8 +117,8 @@ def test_the_search_plot_names_the_percentile_it_plots_and_the_one_searched(
     result = json.loads((folder / "capacity.json").read_text())
     (folder / "capacity.json").write_text(json.dumps(result | {"percentile": 0.9}))
     drawn: list[Any] = []
-    monkeypatch.setattr(capacity_plots, "_save", lambda figure, path: drawn.append(figure))
-    capacity_plots.plot_search(read_search(folder), folder / "plot.png")
+    monkeypatch.setattr(figures, "_save", lambda figure, path: drawn.append(figure))
+    figures.plot_search(read_search(folder), folder / "plot.png")
     (axis,) = drawn[0].axes
     pyplot.close(drawn[0])
     assert axis.get_ylabel() == "p99 latency (ms, log)"  # the probes' p99_ms, as recorded

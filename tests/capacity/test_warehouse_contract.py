@@ -1,7 +1,7 @@
-"""The warehouse reads the capacity search's files by the contract's names
-(stages.contracts.capacity_files, which the writer uses too): every field it reads is a field of
-a contract record, and records built through the models, written either way (`with` by alias or
-`with_rates` by name), load into the capacity tables with their values."""
+"""The warehouse reads the capacity search's files through the contract's records
+(stages.contracts.capacity_files, which the writer uses too; analysis.capacity.file_reader):
+the file names are defined once, and records built through the models, written either way
+(`with` by alias or `with_rates` by name), load into the capacity tables with their values."""
 
 from __future__ import annotations
 
@@ -11,76 +11,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import capacity_files, capacity_warehouse
-from stages.contracts import capacity_files as contract
-from stages.contracts.capacity_files import (
-    CAPACITY_FILE,
-    PROBES_FILE,
-    REGION_FILE,
-    SEARCH_FILE,
-    CapacityResult,
-    PipelineProbe,
-    ProbeRecord,
-    RayResult,
-    RegionResult,
-    SearchSettings,
-    SoloCapacity,
-)
+from analysis.capacity.warehouse_tables import load_region, load_search
+from stages.contracts.capacity_files import CAPACITY_FILE, REGION_FILE, PipelineProbe, RegionResult
 from tests.analysis.capacity_dirs import classify_search, ray, write_region
 from tests.helpers import REPO
-
-RECORDS = (SearchSettings, CapacityResult, ProbeRecord, PipelineProbe, RegionResult, RayResult)
-
-
-def _strings(node: ast.AST | None) -> list[object]:
-    """The constants of a tuple literal."""
-    if not isinstance(node, ast.Tuple):
-        return []
-    return [item.value for item in node.elts if isinstance(item, ast.Constant)]
-
-
-def _names_read(path: Path) -> set[str]:
-    """The string keys a module reads: `x["name"]`, `x.get("name")`, `x.field("name")` and the
-    names passed to `_first` (a tuple, or a module-level tuple by its name)."""
-    tree = ast.parse(path.read_text())
-    tuples = {
-        target.id: _strings(node.value)
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
-    names: set[object] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            names.add(node.slice.value)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
-            called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-            if called in ("get", "field") and node.args and isinstance(node.args[0], ast.Constant):
-                names.add(node.args[0].value)
-            if called == "_first":
-                given = node.args[1]
-                names.update(tuples.get(given.id, []) if isinstance(given, ast.Name) else [])
-                names.update(_strings(given))
-    return {name for name in names if isinstance(name, str)}
-
-
-def test_the_warehouse_reads_the_contracts_names() -> None:
-    assert (capacity_warehouse.SEARCH_FILE, capacity_warehouse.PROBES_FILE) == (
-        SEARCH_FILE,
-        PROBES_FILE,
-    )
-    assert (capacity_warehouse.CAPACITY_FILE, capacity_warehouse.REGION_FILE) == (
-        CAPACITY_FILE,
-        REGION_FILE,
-    )
-    fields = {name for record in RECORDS for name in record.model_fields}
-    fields |= set(SoloCapacity.model_fields) | {contract.WITH_ALIAS}
-    read = _names_read(REPO / "analysis" / "capacity_files.py")
-    assert {"search_id", "with_rates", "solo_capacity_qps", "design_effect"} <= read
-    assert read - fields <= set(capacity_files.OLDER_SPELLINGS)
-    assert SearchSettings.model_fields["with_rates"].alias == contract.WITH_ALIAS
-    assert CapacityResult.model_fields["with_rates"].alias == contract.WITH_ALIAS
 
 
 def test_no_copy_of_the_file_names_outside_the_contract() -> None:
@@ -120,7 +54,7 @@ def test_model_records_load_with_their_values(tmp_path: Path, by_alias: bool) ->
     (folder / CAPACITY_FILE).write_text(result.model_dump_json(by_alias=by_alias))
 
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
-    assert capacity_warehouse.load_search(connection, folder) == result.search_id
+    assert load_search(connection, folder) == result.search_id
     searched = connection.execute(
         "SELECT pipeline, slo_ms, percentile, CAST(with_rates->>'$.embed' AS DOUBLE), "
         "certified_qps, estimate_qps, "
@@ -182,7 +116,7 @@ def test_region_records_load_with_their_values(tmp_path: Path) -> None:
     path.write_text(region.model_dump_json(indent=2))
 
     connection = duckdb.connect(str(tmp_path / "w.duckdb"))
-    assert capacity_warehouse.load_region(connection, folder) == region.region_id
+    assert load_region(connection, folder) == region.region_id
     loaded = connection.execute(
         "SELECT ray_index, angle_deg, pipeline_a, pipeline_b, solo_capacity_a_qps, "
         "solo_capacity_b_qps, certified_s, estimate_s, estimate_s_ci_low, estimate_s_ci_high, "

@@ -10,12 +10,9 @@ from typing import Any
 import pytest
 import typer
 
+from stages.capacity.region_question import parse_solo
 from stages.capacity.region_store import read_region
-from stages.cli.commands.capacity_region import (
-    parse_solo,
-    refuse_region_conflicts,
-    run_region_command,
-)
+from stages.cli.commands.capacity_region import refuse_region_conflicts, run_region_command
 from stages.contracts.capacity_files import (
     REGION_FILE,
     CapacityResult,

@@ -183,7 +183,7 @@ def await_region(cluster: Cluster, identifier: str, runs: int, timeout_s: float)
     all that exist ended and one failed (the rays never come then); run id -> record."""
     from dagster import RunsFilter
 
-    from bench_defs.capacity_assets import REGION_TAG
+    from bench_defs.capacity.assets import REGION_TAG
 
     deadline = time.monotonic() + timeout_s
     with instance(cluster) as dagster_instance:
@@ -212,13 +212,13 @@ def region_search_hosts(
 ) -> RegionSearches:
     """Which host each of the region's searches should have run on (`by_key`: partition key ->
     run record; `hosts`: pool -> host), and where the warehouse says their probes ran."""
-    from bench_defs.capacity_keys import (
+    from bench_defs.capacity.keys import (
         parse_capacity_key,
         ray_search_id,
         region_id_of,
         search_id_of,
     )
-    from bench_defs.pools import POOL_TAG
+    from bench_defs.core.pools import POOL_TAG
 
     found = RegionSearches({}, {}, "")
     for key, record in by_key.items():

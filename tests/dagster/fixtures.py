@@ -12,8 +12,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from bench_defs.core.resources import CollobenchResource, GroupPipesClient, WarehouseResource
 from bench_defs.definitions import build_definitions
-from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any
 import dagster as dg
 import psutil
 
-from bench_defs.specs import SPEC_PARTITIONS
+from bench_defs.core.specs import SPEC_PARTITIONS
 from stages.process_groups import end_group
 from tests.helpers import REPO
 

@@ -15,22 +15,22 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from bench_defs.capacity_assets import (
+from bench_defs.capacity.assets import (
     CAPACITY_PARTITIONS,
     TARGET_TAG,
     CapacityConfig,
     CapacitySearchResource,
     capacity,
 )
-from bench_defs.capacity_checks import BRACKET_CHECK, MONOTONE_CHECK
-from bench_defs.capacity_region import (
+from bench_defs.capacity.checks import BRACKET_CHECK, MONOTONE_CHECK
+from bench_defs.capacity.region_requests import (
     REGION_TAG,
     RegionRequest,
     capacity_region_sensor,
     write_region_request,
 )
+from bench_defs.core.pools import POOL_TAG
 from bench_defs.definitions import build_definitions
-from bench_defs.pools import POOL_TAG
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 
@@ -283,7 +283,7 @@ def test_search_options_become_cli_options() -> None:
 
 
 def _real_resources(resources: dict[str, Any], specs_dir: Path) -> dict[str, Any]:
-    from bench_defs.resources import CollobenchResource
+    from bench_defs.core.resources import CollobenchResource
 
     home = resources["collobench"].home
     return resources | {

@@ -7,8 +7,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from bench_defs.capacity_checks import bracket_check, monotone_check, probes_markdown
-from bench_defs.capacity_keys import CapacityKeyError, parse_capacity_key, region_keys, search_id_of
+from bench_defs.capacity.checks import bracket_check, monotone_check, probes_markdown
+from bench_defs.capacity.keys import CapacityKeyError, parse_capacity_key, region_keys, search_id_of
 from stages.contracts.capacity_files import CapacityResult, Verdict
 from tests.analysis.capacity_dirs import UNDECIDABLE_DETAIL, Probe, Search, slow_search
 

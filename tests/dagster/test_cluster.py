@@ -24,9 +24,9 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from bench_defs.capacity_assets import TARGET_TAG
-from bench_defs.pools import POOL_TAG, Pool, load_pools, pool_tags
-from bench_defs.specs import MAX_RUNTIME_TAG, SPEC_PARTITIONS
+from bench_defs.capacity.assets import TARGET_TAG
+from bench_defs.core.pools import POOL_TAG, Pool, load_pools, pool_tags
+from bench_defs.core.specs import MAX_RUNTIME_TAG, SPEC_PARTITIONS
 from stages.capacity.region_store import read_region
 from tests.dagster import cluster_faults as faults
 from tests.dagster.cluster_run import (
@@ -210,7 +210,7 @@ def test_both_hosts_results_load_into_one_warehouse(cluster: Cluster) -> None:
 
 
 def test_a_capacity_region_runs_on_both_hosts_at_once(cluster: Cluster) -> None:
-    from bench_defs.capacity_region import RegionRequest, request_id, write_region_request
+    from bench_defs.capacity.region_requests import RegionRequest, request_id, write_region_request
 
     request = RegionRequest(spec=REGION, pipelines=("a", "b"), rays=2, search=REGION_SEARCH)
     path = write_region_request(cluster.results / "capacity", request)  # the sensor acts on it

@@ -22,7 +22,7 @@ from bench_defs.cluster.instance_config import (
     write_pools,
     write_workspace,
 )
-from bench_defs.pools import POOL_TAG, Pool, PoolsFile
+from bench_defs.core.pools import POOL_TAG, Pool, PoolsFile
 from tests.helpers import REPO
 
 URL = "postgresql://dagster@/dagster?host=/tmp/x&port=5432"
@@ -106,10 +106,10 @@ def test_status_of_a_cluster_not_up_exits_1(capsys: pytest.CaptureFixture[str]) 
 def test_every_host_and_dagster_process_writes_results_to_one_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench_defs.capacity_assets import CapacitySearchResource
+    from bench_defs.capacity.assets import CapacitySearchResource
     from bench_defs.cluster.dagster_procs import dagster_env, worker_env
     from bench_defs.cluster.layout import Layout
-    from bench_defs.resources import CollobenchResource, WarehouseResource
+    from bench_defs.core.resources import CollobenchResource, WarehouseResource
     from stages import settings
 
     home = Path(settings.home())  # the test's own (conftest)

@@ -10,8 +10,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from bench_defs.core.specs import BenchmarkRunConfig
 from bench_defs.definitions import defs
-from bench_defs.specs import BenchmarkRunConfig
 from stages.artifacts.catalogue import ARTIFACTS
 from tests.helpers import REPO
 

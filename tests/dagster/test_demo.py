@@ -10,9 +10,9 @@ import dagster as dg
 import pytest
 import yaml
 
+from bench_defs.core.pools import POOL_TAG
+from bench_defs.core.specs import SPEC_PARTITIONS
 from bench_defs.demo import UI_HINT, main, prepare_dagster_home
-from bench_defs.pools import POOL_TAG
-from bench_defs.specs import SPEC_PARTITIONS
 from tests.dagster.demo_run import DemoRun
 from tests.dagster.specs import tiny_spec, write_spec
 

@@ -13,8 +13,8 @@ import dagster as dg
 import pytest
 
 from bench_defs.benchmark import benchmark_run
-from bench_defs.pools import LOCAL_POOL
-from bench_defs.specs import (
+from bench_defs.core.pools import LOCAL_POOL
+from bench_defs.core.specs import (
     MAX_RUNTIME_TAG,
     PHASE_MARGIN_S,
     RUN_MARGIN_S,

@@ -1,4 +1,4 @@
-"""The instance configuration `make demo` and `make ui` write (bench_defs.pools): a Dagster
+"""The instance configuration `make demo` and `make ui` write (bench_defs.core.pools): a Dagster
 instance loads it, and it limits runs per device pool (no pools file: the pool `local`, one run
 at a time); a user's own file keeps everything but the limits; benchmark_job carries the pool."""
 
@@ -14,8 +14,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from bench_defs.definitions import defs
-from bench_defs.pools import (
+from bench_defs.core.pools import (
     OLD_DEVICE_TAG,
     POOL_TAG,
     POOLS_FILE_ENV,
@@ -23,6 +22,7 @@ from bench_defs.pools import (
     load_pools,
     write_instance_config,
 )
+from bench_defs.definitions import defs
 from tests.helpers import REPO
 
 TWO_POOLS = {
@@ -66,7 +66,7 @@ def test_one_limit_per_pool_of_the_pools_file(
     pools_file.write_text(yaml.safe_dump(TWO_POOLS))
     monkeypatch.setenv(POOLS_FILE_ENV, str(pools_file))
     completed = subprocess.run(
-        [sys.executable, "-m", "bench_defs.pools", "--write-instance", str(tmp_path / "home")],
+        [sys.executable, "-m", "bench_defs.core.pools", "--write-instance", str(tmp_path / "home")],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,7 +1,7 @@
 """deploy/k8s/ (never run on a cluster here): every YAML file parses, a benchmark run pod
 requests a GPU, storage is Postgres and the runs bucket, the run queue limits runs per device
 pool (the pools of deploy/k8s/pools.yaml), run monitoring never resumes a run, and no value is a
-password, a key or a loopback address; bench_defs.k8s renders the per-run `dagster-k8s/config`
+password, a key or a loopback address; bench_defs.core.k8s renders the per-run `dagster-k8s/config`
 tag (tests/dagster/test_k8s_job.py renders the Job body with dagster-k8s itself)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bench_defs.k8s import K8S_CONFIG_TAG, gpus_for, k8s_run_config, k8s_run_tags
-from bench_defs.pools import OLD_DEVICE_TAG, POOL_TAG, Pool, load_pools, pool_limits
+from bench_defs.core.k8s import K8S_CONFIG_TAG, gpus_for, k8s_run_config, k8s_run_tags
+from bench_defs.core.pools import OLD_DEVICE_TAG, POOL_TAG, Pool, load_pools, pool_limits
 from tests.helpers import REPO
 
 DEPLOY = REPO / "deploy" / "k8s"
@@ -177,7 +177,7 @@ def test_run_tag_helper() -> None:
 
 
 def test_runs_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from bench_defs.resources import CollobenchResource
+    from bench_defs.core.resources import CollobenchResource
 
     monkeypatch.setenv("COLLOBENCH_RUNS_DIR", str(tmp_path / "bucket"))
     assert CollobenchResource(home=str(tmp_path / "home")).runs_path() == tmp_path / "bucket"

@@ -23,7 +23,7 @@ from dagster._core.test_utils import create_run_for_test
 from dagster_k8s import K8sRunLauncher
 from kubernetes.client import ApiClient
 
-from bench_defs.pools import (
+from bench_defs.core.pools import (
     OLD_DEVICE_TAG,
     POOL_TAG,
     POOLS_FILE_ENV,
@@ -31,7 +31,7 @@ from bench_defs.pools import (
     pool_limits,
     write_instance_config,
 )
-from bench_defs.resources import GroupPipesClient
+from bench_defs.core.resources import GroupPipesClient
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.dagster.test_instance_config import run_limits
 from tests.dagster.test_sensor import tick

@@ -15,8 +15,8 @@ import pytest
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 from dagster._core.loader import LoadingContextForTest
 
+from bench_defs.core.specs import SPEC_PARTITIONS
 from bench_defs.definitions import build_definitions
-from bench_defs.specs import SPEC_PARTITIONS
 from stages.artifacts.catalogue import ARTIFACTS
 from tests.dagster.specs import tiny_spec, write_spec
 

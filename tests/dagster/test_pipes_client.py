@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from bench_defs.pipes_runner import manifest_metadata, relay, summary_markdown
+from bench_defs.core.pipes_runner import manifest_metadata, relay, summary_markdown
 from stages.process_groups import end_group, group_alive
 
 IGNORES_SIGTERM = (

@@ -1,5 +1,5 @@
-"""Device pools (bench_defs/pools.py): the pools file, the tags of a run, who picks a run's pool
-(the sensor and the schedule: least loaded; a capacity region: round-robin by index) and a run
+"""Device pools (bench_defs/core/pools.py): the pools file, the tags of a run, who picks a run's
+pool (the sensor and the schedule: least loaded; a capacity region: round-robin by index) and a run
 whose pool tag names no pool failing with one line before anything runs."""
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from dagster._core.remote_origin import (
 from dagster._core.test_utils import create_run_for_test
 
 from bench_defs.benchmark import benchmark_run
-from bench_defs.capacity_assets import CAPACITY_PARTITIONS, CapacitySearchResource, capacity
-from bench_defs.capacity_region import (
+from bench_defs.capacity.assets import CAPACITY_PARTITIONS, CapacitySearchResource, capacity
+from bench_defs.capacity.region_requests import (
     RegionRequest,
     add_region_partitions,
     plan_tick,
     write_region_request,
 )
-from bench_defs.pools import (
+from bench_defs.core.pools import (
     LOCAL_POOL,
     POOL_TAG,
     POOLS_FILE_ENV,
@@ -39,8 +39,8 @@ from bench_defs.pools import (
     pool_of,
     pool_tags,
 )
+from bench_defs.core.specs import SPEC_PARTITIONS
 from bench_defs.schedules import nightly_benchmarks
-from bench_defs.specs import SPEC_PARTITIONS
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.dagster.test_sensor import tick
 

@@ -11,9 +11,9 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from bench_defs.pools import POOL_TAG
+from bench_defs.core.pools import POOL_TAG
+from bench_defs.core.specs import SPEC_PARTITIONS
 from bench_defs.schedules import nightly_benchmarks
-from bench_defs.specs import SPEC_PARTITIONS
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 

@@ -10,9 +10,9 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from bench_defs.pools import POOL_TAG, QUEUE_TAG
+from bench_defs.core.pools import POOL_TAG, QUEUE_TAG
+from bench_defs.core.specs import SPEC_PARTITIONS, file_hash
 from bench_defs.sensors import spec_files_sensor
-from bench_defs.specs import SPEC_PARTITIONS, file_hash
 from tests.dagster.specs import tiny_spec, write_spec
 
 

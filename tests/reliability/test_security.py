@@ -20,7 +20,7 @@ from analysis.db import connect_writer
 from analysis.loader import ensure_schema
 from analysis.reader import connect_read_only
 from bench_defs.benchmark import benchmark_run
-from bench_defs.specs import SPEC_PARTITIONS
+from bench_defs.core.specs import SPEC_PARTITIONS
 from bench_defs.warehouse import warehouse
 from stages.cli.app import app
 from stages.library.retrieval.sql import SqlRetrievalStage

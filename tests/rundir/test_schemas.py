@@ -42,7 +42,7 @@ def _from_arrow(schema: pa.Schema) -> list[tuple[str, str]]:
 def test_there_is_a_shape_for_each_run_directory_table_and_the_warehouse_stores_none() -> None:
     assert set(catalogue.shapes()) == set(TABLES)
     # the warehouse's own: runs and their files, versions, and the capacity searches
-    # (analysis.capacity_warehouse); the raw rows stay in the run directories
+    # (analysis.capacity.warehouse_tables); the raw rows stay in the run directories
     assert _tables("schema.sql") == {
         "runs",
         "run_files",

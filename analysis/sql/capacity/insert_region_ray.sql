@@ -1,4 +1,4 @@
--- Record one ray of a capacity region from its region.json (analysis.capacity_warehouse.load_region;
+-- Record one ray of a capacity region from its region.json (analysis.capacity.warehouse_tables.load_region;
 -- the region's earlier rows were deleted in the same transaction).
 INSERT INTO capacity_region_rays (
     region_id, ray_index, angle_deg, pipeline_a, pipeline_b, direction_a, direction_b,

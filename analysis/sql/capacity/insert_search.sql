@@ -1,4 +1,4 @@
--- Record one capacity search from its search.json and capacity.json (analysis.capacity_warehouse; the
+-- Record one capacity search from its search.json and capacity.json (analysis.capacity.warehouse_tables; the
 -- loader has already deleted any earlier row of this search_id in the same transaction, so
 -- this never conflicts). The answer's parameters are NULL while the search is unfinished, and
 -- so are the fields a search written before capacity II lacks (stop_detail, spent_s, budget_s,

@@ -1,5 +1,5 @@
 -- capacity: one row per loaded capacity search (capacity_searches, capacity_probes; loaded by
--- analysis.capacity_warehouse.load_search), the answer beside how it was reached.
+-- analysis.capacity.warehouse_tables.load_search), the answer beside how it was reached.
 --   certified_qps       the highest met rate below the lowest not-met one (conservative);
 --   estimate_qps        where the isotonic fit of the over-SLO share crosses 1 - percentile,
 --                       with its block-bootstrap 95% interval estimate_qps_ci_low/high;

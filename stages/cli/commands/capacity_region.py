@@ -1,26 +1,20 @@
-"""`collobench capacity SPEC --region A,B [--rays 5]`: the capacity region of two pipelines
-(stages.capacity.region), with `--ray K --solo A=QPS,B=QPS` running a single ray (as Dagster
-does), then its table: per ray the angle, the scale s certified and estimated, both rates and
-x + y on axes normalised by the solo capacities (1: what pure time-sharing gives)."""
+"""`collobench capacity SPEC --region A,B [--rays 5]`: the capacity region of two pipelines (asked
+and answered by stages.capacity.region_question), with `--ray K --solo A=QPS,B=QPS` running a
+single ray (as Dagster does), then its table: per ray the angle, the scale s certified and
+estimated, both rates and x + y on axes normalised by the solo capacities (1: what pure time-
+sharing gives)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from stages.capacity.region import (
-    OptionsT,
-    RegionInputError,
-    RunSearch,
-    region_pipelines,
-    run_ray,
-    run_region,
-)
+from stages.capacity.region import OptionsT, RegionInputError, RunSearch
+from stages.capacity.region_question import answer_region, region_asked
 from stages.cli.console import err, fail_input, out
 from stages.cli.render import fmt
 from stages.contracts.capacity_files import (
@@ -71,33 +65,6 @@ def refuse_region_conflicts(
         )
 
 
-def default_region_id(loaded: LoadedSpec, pipelines: tuple[str, str]) -> str:
-    """`<spec>-<A>-<B>-<UTC time>`: a new folder under --out for every region started."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    return f"{loaded.spec.name}-{pipelines[0]}-{pipelines[1]}-{stamp}"
-
-
-def parse_solo(text: str, pipelines: tuple[str, str]) -> dict[str, float]:
-    """`A=QPS,B=QPS` -> {A: QPS, B: QPS}, both pipelines of the region, each capacity > 0."""
-    capacities: dict[str, float] = {}
-    for item in text.split(","):
-        name, separator, value = item.partition("=")
-        try:
-            rate = float(value)
-        except ValueError:
-            rate = float("nan")
-        if not separator or not rate > 0 or name.strip() not in pipelines:
-            raise RegionInputError(
-                f"--solo {text!r}: give {pipelines[0]}=QPS,{pipelines[1]}=QPS with rates > 0"
-            )
-        capacities[name.strip()] = rate
-    if set(capacities) != set(pipelines):
-        raise RegionInputError(
-            f"--solo {text!r}: give a capacity for both {' and '.join(pipelines)}"
-        )
-    return capacities
-
-
 def run_region_command(
     spec_path: Path,
     loaded: LoadedSpec,
@@ -112,35 +79,18 @@ def run_region_command(
     solo: str | None = None,
     report: Callable[[Path], Path] | None = None,
 ) -> RegionResult | RayResult:
-    """The region (or with `ray`, one ray of it), its table and where it was written. Bad input
-    exits 2 with one line; Ctrl-C exits 130 saying how to resume (finished searches and probes
-    are kept). `report(region_dir)` writes the region's plot and returns its path."""
+    """The region (or with `ray`, one ray of it; stages.capacity.region_question), its table
+    and where it was written. Bad input exits 2 with one line; Ctrl-C exits 130 saying how to
+    resume (finished searches and probes are kept). `report(region_dir)` writes the region's
+    plot and returns its path."""
     try:
-        pipelines = region_pipelines(loaded, region.split(","))
-        if rays < 1:
-            raise RegionInputError(f"--rays must be at least 1, got {rays}")
-        if ray is not None:
-            return _one_ray(
-                loaded,
-                pipelines,
-                ray,
-                rays,
-                solo,
-                options,
-                settings_template,
-                region_id,
-                run_search,
-            )
-        if solo is not None:
-            raise RegionInputError("--solo goes with --ray (one ray of a region)")
-        region_id = region_id or default_region_id(loaded, pipelines)
-        result = run_region(
+        asked = region_asked(loaded, region, rays, region_id, ray, solo)
+        region_id = asked.region_id
+        result = answer_region(
             loaded,
-            pipelines,
-            rays,
-            options,
-            settings_template,
-            region_id=region_id,
+            asked,
+            options=options,
+            settings_template=settings_template,
             run_search=run_search,
         )
     except RegionInputError as error:
@@ -153,42 +103,18 @@ def run_region_command(
             highlight=False,
         )
         raise typer.Exit(ExitCode.INTERRUPTED) from None
-    _print_region(result, options.out_dir / result.region_id, report)
+    if isinstance(result, RayResult):
+        _print_ray(result, asked.pipelines, options.out_dir)
+    else:
+        _print_region(result, options.out_dir / result.region_id, report)
     return result
 
 
-def _one_ray(
-    loaded: LoadedSpec,
-    pipelines: tuple[str, str],
-    ray: int,
-    rays: int,
-    solo: str | None,
-    options: OptionsT,
-    settings_template: SearchSettings,
-    region_id: str | None,
-    run_search: RunSearch[OptionsT],
-) -> RayResult:
-    if solo is None:
-        raise RegionInputError("--ray needs --solo A=QPS,B=QPS (the solo capacities to scale by)")
-    if region_id is None:
-        raise RegionInputError("--ray needs --search-id (the region's id, shared by its rays)")
-    capacities = parse_solo(solo, pipelines)
-    result = run_ray(
-        loaded,
-        pipelines,
-        ray,
-        rays,
-        capacities,
-        options,
-        settings_template,
-        region_id=region_id,
-        run_search=run_search,
-    )
+def _print_ray(result: RayResult, pipelines: tuple[str, str], out_dir: Path) -> None:
     table = _ray_table(pipelines)
     table.add_row(*_ray_cells(result, pipelines))
     out.print(table)
-    out.print(f"search: {options.out_dir / result.search_id}", markup=False, highlight=False)
-    return result
+    out.print(f"search: {out_dir / result.search_id}", markup=False, highlight=False)
 
 
 def _ray_table(pipelines: tuple[str, str]) -> Table:

@@ -1,6 +1,6 @@
 """The Pipes child of the `capacity` asset: runs `collobench capacity ...` and relays its progress.
 
-    python -m bench_defs.capacity_runner -- COMMAND...
+    python -m bench_defs.capacity.runner -- COMMAND...
 
 Started by `GroupPipesClient` in its own session, so the search, its probes' workers and their
 samplers are one process group that cancelling the Dagster run ends together. The CLI reports
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from dagster_pipes import open_dagster_pipes
 
-from bench_defs.pipes_runner import run_relayed
+from bench_defs.core.pipes_runner import run_relayed
 from stages.contracts.errors import ExitCode
 
 
@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        print("usage: python -m bench_defs.capacity_runner -- COMMAND...", file=sys.stderr)
+        print("usage: python -m bench_defs.capacity.runner -- COMMAND...", file=sys.stderr)
         return ExitCode.INVALID_INPUT
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _note_signal)

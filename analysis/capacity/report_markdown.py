@@ -1,5 +1,5 @@
 """A capacity search's and a capacity region's report.md, written into its directory with the
-plot beside it (analysis.capacity_plots): the headline (certified capacity, estimate with its
+plot beside it (analysis.capacity.figures): the headline (certified capacity, estimate with its
 95% interval, bracket, stop reason with its evidence, time spent), the probe or ray table, and
 the image link. Read from the directory's JSON alone, so a report needs no warehouse."""
 
@@ -9,16 +9,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis import capacity_plots
-from analysis.capacity_files import (
-    RegionFiles,
-    SearchFiles,
-    ray_row,
-    read_region,
-    read_search,
-    search_row,
-)
+from analysis.capacity import figures
+from analysis.capacity.file_reader import RegionFiles, SearchFiles, read_region, read_search
+from analysis.capacity.table_rows import ray_row, search_row
 from analysis.report_entries import MARKDOWN_NUMBERS
+from stages.contracts.capacity_files import ProbeRecord
 
 REPORT_NAME = "report.md"
 SEARCH_PLOT = "capacity_plot.png"
@@ -52,8 +47,7 @@ def _spent(row: Mapping[str, Any]) -> str:
 def search_summary(files: SearchFiles) -> list[tuple[str, str]]:
     """(label, text) lines of a search's headline: the answer, how it stopped, the probes."""
     row = search_row(files)
-    is_ray = files.settings.get("ray") is not None
-    unit = "s (ray scale)" if is_ray else "q/s"
+    unit = "s (ray scale)" if files.is_ray else "q/s"
     co_runners = ", ".join(f"{name} at {rate:g} q/s" for name, rate in files.with_rates.items())
     bracket = (
         f"[{_cell(row['bracket_lo'])}, {_cell(row['bracket_hi'])}]"
@@ -97,21 +91,21 @@ _PROBE_COLUMNS = (
 )
 
 
-def probe_table(probes: Sequence[Mapping[str, Any]]) -> str:
+def probe_table(probes: Sequence[ProbeRecord]) -> str:
     """The probes as a Markdown table, in the order they ran (run directories by name)."""
     lines = [
         "| " + " | ".join(header for header, _ in _PROBE_COLUMNS) + " |",
         "|" + "---|" * len(_PROBE_COLUMNS),
     ]
-    for probe in sorted(probes, key=lambda item: int(item["index"])):
+    for probe in sorted(probes, key=lambda item: item.index):
         cells = []
         for _, name in _PROBE_COLUMNS:
-            value = probe.get(name)
+            value = getattr(probe, name)
             if name == "run_dir" and value:
                 value = Path(str(value)).name
             if name == "flagged":
                 value = "yes" if value else ""
-            if name == "verdict" and probe.get("cannot_pass"):
+            if name == "verdict" and probe.cannot_pass:
                 value = f"{value} (cannot pass)"
             cells.append(_cell(value).replace("|", "/"))
         lines.append("| " + " | ".join(cells) + " |")
@@ -122,7 +116,7 @@ def write_search_report(search_dir: Path | str) -> Path:
     """Write report.md and capacity_plot.png (p99 against offered rate) into the search
     directory; returns report.md's path."""
     files = read_search(search_dir)
-    plot = capacity_plots.plot_search(files, files.search_dir / SEARCH_PLOT)
+    plot = figures.plot_search(files, files.search_dir / SEARCH_PLOT)
     summary = "\n".join(f"- **{label}**: {text}" for label, text in search_summary(files))
     text = (
         f"# Capacity search `{files.search_id}`\n\n{summary}\n\n"
@@ -149,8 +143,8 @@ _RAY_COLUMNS = (
 def region_points(files: RegionFiles) -> list[dict[str, Any]]:
     """Each ray's row with its normalised points (what the capacity_region view computes)."""
     points = []
-    for index, ray in enumerate(files.rays):
-        row = ray_row(files, index, ray)
+    for ray in files.rays:
+        row = ray_row(files, ray)
         weight = row["direction_a"] + row["direction_b"]
         for name in ("certified_s", "estimate_s", "estimate_ci95_low_s", "estimate_ci95_high_s"):
             value = row[name]
@@ -184,7 +178,7 @@ def write_region_report(region_dir: Path | str) -> Path:
     files = read_region(region_dir)
     points = region_points(files)
     first, second = files.pipelines() if files.rays else ("A", "B")
-    plot = capacity_plots.plot_region(points, (first, second), files.region_dir / REGION_PLOT)
+    plot = figures.plot_region(points, (first, second), files.region_dir / REGION_PLOT)
     lines = [
         "| " + " | ".join(header for header, _ in _RAY_COLUMNS) + " |",
         "|" + "---|" * len(_RAY_COLUMNS),

@@ -1,18 +1,18 @@
 """The `capacity` asset: one capacity search per dynamic partition `<spec>|<target>`
-(capacity_keys).
+(keys).
 
 Materialising a partition runs `collobench capacity` in a Pipes child in its own process group
-(`bench_defs.capacity_runner`, started by `GroupPipesClient` as `benchmark_run` is), writing
+(`bench_defs.capacity.runner`, started by `GroupPipesClient` as `benchmark_run` is), writing
 `<capacity dir>/<search id>/capacity.json`; the asset reports that result as metadata
 (certified_qps, estimate_qps, estimate_ci95, bracket, stop_reason, probes, the files) and
-evaluates its two checks (bench_defs.capacity_checks). A solo target searches one pipeline
+evaluates its two checks (bench_defs.capacity.checks). A solo target searches one pipeline
 (search id `<spec>-<pipeline>-<root run id[:8]>`). A ray target (`A+B@ray<k>of<n>`) searches
 the scale s along ray k of the region of A and B (`--region A,B --rays n --ray k --solo
 A=QPS,B=QPS --search-id REGION_ID`, in `<REGION_ID>-ray<k>`); it needs A's and B's solo
 capacities: certified_qps, else estimate_qps, of the latest materialisation of `<spec>|A`
 and `<spec>|B`. The rays of one region share REGION_ID through the region request's run tag
 (or the backfill id). Each partition is its own run, tagged with a device pool
-(`collobench/gpu-pool`, bench_defs/pools.py), so the run queue runs at most a pool's device
+(`collobench/gpu-pool`, bench_defs/core/pools.py), so the run queue runs at most a pool's device
 count of searches at once and the rays of a region, spread over the pools, run on several hosts
 at once. A re-executed run resumes its search (same root run id, same tags: the probes recorded
 so far are kept).
@@ -26,24 +26,24 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from bench_defs.capacity_checks import (
+from bench_defs.capacity.checks import (
     DEFAULT_PRECISION,
     bracket_check,
     capacity_check_specs,
     monotone_check,
     result_metadata,
 )
-from bench_defs.capacity_keys import (
+from bench_defs.capacity.keys import (
     CapacityTarget,
     parse_capacity_key,
     ray_search_id,
     region_id_of,
     search_id_of,
 )
-from bench_defs.capacity_region_file import write_region_summary
-from bench_defs.pools import check_run_pool, default_pool
-from bench_defs.resources import CollobenchResource, GroupPipesClient, WarehouseResource
-from bench_defs.specs import DEFAULT_DEVICE, read_spec_state, run_tags
+from bench_defs.capacity.region_summary import write_region_summary
+from bench_defs.core.pools import check_run_pool, default_pool
+from bench_defs.core.resources import CollobenchResource, GroupPipesClient, WarehouseResource
+from bench_defs.core.specs import DEFAULT_DEVICE, read_spec_state, run_tags
 from stages import settings
 from stages.contracts.capacity_files import (
     CAPACITY_FILE,
@@ -284,7 +284,7 @@ def search_command(
     command = capacity_search.command(collobench.python_executable())
     command += ["capacity", str(spec_path), *plan.arguments, "--out", str(out)]
     command += ["--db", str(duckdb_warehouse.db_path()), *capacity_search.mlflow_options()]
-    runner = [collobench.python_executable(), "-m", "bench_defs.capacity_runner", "--"]
+    runner = [collobench.python_executable(), "-m", "bench_defs.capacity.runner", "--"]
     return runner + command, plan
 
 
@@ -306,8 +306,8 @@ def load_probe_runs(context: dg.AssetExecutionContext, search_dir: Path, db_path
     search's rows alone), so each probe's run, with the host it ran on, is queryable next to
     the benchmarks; nothing to do for a search without probe runs (simulated); a failure is a
     warning (the search's own result stands)."""
-    from analysis.capacity_files import read_search
-    from analysis.capacity_warehouse import load_capacity_dirs, probe_run_dirs
+    from analysis.capacity.file_reader import read_search
+    from analysis.capacity.warehouse_tables import load_capacity_dirs, probe_run_dirs
 
     try:
         if probe_run_dirs(read_search(search_dir)):

@@ -14,8 +14,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from bench_defs.k8s import k8s_run_tags
-from bench_defs.pools import Pool, pool_tags
+from bench_defs.core.k8s import k8s_run_tags
+from bench_defs.core.pools import Pool, pool_tags
 from stages.spec.model_entry import ModelEntry, is_model_entry
 
 SPEC_PARTITIONS = "spec_files"
@@ -205,9 +205,9 @@ def run_tags(
     devices: str, pool: Pool, normalized: Mapping[str, Any] | None = None
 ) -> dict[str, str]:
     """The tags of a benchmark or capacity run on `devices` in `pool`: the pool and its queue
-    (bench_defs/pools.py: the instance runs at most the pool's device count at once), with the
+    (bench_defs/core/pools.py: the instance runs at most the pool's device count at once), with the
     spec's normal form its `dagster/max_runtime` (`max_runtime_s`), and, under
-    `$COLLOBENCH_K8S`, the pod configuration (bench_defs/k8s.py)."""
+    `$COLLOBENCH_K8S`, the pod configuration (bench_defs/core/k8s.py)."""
     tags = {**pool_tags(pool), **k8s_run_tags(devices, pool)}
     if normalized is not None:
         tags[MAX_RUNTIME_TAG] = str(max_runtime_s(normalized))

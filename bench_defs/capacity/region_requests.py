@@ -12,7 +12,7 @@ the `capacity_region_job` (Launchpad config: ops.plan_capacity_region.config) or
 - once both solo partitions are materialised it requests one run per ray.
 Run keys are `<request id>:<partition>` (request id = file name and content hash), so a tick
 never requests a run twice and an edited request runs again. The runs go round-robin over the
-device pools (bench_defs/pools.py) by their index: solo A on the first pool, solo B on the
+device pools (bench_defs/core/pools.py) by their index: solo A on the first pool, solo B on the
 second, ray k on pool k-1 (modulo the number of pools), so both solo searches and the rays run
 on several hosts at once; a request asked again on a later tick gets the same pools. The run
 queue then runs at most a pool's device count of searches at once.
@@ -27,7 +27,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field
 
-from bench_defs.capacity_assets import (
+from bench_defs.capacity.assets import (
     CAPACITY_PARTITIONS,
     REGION_TAG,
     TARGET_TAG,
@@ -37,11 +37,11 @@ from bench_defs.capacity_assets import (
     capacity_job,
     search_config,
 )
-from bench_defs.capacity_keys import region_keys
-from bench_defs.pools import Pool, PoolError, load_pools, round_robin
-from bench_defs.resources import CollobenchResource
-from bench_defs.sensors import sensor_interval_s
-from bench_defs.specs import devices_of, read_spec_state, run_tags
+from bench_defs.capacity.keys import region_keys
+from bench_defs.core.pools import Pool, PoolError, load_pools, round_robin
+from bench_defs.core.resources import CollobenchResource
+from bench_defs.core.sensor_interval import sensor_interval_s
+from bench_defs.core.specs import devices_of, read_spec_state, run_tags
 
 REGIONS_FOLDER = "regions"
 

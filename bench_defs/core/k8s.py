@@ -11,7 +11,7 @@ MPS-shared GPU is not exclusive, whatever the device plugin counts) and, for a p
 file, on the node label `collobench/gpu-pool In [<pool>]` (label the pool's nodes so), a
 toleration for GPU node taints, and a termination grace longer than the Pipes client's
 SIGTERM-to-SIGKILL wait, so a cancelled run winds its workers down before the kubelet kills the
-pod. The instance's run limit per pool (bench_defs/pools.py) keeps runs in Dagster's queue
+pod. The instance's run limit per pool (bench_defs/core/pools.py) keeps runs in Dagster's queue
 rather than as Pending pods; there is no per-`cuda:N` limit (a pod never picks its GPU index).
 
 Nothing here imports dagster-k8s (an extra, `cluster`): the tag is plain JSON, which the
@@ -26,7 +26,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from bench_defs.pools import LOCAL_POOL, POOL_TAG, Pool
+from bench_defs.core.pools import LOCAL_POOL, POOL_TAG, Pool
 
 K8S_ENV = "COLLOBENCH_K8S"
 """`1`: benchmark runs carry the `dagster-k8s/config` tag (one GPU pod per run)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import dagster as dg
 
-from bench_defs.reports import image_markdown
+from bench_defs.core.image_metadata import image_markdown
 from stages.contracts.capacity_files import CAPACITY_FILE, CapacityResult
 
 BRACKET_CHECK = "capacity_bracket_within_precision"

@@ -15,7 +15,7 @@ Who picks a run's pool: a Launchpad run (benchmark_job, capacity_job) gets the f
 default tags; the spec sensor and the nightly schedule give each run the least-loaded pool
 (queued and running runs per device, ties in file order, so an idle set of pools fills round-
 robin); a capacity region's solo searches and rays go round-robin over the pools by their index,
-so the rays of one region run on several hosts at once. `python -m bench_defs.pools` prints the
+so the rays of one region run on several hosts at once. `python -m bench_defs.core.pools` prints the
 pools; `--write-instance DIR` writes their limits into `DIR/dagster.yaml` (`make ui`, `make demo`).
 """
 
@@ -46,7 +46,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 OLD_DEVICE_TAG = "collobench/device"
 """The per-device tag pools replaced (one run per `cuda:N` value, whatever the host): an instance
 limit on it is dropped when the pool limits are written."""
-INSTANCE_TEMPLATE = Path(__file__).with_name("dagster.yaml")
+INSTANCE_TEMPLATE = Path(__file__).parent.parent / "dagster.yaml"
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -227,7 +227,9 @@ def write_instance_config(folder: Path, pools: list[Pool] | None = None) -> Path
     config = yaml.safe_load(text) or {}
     merged = merge_pool_limits(config, pools)
     if merged != config:
-        header = f"# collobench: run limits of the pools of {pools_file()} (bench_defs.pools)\n"
+        header = (
+            f"# collobench: run limits of the pools of {pools_file()} (bench_defs.core.pools)\n"
+        )
         text = header + yaml.safe_dump(merged, sort_keys=False)
     if text != existing:
         path.write_text(text, encoding="utf-8")
@@ -235,7 +237,7 @@ def write_instance_config(folder: Path, pools: list[Pool] | None = None) -> Path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m bench_defs.pools [--write-instance DIR]`: the pools and their run limits."""
+    """`python -m bench_defs.core.pools [--write-instance DIR]`: the pools and their run limits."""
     parser = argparse.ArgumentParser(description="The device pools and their run limits.")
     parser.add_argument(
         "--write-instance",

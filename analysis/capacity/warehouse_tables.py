@@ -1,7 +1,7 @@
 """Capacity searches and regions in the warehouse: load a search directory into
 `capacity_searches` and `capacity_probes`, a region directory into `capacity_region_rays`
-(views `capacity` and `capacity_region`, analysis/sql/views/95_capacity.sql), read the views
-back by search or region; and the reports (analysis.capacity_report), re-exported here.
+(views `capacity` and `capacity_region`, analysis/sql/views/95_capacity.sql), and read the
+views back by search or region.
 
 Loading is idempotent: a search's (or region's) rows are deleted and inserted again in one
 transaction. `load_capacity_dirs` is the writer's entry point: under the warehouse's writer
@@ -19,23 +19,8 @@ import duckdb
 import pandas as pd
 
 from analysis import migrations, summaries
-from analysis.capacity_files import (
-    CapacityFileError,
-    RegionFiles,
-    SearchFiles,
-    probe_row,
-    ray_row,
-    read_region,
-    read_search,
-    search_row,
-)
-from analysis.capacity_report import (
-    REGION_PLOT,
-    REPORT_NAME,
-    SEARCH_PLOT,
-    write_region_report,
-    write_search_report,
-)
+from analysis.capacity.file_reader import RegionFiles, SearchFiles, read_region, read_search
+from analysis.capacity.table_rows import probe_row, ray_row, search_row
 from analysis.db import Notify, to_stderr
 from analysis.loader import LoadError, ensure_schema, migrated_writer, prepare_run, publish
 from analysis.loader import _read_manifest as read_run_manifest
@@ -45,30 +30,7 @@ from analysis.report_entries import ReportCatalogueError
 from analysis.sql_files import sql_text
 from analysis.views_not_per_run import BY_CAPACITY_VIEW
 from analysis.warehouse_runs import WarehouseRun
-from stages.contracts.capacity_files import (
-    CAPACITY_FILE,
-    PROBE_RUNS_DIR,
-    PROBES_FILE,
-    REGION_FILE,
-    SEARCH_FILE,
-)
-
-__all__ = [
-    "CAPACITY_FILE",
-    "PROBES_FILE",
-    "REGION_FILE",
-    "REGION_PLOT",
-    "REPORT_NAME",
-    "SEARCH_FILE",
-    "SEARCH_PLOT",
-    "CapacityFileError",
-    "capacity_table",
-    "load_capacity_dirs",
-    "load_region",
-    "load_search",
-    "write_region_report",
-    "write_search_report",
-]
+from stages.contracts.capacity_files import CAPACITY_FILE, PROBE_RUNS_DIR, REGION_FILE, SEARCH_FILE
 
 
 def _schema_ready(connection: duckdb.DuckDBPyConnection) -> bool:
@@ -126,7 +88,7 @@ def load_region(connection: duckdb.DuckDBPyConnection, region_dir: Path | str) -
     returns its region_id. Idempotent: the region's earlier rows are replaced in one
     transaction. The rays' own searches are loaded by load_capacity_dirs."""
     files = read_region(region_dir)
-    rows = [ray_row(files, index, ray) for index, ray in enumerate(files.rays)]
+    rows = [ray_row(files, ray) for ray in files.rays]
     if not _schema_ready(connection):
         ensure_schema(connection)  # creates or migrates; refuses a newer warehouse
     _replace(
@@ -142,7 +104,7 @@ def ray_search_dirs(files: RegionFiles) -> list[Path]:
     """The search directories of the region's rays (and solo searches) that exist: named by a
     ray's search_id inside the region directory or beside it."""
     ids = files.solo_search_ids()
-    ids += [str(ray["search_id"]) for ray in files.rays if ray.get("search_id")]
+    ids += [ray.search_id for ray in files.rays if ray.search_id]
     found = []
     for search_id in dict.fromkeys(ids):
         for folder in (files.region_dir / search_id, files.region_dir.parent / search_id):
@@ -157,7 +119,7 @@ def probe_run_dirs(files: SearchFiles) -> list[Path]:
     run_dir, else the folder of that name under the search's probes/ (the search moved)."""
     found = []
     for probe in files.probes:
-        run_dir = probe.get("run_dir")
+        run_dir = probe.run_dir
         if not run_dir:
             continue
         for candidate in (Path(run_dir), files.search_dir / PROBE_RUNS_DIR / Path(run_dir).name):

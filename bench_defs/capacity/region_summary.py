@@ -14,8 +14,8 @@ from typing import Any
 
 import dagster as dg
 
-from bench_defs.capacity_keys import CapacityTarget
-from bench_defs.reports import image_markdown
+from bench_defs.capacity.keys import CapacityTarget
+from bench_defs.core.image_metadata import image_markdown
 
 
 @contextlib.contextmanager
@@ -41,8 +41,8 @@ def write_region_summary(
 ) -> dict[str, Any]:
     """Rewrite `<out>/<region id>/region.json` (+ report.md, region_plot.png), load it; the
     metadata entries that name them. Raises what the region code raises."""
-    from analysis.capacity_report import write_region_report
-    from analysis.capacity_warehouse import load_capacity_dirs
+    from analysis.capacity.report_markdown import write_region_report
+    from analysis.capacity.warehouse_tables import load_capacity_dirs
     from stages.capacity.region import region_from_searches
     from stages.capacity.region_store import write_region
     from stages.validation.loading import load_spec

@@ -1,6 +1,6 @@
 """The Pipes child of `benchmark_run`: runs `collobench run` and reports its figures to Dagster.
 
-    python -m bench_defs.pipes_runner --spec SPEC --out DIR --run-id ID [--set path=value]...
+    python -m bench_defs.core.pipes_runner --spec SPEC --out DIR --run-id ID [--set path=value]...
 
 Started by `GroupPipesClient` in its own session (process group leader). It runs the CLI as its
 child in the same group, so the benchmark's workers and samplers are all in one group that the

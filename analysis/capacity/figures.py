@@ -1,5 +1,6 @@
 """PNG plots of a capacity search and a capacity region, drawn headless (matplotlib's Agg
-backend) from the search's or region's JSON (read by analysis.capacity_warehouse).
+backend) from the search's records (analysis.capacity.file_reader) or the region's rows
+(analysis.capacity.table_rows).
 
 The search plot answers "where does the SLO break": each search probe's p99 against its offered
 rate (log x), coloured by verdict (judged at the searched percentile, which the SLO line names),
@@ -30,7 +31,8 @@ from matplotlib.ticker import FuncFormatter
 from analysis.plots import DPI
 
 if TYPE_CHECKING:
-    from analysis.capacity_files import SearchFiles
+    from analysis.capacity.file_reader import SearchFiles
+    from stages.contracts.capacity_files import CapacityResult, ProbeRecord
 
 VERDICT_COLOUR = {"met": "#2ca02c", "missed": "#d62728", "undecided": "#ff7f0e"}
 NO_VERDICT_COLOUR = "#7f7f7f"
@@ -46,21 +48,21 @@ def _finite(value: Any) -> float | None:
     return float(value) if value is not None and math.isfinite(float(value)) else None
 
 
-def _draw_probes(axis: Axes, probes: Sequence[Mapping[str, Any]], top_ms: float) -> None:
+def _draw_probes(axis: Axes, probes: Sequence[ProbeRecord], top_ms: float) -> None:
     """One marker per search probe at (rate, p99), coloured by verdict; a p99 that is infinite
     or missing (failures counted as +inf) sits on the top edge as a triangle; an aborted probe
     is a cross (labelled `cannot pass` when the count rule stopped it unproven), a flagged one
     is ringed. The ceiling and unloaded probes (rate 0, closed loop) are not search probes."""
     labelled: set[str] = set()
     for probe in probes:
-        rate = _finite(probe.get("rate"))
-        if (probe.get("kind") or "search") != "search" or rate is None or rate <= 0:
+        rate = _finite(probe.rate)
+        if probe.kind != "search" or rate is None or rate <= 0:
             continue
-        verdict = probe.get("verdict") or "no verdict"
-        p99 = _finite(probe.get("p99_ms"))
-        aborted = probe.get("abort_reason") is not None
+        verdict = probe.verdict or "no verdict"
+        p99 = _finite(probe.p99_ms)
+        aborted = probe.abort_reason is not None
         marker = "x" if aborted else ("o" if p99 is not None else "^")
-        stopped = " (cannot pass)" if probe.get("cannot_pass") else " (aborted)"
+        stopped = " (cannot pass)" if probe.cannot_pass else " (aborted)"
         label = f"{verdict}{stopped if aborted else ''}"
         axis.scatter(
             [rate],
@@ -72,7 +74,7 @@ def _draw_probes(axis: Axes, probes: Sequence[Mapping[str, Any]], top_ms: float)
             zorder=3,
         )
         labelled.add(label)
-        if probe.get("flagged"):
+        if probe.flagged:
             axis.scatter(
                 [rate],
                 [p99 if p99 is not None else top_ms],
@@ -85,14 +87,14 @@ def _draw_probes(axis: Axes, probes: Sequence[Mapping[str, Any]], top_ms: float)
             labelled.add("flagged")
 
 
-def _draw_unloaded(axis: Axes, probes: Sequence[Mapping[str, Any]]) -> None:
+def _draw_unloaded(axis: Axes, probes: Sequence[ProbeRecord]) -> None:
     """The unloaded probe (no rate: one query at a time) as a dashed horizontal line at its
     p99, coloured by its verdict; left out when it has no finite p99."""
     for probe in probes:
-        p99 = _finite(probe.get("p99_ms"))
-        if probe.get("kind") != "unloaded" or p99 is None or p99 <= 0:
+        p99 = _finite(probe.p99_ms)
+        if probe.kind != "unloaded" or p99 is None or p99 <= 0:
             continue
-        verdict = probe.get("verdict") or "no verdict"
+        verdict = probe.verdict or "no verdict"
         axis.axhline(
             p99,
             color=VERDICT_COLOUR.get(verdict, NO_VERDICT_COLOUR),
@@ -103,19 +105,21 @@ def _draw_unloaded(axis: Axes, probes: Sequence[Mapping[str, Any]]) -> None:
         )
 
 
-def _mark_answer(axis: Axes, result: Mapping[str, Any], slo_ms: float) -> None:
+def _mark_answer(axis: Axes, result: CapacityResult | None, slo_ms: float) -> None:
     """The bracket shaded, the certified rate as a line, the estimate as a point on the SLO
-    line with its 95% interval as a horizontal bar, the ceiling as a dotted line."""
-    bracket = result.get("bracket") or [None, None]
-    low, high = _finite(bracket[0]), _finite(bracket[1])
+    line with its 95% interval as a horizontal bar, the ceiling as a dotted line (nothing
+    while the search runs)."""
+    if result is None:
+        return
+    low, high = _finite(result.bracket[0]), _finite(result.bracket[1])
     if low is not None and high is not None:
         axis.axvspan(low, high, color="#c6dbef", alpha=0.6, label="bracket", zorder=0)
-    certified = _finite(result.get("certified_qps"))
+    certified = _finite(result.certified_qps)
     if certified is not None:
         axis.axvline(certified, color="#2ca02c", linewidth=1.5, label="certified", zorder=1)
-    estimate = _finite(result.get("estimate_qps"))
+    estimate = _finite(result.estimate_qps)
     if estimate is not None:
-        interval = result.get("estimate_ci95") or [None, None]
+        interval = result.estimate_ci95 or (None, None)
         ci_low, ci_high = _finite(interval[0]), _finite(interval[1])
         errors = (
             [[estimate - ci_low], [ci_high - estimate]]
@@ -132,35 +136,33 @@ def _mark_answer(axis: Axes, result: Mapping[str, Any], slo_ms: float) -> None:
             label="estimate [95% interval]",
             zorder=4,
         )
-    ceiling = _finite(result.get("ceiling_qps"))
+    ceiling = _finite(result.ceiling_qps)
     if ceiling is not None and ceiling > 0:
         axis.axvline(ceiling, color="#7f7f7f", linestyle=":", label="ceiling", zorder=1)
 
 
 def plot_search(files: SearchFiles, path: Path) -> Path:
     """p99 against offered rate (log x, log y) for one search, written to `path`."""
-    result = files.result or {}
-    slo_ms = float(files.field("slo_ms"))
-    percentile = float(files.field("percentile", 0.99))
-    finite = [value for probe in files.probes if (value := _finite(probe.get("p99_ms")))]
+    slo_ms = files.slo_ms
+    percentile = files.percentile
+    finite = [value for probe in files.probes if (value := _finite(probe.p99_ms))]
     top_ms = max([slo_ms * 4, *(value * 1.5 for value in finite)])
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
     _draw_probes(axis, files.probes, top_ms)
     _draw_unloaded(axis, files.probes)
-    _mark_answer(axis, result, slo_ms)
+    _mark_answer(axis, files.result, slo_ms)
     slo_label = f"SLO: p{100 * percentile:g} <= {slo_ms:g} ms"
     axis.axhline(slo_ms, color="black", linestyle="--", linewidth=1, label=slo_label)
     axis.set_xscale("log")
     axis.set_yscale("log")
-    rates = [rate for probe in files.probes if (rate := _finite(probe.get("rate"))) and rate > 0]
+    rates = [rate for probe in files.probes if (rate := _finite(probe.rate)) and rate > 0]
     if rates:
         axis.set_xlim(min(rates) / 1.15, max(rates) * 1.15)
     bottom = min([slo_ms / 4, *(value / 1.5 for value in finite if value > 0)])
     axis.set_ylim(bottom, top_ms * 1.2)
-    is_ray = files.settings.get("ray") is not None
-    axis.set_xlabel("ray scale s" if is_ray else "offered rate (queries/s, log)")
+    axis.set_xlabel("ray scale s" if files.is_ray else "offered rate (queries/s, log)")
     axis.set_ylabel("p99 latency (ms, log)")  # p99_ms whatever the searched percentile
-    axis.set_title(f"Capacity of {files.field('pipeline')}: {files.search_id}")
+    axis.set_title(f"Capacity of {files.pipeline}: {files.search_id}")
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     for ticks in (axis.xaxis, axis.yaxis):
         ticks.set_major_formatter(plain)
