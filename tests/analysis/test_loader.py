@@ -224,6 +224,7 @@ def every_view(db_path: Path) -> list[str]:
     return sorted(row[0] for row in rows)
 
 
+@pytest.mark.slow
 def test_loading_twice_leaves_every_view_identical(tmp_path: Path, db_path: Path) -> None:
     """Beyond VIEWS above: every view of the warehouse (repr, so NaN equals NaN)."""
     runs = [single_pipeline_run(tmp_path).write(), collocated_run(tmp_path).write()]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 from typer.testing import CliRunner
 
 from analysis.compare import compare_runs
@@ -65,6 +66,7 @@ def test_runs_host_is_the_manifests_host_else_the_probes_hostname(
     ]
 
 
+@pytest.mark.slow
 def test_v4_warehouse_gains_runs_host_filled_from_the_stored_manifests(
     tmp_path: Path, db_path: Path
 ) -> None:

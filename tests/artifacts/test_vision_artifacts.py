@@ -21,6 +21,7 @@ from stages.library.datasets import DIGITS_SPLIT_SIZES
 SMALL_FAKE = {"size": 6, "image_size": 16, "num_classes": 5}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "params"),
     [

@@ -83,6 +83,7 @@ def test_the_warehouse_reads_the_contracts_names() -> None:
     assert CapacityResult.model_fields["with_rates"].alias == contract.WITH_ALIAS
 
 
+@pytest.mark.slow
 def test_no_copy_of_the_file_names_outside_the_contract() -> None:
     """The capacity file names are defined once: no other module of ours assigns them."""
     names = {"SEARCH_FILE", "PROBES_FILE", "CAPACITY_FILE", "REGION_FILE", "PROBE_RUNS_DIR"}
