@@ -344,7 +344,10 @@ def offline_throughput_qps(measured_queries: int, warmup_queries: int) -> float:
 def test_offline_warmup_runs_before_the_measured_window() -> None:
     alone = offline_throughput_qps(800, 0)
     with_warmup = offline_throughput_qps(800, 800)  # half a run without warm-up before
-    assert with_warmup == pytest.approx(alone, rel=0.15), (alone, with_warmup)
+    # A warm-up inside the window would halve the throughput (800 measured queries over the
+    # time of 1,600). 30% still tells 1.0 from 0.5 and holds the two wall-clock runs' noise
+    # on a loaded machine (0.83 under a load of 7 on 2 cores; the bound was 15%).
+    assert with_warmup == pytest.approx(alone, rel=0.3), (alone, with_warmup)
 
 
 def test_offline_measured_queries_are_scheduled_when_the_warmup_has_ended() -> None:
