@@ -240,6 +240,7 @@ def test_loading_twice_leaves_every_view_identical(tmp_path: Path, db_path: Path
         assert repr(run_query(db_path, f"SELECT * FROM {view} ORDER BY ALL")) == before[view], view
 
 
+@pytest.mark.slow
 def test_interrupted_run_missing_tables_loads_and_every_view_answers(
     tmp_path: Path, db_path: Path
 ) -> None:

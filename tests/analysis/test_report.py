@@ -13,6 +13,7 @@ from tests.analysis.rundirs import SECOND_NS, RunBuilder
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
 
+@pytest.mark.slow
 def test_report_defaults_to_the_latest_run(tmp_path: Path, db_path: Path) -> None:
     single = single_pipeline_run(tmp_path)
     colloc = collocated_run(tmp_path)

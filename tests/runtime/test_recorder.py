@@ -23,6 +23,7 @@ def query_row(query_id: int) -> tuple[Any, ...]:
     return (query_id, 0, 1, 2, 0, 1, False)
 
 
+@pytest.mark.slow
 def test_a_hand_off_of_query_rows_alone_is_written() -> None:
     # The load generator's buffer holds only query rows (not-issued queries).
     recorder = Recorder(None, {}, ["s"], "x")
@@ -63,6 +64,7 @@ def test_a_buffer_not_yet_due_is_left_to_its_owner() -> None:
     assert recorder.table("stage_events")["query_id"] == [0]
 
 
+@pytest.mark.slow
 def test_draining_while_the_owner_appends_and_flushes_loses_and_repeats_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
