@@ -139,6 +139,7 @@ def test_v1_warehouse_migrates_keeps_its_rows_and_takes_new_runs(
         assert run_query(db_path, query) == run_query(fresh, query), view
 
 
+@pytest.mark.slow
 def test_a_new_warehouse_records_its_version_once(tmp_path: Path, db_path: Path) -> None:
     run_dir = single_pipeline_run(tmp_path).write()
     load_runs([run_dir], db_path)

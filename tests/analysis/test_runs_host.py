@@ -104,6 +104,7 @@ def test_v4_warehouse_gains_runs_host_filled_from_the_stored_manifests(
     connect_read_only(db_path).close()  # readable at the current version
 
 
+@pytest.mark.slow
 def test_compare_across_hosts_names_each_runs_host(tmp_path: Path, db_path: Path) -> None:
     a = host_run(tmp_path, "20260101-000000-a", host="host-a").write()
     b = host_run(tmp_path, "20260102-000000-b", host="host-b").write()

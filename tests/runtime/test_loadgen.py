@@ -56,6 +56,7 @@ def test_burstiness_sets_the_coefficient_of_variation() -> None:
         assert statistics.mean(gaps) == pytest.approx(1 / 100, rel=0.05)
 
 
+@pytest.mark.slow
 def test_poisson_run_issues_the_schedule_and_reruns_are_identical() -> None:
     pipeline = spec(type="server", rate=500, duration_s=1)
     offsets = []
@@ -206,6 +207,7 @@ def test_offline_issues_everything_at_once() -> None:
     assert result.outcome.stopped_by == "all_issued"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("loadgen", "reason", "check"),
     [
