@@ -1,6 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use;
 # `make test` also installs the Debian packages its tests drive (system-packages).
-# `make check` is the contributor's quick loop: ruff, mypy and the tests that start no process.
+# `make check` is the contributor's quick loop: ruff, mypy and the quick tests (see unit-quick).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -97,13 +97,16 @@ unit-serial: install
 test: system-packages lint unit-parallel
 	$(MAKE) --no-print-directory -j 2 typecheck unit-serial
 
-# The tests not marked `spawns` (no subprocess, process pool, server, dagster dev or browser;
-# in-process Dagster stays), on both cores (pytest-xdist; a module's tests stay together, as
-# the hostile-input tally needs them). COLLOBENCH_CHECK=1 makes
-# tests/spawn_guard.py fail a test that starts a process without the marker, so the selection
-# cannot rot.
+# The quick loop's tests: those not marked `spawns` (no subprocess, process pool, server, dagster
+# dev or browser; in-process Dagster stays), nor `slow` (over a few seconds each: the seeded
+# simulations, warehouse migrations, the hostile-input suite), nor `serial` (they time CPU work
+# and would share a core here), on both cores (pytest-xdist; a module's tests stay together).
+# `make test` runs all of them. COLLOBENCH_CHECK=1 makes tests/spawn_guard.py fail a test that
+# starts a process without the marker, so the selection cannot rot. Under 2 minutes with
+# ruff and mypy (their caches warm) on 2 cores.
 unit-quick: install
-	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not spawns and not soak" --durations=10
+	COLLOBENCH_CHECK=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile \
+		-m "not spawns and not serial and not slow and not soak" --durations=10
 
 check: lint typecheck unit-quick
 

@@ -4,7 +4,8 @@ long flatness run, summed up in ONE JSON line on stdout (progress on stderr).
 
 1. `pytest tests/reliability tests/capacity/test_region_real.py
    tests/capacity/test_real_search.py -m "soak or not soak"` (the real-harness capacity search
-   and regions too, and the served client's 200-stream calibration) with
+   and regions too, the served client's 200-stream calibration, the busy stage's wall clock
+   under contention, and a CPU hog found in a real history) with
    `COLLOBENCH_RELIABILITY_FIGURES` naming a temporary JSON file, into which the suite's tests
    count what they injected and survived (tests/reliability/figures.py).
 2. `python -m perf.stage_overhead --soak --flatness-only` (1M queries through one pipeline with
@@ -55,6 +56,8 @@ def run_suite(figures_path: Path) -> int:
             "tests/capacity/test_real_search.py",
             "tests/library/served/test_openai_http.py::"
             "test_timestamps_are_within_a_millisecond_of_the_script_at_200_streams",
+            "tests/runtime/test_runtime.py::test_busy_does_fixed_work_so_cpu_contention_shows",
+            "tests/analysis/test_history_machine.py",
             "-m",
             "soak or not soak",
         ),

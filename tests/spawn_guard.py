@@ -2,8 +2,9 @@
 process fails, naming the marker, so the quick selection of `make check` cannot rot.
 
 `make check` runs `pytest -m "not spawns ..."` with COLLOBENCH_CHECK=1: the tests that start no
-subprocess, process pool, server, Dagster instance or browser, in under 3 minutes. A check
-session is one with COLLOBENCH_CHECK=1 or a `-m` expression holding `not spawns`. There, while a
+subprocess, process pool, server, Dagster instance or browser (and not `slow`), in under 2
+minutes. A check session is one with COLLOBENCH_CHECK=1 or a `-m` expression holding
+`not spawns`. There, while a
 test's setup, call or teardown runs, the ways a Python process starts another are patched to
 fail it: `subprocess.Popen` (and so `subprocess.run`, asyncio's subprocesses, `os.popen`),
 `os.fork`, `os.posix_spawn[p]`, `os.system` and `multiprocessing`'s `Process.start` (and so

@@ -13,6 +13,8 @@ import ast
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO
 
 TOPS = ("stages", "analysis", "bench_defs", "perf")
@@ -125,6 +127,7 @@ def _described(graph: Mapping[str, set[str]], members: list[str]) -> str:
     return f"{' <-> '.join(members)} ({'; '.join(edges)})"
 
 
+@pytest.mark.slow
 def test_no_module_imports_itself_back_through_others() -> None:
     graph = module_graph()
     assert [_described(graph, c) for c in cycles(graph)] == []

@@ -12,6 +12,8 @@ import ast
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO
 from tests.test_import_cycles import MODULES, _imported_names, _ours
 
@@ -46,6 +48,7 @@ def index_text() -> str:
     return HEADER + "\n".join(rows) + "\n"
 
 
+@pytest.mark.slow
 def test_the_index_lists_every_module_with_the_tests_that_import_it() -> None:
     assert INDEX.read_text(encoding="utf-8") == index_text(), (
         "tests/INDEX.md is stale: run python -m tests.test_index"

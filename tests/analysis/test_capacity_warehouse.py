@@ -380,6 +380,7 @@ def test_a_search_written_before_capacity_ii_still_loads_and_reports(tmp_path: P
     assert "- **stop reason**: converged\n- **spent**: -\n" in text
 
 
+@pytest.mark.slow
 def test_a_version_6_warehouse_gains_the_capacity_ii_columns(tmp_path: Path, db_path: Path) -> None:
     load_capacity_dirs([classify_search().write(tmp_path / "out")], db_path)
     connection = duckdb.connect(str(db_path))

@@ -52,6 +52,7 @@ def test_a_short_history_is_undecided_and_says_what_it_needs() -> None:
     assert "4 run(s) in the history; a verdict needs 8" in judgements[-1].detail
 
 
+@pytest.mark.slow
 def test_aa_histories_flag_at_most_one_run_in_ten() -> None:
     rng = np.random.default_rng(20261128)
     flagged = np.zeros((HISTORIES, RUNS), dtype=bool)

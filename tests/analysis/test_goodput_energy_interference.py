@@ -80,6 +80,7 @@ def test_goodput_is_null_without_an_slo(tmp_path: Path, db_path: Path) -> None:
             assert row["goodput_per_s"] == pytest.approx(40.0)
 
 
+@pytest.mark.slow
 def test_tokens_replaces_generation_in_an_old_warehouse(tmp_path: Path, db_path: Path) -> None:
     """A warehouse written before issue 10 holds a `generation` view; loading into it again
     leaves the one definition, `tokens`, and no stale `generation`."""

@@ -216,6 +216,7 @@ def test_a_run_is_judged_on_the_history_up_to_it(tmp_path: Path, db_path: Path) 
     assert set(last["metric"]) == {"queries_per_s", "latency_p50_ms", "latency_p99_ms"}
 
 
+@pytest.mark.slow
 def test_collobench_history_prints_json_and_writes_the_plot(tmp_path: Path, db_path: Path) -> None:
     load_runs(_history_with_step(tmp_path, environment(commit=COMMIT_B)), db_path)
     plot = tmp_path / "history.png"

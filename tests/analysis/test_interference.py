@@ -47,6 +47,7 @@ def test_interference_has_every_pipeline_with_every_co_runner_set(
     assert {r["ci_method"] for r in rows} == {"batch_means_delta"}
 
 
+@pytest.mark.slow
 def test_contention_is_keyed_by_phase_and_energy_stays_with_the_full_set(
     tmp_path: Path, db_path: Path
 ) -> None:

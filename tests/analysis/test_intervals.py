@@ -185,6 +185,7 @@ def test_a_tight_interval_just_off_one_is_no_measurable_effect() -> None:
     assert row == ("no measurable effect", "no measurable effect", "faster", "slower")
 
 
+@pytest.mark.slow
 def test_loadgen_quantile_index_for_every_small_n_and_large_n() -> None:
     """The macro picks sorted[floor(N p)] for every N to 3,000 (every case where N p is a whole
     number included) and for large N, where quantile_disc's own index is one lower."""

@@ -36,6 +36,7 @@ def figures(db: Path, sql: str) -> dict[str, Any]:
     return dict(zip(columns, row, strict=True))
 
 
+@pytest.mark.slow
 def test_stage_times_add_up_along_the_fast_branch(tmp_path: Path) -> None:
     run_dir = tmp_path / "diamond"
     run_dir.mkdir()

@@ -224,6 +224,7 @@ def every_view(db_path: Path) -> list[str]:
     return sorted(row[0] for row in rows)
 
 
+@pytest.mark.slow
 def test_loading_twice_leaves_every_view_identical(tmp_path: Path, db_path: Path) -> None:
     """Beyond VIEWS above: every view of the warehouse (repr, so NaN equals NaN)."""
     runs = [single_pipeline_run(tmp_path).write(), collocated_run(tmp_path).write()]
@@ -239,6 +240,7 @@ def test_loading_twice_leaves_every_view_identical(tmp_path: Path, db_path: Path
         assert repr(run_query(db_path, f"SELECT * FROM {view} ORDER BY ALL")) == before[view], view
 
 
+@pytest.mark.slow
 def test_interrupted_run_missing_tables_loads_and_every_view_answers(
     tmp_path: Path, db_path: Path
 ) -> None:

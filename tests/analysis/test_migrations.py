@@ -100,6 +100,7 @@ def every_view(db: Path) -> list[str]:
     return [row[0] for row in rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop_joined_ns", [False, True], ids=["issue8", "before-issue8"])
 def test_v1_warehouse_migrates_keeps_its_rows_and_takes_new_runs(
     tmp_path: Path, db_path: Path, drop_joined_ns: bool
@@ -139,6 +140,7 @@ def test_v1_warehouse_migrates_keeps_its_rows_and_takes_new_runs(
         assert run_query(db_path, query) == run_query(fresh, query), view
 
 
+@pytest.mark.slow
 def test_a_new_warehouse_records_its_version_once(tmp_path: Path, db_path: Path) -> None:
     run_dir = single_pipeline_run(tmp_path).write()
     load_runs([run_dir], db_path)
@@ -154,6 +156,7 @@ def set_version(db: Path, version: int) -> None:
         connection.close()
 
 
+@pytest.mark.slow
 def test_a_newer_warehouse_is_refused_by_loader_readers_and_cli(
     tmp_path: Path, db_path: Path
 ) -> None:
@@ -210,6 +213,7 @@ def test_migrations_are_numbered_commented_and_reach_the_current_version() -> No
     assert view_files()  # the views are still found beside the migrations folder
 
 
+@pytest.mark.slow
 def test_v3_warehouse_gains_token_events_and_recomputes_its_token_figures(
     tmp_path: Path, db_path: Path
 ) -> None:

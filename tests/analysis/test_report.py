@@ -13,6 +13,7 @@ from tests.analysis.rundirs import SECOND_NS, RunBuilder
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
 
+@pytest.mark.slow
 def test_report_defaults_to_the_latest_run(tmp_path: Path, db_path: Path) -> None:
     single = single_pipeline_run(tmp_path)
     colloc = collocated_run(tmp_path)
@@ -28,6 +29,7 @@ def test_report_defaults_to_the_latest_run(tmp_path: Path, db_path: Path) -> Non
     assert named["contention"].empty
 
 
+@pytest.mark.slow
 def test_report_of_unknown_run_or_empty_warehouse(tmp_path: Path, db_path: Path) -> None:
     load_runs([], db_path)
     with pytest.raises(LookupError, match="no runs"):
@@ -37,6 +39,7 @@ def test_report_of_unknown_run_or_empty_warehouse(tmp_path: Path, db_path: Path)
         report(db_path, "nope")
 
 
+@pytest.mark.slow
 def test_latency_by_run_carries_t_intervals(tmp_path: Path, db_path: Path) -> None:
     """Intervals come from the view (Student-t over trials), not from Python."""
     run = RunBuilder(tmp_path, "20260107-000000-ci", {"a": "server"})

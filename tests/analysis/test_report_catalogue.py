@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -36,10 +37,21 @@ from analysis.views_not_per_run import NOT_REPORTED
 from tests.analysis.runs import collocated_run
 
 
-@pytest.fixture
-def loaded_db(tmp_path: Path, db_path: Path) -> Path:
-    load_runs([collocated_run(tmp_path).write()], db_path)
+@pytest.fixture(scope="module")
+def _loaded_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The collocated run loaded once for the module (1-2 s); each test gets a copy below."""
+    folder = tmp_path_factory.mktemp("report_catalogue")
+    db_path = folder / "warehouse" / "results.duckdb"
+    load_runs([collocated_run(folder).write()], db_path)
     return db_path
+
+
+@pytest.fixture
+def loaded_db(_loaded_once: Path, tmp_path: Path) -> Path:
+    """A copy of the loaded warehouse of its own (a test here adds a view to it)."""
+    copy = tmp_path / "warehouse"
+    shutil.copytree(_loaded_once.parent, copy)
+    return copy / _loaded_once.name
 
 
 def test_every_catalogue_column_is_in_its_view_on_a_loaded_run(loaded_db: Path) -> None:

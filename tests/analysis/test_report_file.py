@@ -87,6 +87,7 @@ def test_gapped_breaks_lines_between_samplers() -> None:
     assert times[4] == 10.0 and np.isnan(values[3]) and np.nansum(values) == 5.0
 
 
+@pytest.mark.slow
 def test_report_written_into_the_run_directory(tmp_path: Path, db_path: Path) -> None:
     run = collocated_run(tmp_path)
     load_runs([run.write()], db_path)
@@ -107,6 +108,7 @@ def test_report_written_into_the_run_directory(tmp_path: Path, db_path: Path) ->
     assert "batch_means_delta" in text
 
 
+@pytest.mark.slow
 def test_single_pipeline_run_has_no_contention_plot(tmp_path: Path, db_path: Path) -> None:
     run = single_pipeline_run(tmp_path)
     load_runs([run.write()], db_path)
@@ -116,6 +118,7 @@ def test_single_pipeline_run_has_no_contention_plot(tmp_path: Path, db_path: Pat
     assert not (run.run_dir / "report.md").exists()
 
 
+@pytest.mark.slow
 def test_a_run_that_recorded_nothing_still_gets_a_report(tmp_path: Path, db_path: Path) -> None:
     run = RunBuilder(tmp_path, "20260301-000000-empty", {"a": "server"}, status="failed")
     load_runs([run.write()], db_path)
@@ -133,6 +136,7 @@ def test_markdown_table_shows_intervals_and_missing_values() -> None:
     assert table.splitlines()[2:] == ["| 1.5 [1, 2] | a |", "| inf | - |"]
 
 
+@pytest.mark.slow
 def test_cli_report_out_and_bad_run(tmp_path: Path, db_path: Path) -> None:
     runner = CliRunner()
     run = collocated_run(tmp_path)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 from typer.testing import CliRunner
 
 from analysis.compare import compare_runs
@@ -65,6 +66,7 @@ def test_runs_host_is_the_manifests_host_else_the_probes_hostname(
     ]
 
 
+@pytest.mark.slow
 def test_v4_warehouse_gains_runs_host_filled_from_the_stored_manifests(
     tmp_path: Path, db_path: Path
 ) -> None:
@@ -102,6 +104,7 @@ def test_v4_warehouse_gains_runs_host_filled_from_the_stored_manifests(
     connect_read_only(db_path).close()  # readable at the current version
 
 
+@pytest.mark.slow
 def test_compare_across_hosts_names_each_runs_host(tmp_path: Path, db_path: Path) -> None:
     a = host_run(tmp_path, "20260101-000000-a", host="host-a").write()
     b = host_run(tmp_path, "20260102-000000-b", host="host-b").write()

@@ -111,6 +111,7 @@ def test_the_clients_latency_between_scrapes(tmp_path: Path, db_path: Path) -> N
     assert sum(row["client_completed"] for row in v) == 10
 
 
+@pytest.mark.slow
 def test_server_panels_join_the_timeline_plot(tmp_path: Path, db_path: Path) -> None:
     """A run with scrapes gets three more panels under the timeline (a taller figure)."""
     load_runs([scraped_run(tmp_path / "a").write()], db_path)

@@ -69,6 +69,7 @@ def service_run(root: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_energy_split_gives_a_service_its_own_rows(tmp_path: Path, db_path: Path) -> None:
     load_runs([service_run(tmp_path)], db_path)
     rows = rows_of(db_path, "SELECT * FROM energy_split")

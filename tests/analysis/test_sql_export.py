@@ -27,9 +27,13 @@ runner = CliRunner()
 LATENCY = "SELECT pipeline, latency_p99_ms, latency_p999_ms, latency_p999_ci_low_ms FROM latency"
 
 
-@pytest.fixture
-def loaded(tmp_path: Path, db_path: Path) -> Path:
-    load_runs([single_pipeline_run(tmp_path).write()], db_path)
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One loaded warehouse for the module (its tests only query it; `sql` opens it read-only,
+    which the DROP TABLE case checks): 1-3 s each to build."""
+    folder = tmp_path_factory.mktemp("sql_export")
+    db_path = folder / "warehouse" / "results.duckdb"
+    load_runs([single_pipeline_run(folder).write()], db_path)
     return db_path
 
 

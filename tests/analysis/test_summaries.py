@@ -33,6 +33,7 @@ def summarised_views() -> list[str]:
     return [table.removeprefix("summary_") for table in view_manifest.summary_tables()]
 
 
+@pytest.mark.slow
 def test_every_summarised_view_equals_its_definition_over_all_rows(
     tmp_path: Path, db_path: Path
 ) -> None:
@@ -52,6 +53,7 @@ def test_every_summarised_view_equals_its_definition_over_all_rows(
     assert len(rows(db_path, "SELECT * FROM latency")) == 5  # 1 + 4 (run, phase, pipeline)
 
 
+@pytest.mark.slow
 def test_loading_a_run_leaves_the_other_runs_summaries_alone(tmp_path: Path, db_path: Path) -> None:
     load_runs([single_pipeline_run(tmp_path).write()], db_path)
     before = rows(db_path, "SELECT * FROM latency")
@@ -64,6 +66,7 @@ def test_loading_a_run_leaves_the_other_runs_summaries_alone(tmp_path: Path, db_
     assert listed and not [name for (name,) in listed if str(name).endswith("_from_rows")]
 
 
+@pytest.mark.slow
 def test_summaries_stored_by_other_view_definitions_are_recomputed(
     tmp_path: Path, db_path: Path
 ) -> None:
@@ -85,6 +88,7 @@ def test_summaries_stored_by_other_view_definitions_are_recomputed(
     ]
 
 
+@pytest.mark.slow
 def test_a_failed_load_keeps_the_runs_stored_summaries(tmp_path: Path, db_path: Path) -> None:
     load_runs([single_pipeline_run(tmp_path / "first").write()], db_path)
     before = rows(db_path, "SELECT * FROM stage_breakdown")
@@ -126,6 +130,7 @@ def test_each_guard_is_false_only_where_its_definition_is_empty(tmp_path: Path) 
                     assert connection.execute(f"SELECT * FROM {definition}").fetchall() == []
 
 
+@pytest.mark.slow
 def test_summaries_in_several_batches_equal_one_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -222,6 +222,7 @@ def test_no_token_events_means_no_inter_token_latency(tmp_path: Path, db_path: P
     assert row == {"itl_gaps": 0, "itl_p50_ms": None, "itl_p99_ms": None}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("slos", "good_indexes"),
     [
@@ -278,6 +279,7 @@ def test_token_slos_reach_pipeline_specs_from_a_validated_spec(
     assert one(db_path, "SELECT good_queries FROM token_goodput")["good_queries"] == 10
 
 
+@pytest.mark.slow
 def test_report_shows_token_figures_and_token_goodput(tmp_path: Path, db_path: Path) -> None:
     load_runs([streaming_run(tmp_path, {"ttft_slo_ms": 6, "tpot_slo_ms": 8}).write()], db_path)
     text = write_report(db_path, out_dir=tmp_path / "out").report_md.read_text(encoding="utf-8")
@@ -297,6 +299,7 @@ def test_report_shows_token_figures_and_token_goodput(tmp_path: Path, db_path: P
     assert _worth_showing_after_run("token_goodput", frames["token_goodput"])
 
 
+@pytest.mark.slow
 def test_report_leaves_token_goodput_out_without_a_token_slo(tmp_path: Path, db_path: Path) -> None:
     load_runs([streaming_run(tmp_path).write()], db_path)
     text = write_report(db_path, out_dir=tmp_path / "out").report_md.read_text(encoding="utf-8")

@@ -155,10 +155,13 @@ def traced_run(root: Path) -> RunBuilder:
     return run
 
 
-@pytest.fixture
-def trace_file(tmp_path: Path, db_path: Path) -> Path:
-    load_runs([traced_run(tmp_path).write()], db_path)
-    return write_trace(db_path, out_dir=tmp_path / "out").path
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One traced run, loaded and written once for the module's readers (2-3 s each)."""
+    folder = tmp_path_factory.mktemp("trace")
+    db_path = folder / "warehouse" / "results.duckdb"
+    load_runs([traced_run(folder).write()], db_path)
+    return write_trace(db_path, out_dir=folder / "out").path
 
 
 def _events(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -128,6 +128,7 @@ def test_each_summary_has_its_definition_and_view() -> None:
     assert len(summary_tables()) == 9
 
 
+@pytest.mark.slow
 def test_the_files_a_name_needs_are_enough_to_create_it() -> None:
     """For every file, its files_defining set alone (over empty raw tables) creates it: DuckDB
     binds a view when it is created, so a missing read fails here."""

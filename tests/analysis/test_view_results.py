@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from analysis.loader import load_runs
 from analysis.migrations import CURRENT_VERSION
@@ -87,6 +88,7 @@ def test_a_last_bit_is_the_only_difference_tolerated() -> None:
         assert len(differences(frozen, now)) == 1, other
 
 
+@pytest.mark.slow
 def test_every_view_and_raw_table_equals_the_frozen_results(tmp_path: Path) -> None:
     frozen = json.loads(FROZEN.read_text(encoding="utf-8"))
     now = build(tmp_path)
@@ -142,6 +144,7 @@ def write_v5_warehouse(db: Path, run_dirs: list[Path]) -> None:
         connection.close()
 
 
+@pytest.mark.slow
 def test_a_version_5_warehouse_migrates_with_every_run_and_the_same_results(
     tmp_path: Path,
 ) -> None:

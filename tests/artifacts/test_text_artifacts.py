@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -237,10 +236,16 @@ def test_hub_unreachable_endpoint_fails_at_the_probe(monkeypatch: pytest.MonkeyP
 def test_hub_without_network_returns_within_seconds(tmp_path: Path) -> None:
     """The real transformers path against an unroutable endpoint (a fresh process, because
     huggingface_hub reads HF_ENDPOINT when it is imported)."""
+    # transformers and torch imported before the clock starts: their import is 5-10 s here and
+    # grew past 30 s on a loaded machine, while the bound under test is the network's.
     script = (
+        "import time\n"
+        "from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer\n"
         "from stages.artifacts.hub import load_hub_model\n"
+        "started = time.monotonic()\n"
         "try:\n    load_hub_model('org/not-cached-model')\n"
         "except Exception as error:\n    print(type(error).__name__ + '|' + str(error))\n"
+        "print(time.monotonic() - started)\n"
     )
     env = {
         **os.environ,
@@ -250,19 +255,20 @@ def test_hub_without_network_returns_within_seconds(tmp_path: Path) -> None:
     }
     env.pop("HF_HUB_OFFLINE", None)
     env.pop("TRANSFORMERS_OFFLINE", None)
-    started = time.monotonic()
     completed = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=120,
         check=False,
     )
-    elapsed = time.monotonic() - started
     lines = completed.stdout.strip().splitlines()
-    assert len(lines) == 1, completed.stdout + completed.stderr
+    assert len(lines) == 2, completed.stdout + completed.stderr
     kind, message = lines[0].split("|", 1)
     assert kind == "ArtifactError"
     assert "hub model 'org/not-cached-model' is not available offline" in message
-    assert elapsed < 30  # imports included; the network part is bounded by a few seconds
+    # The call alone: the cache lookup (under a second) and a connect bounded by 3 s
+    # (CONNECT_TIMEOUT_S); 15 s is 3x what a machine twice as slow takes. (Was: the whole
+    # process, imports included, under 30 s.)
+    assert float(lines[1]) < 15, lines

@@ -21,6 +21,7 @@ from stages.library.vision.datasets import DIGITS_SPLIT_SIZES
 SMALL_FAKE = {"size": 6, "image_size": 16, "num_classes": 5}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "params"),
     [
@@ -65,6 +66,7 @@ def test_fake_images_shape_and_labels(tmp_path: Path) -> None:
     assert "torch.Generator" in built.metadata["source"]
 
 
+@pytest.mark.slow
 def test_digits_cnn_meets_the_accuracy_floor_recomputed_from_its_weights(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
     began = time.monotonic()

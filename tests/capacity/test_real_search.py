@@ -142,7 +142,7 @@ def lindley_capacity(service_ms: float, seed: int, low: float, high: float) -> f
 # ~16 real probes of 6 s and more (sequential probes add later stages to an undecided rate):
 # 2-3 min on a quiet machine, past its 400 s limit on one 2x slower or shared. `make soak` runs
 # it (perf/soak.py); `make test` keeps real searches in test_slo_override.py, the served search
-# and the region's busy ray.
+# and the cluster's region (tests/dagster/test_cluster.py).
 @pytest.mark.soak
 def test_a_real_search_brackets_the_m_d_1_capacity_and_resumes_losing_nothing(
     tmp_path: Path,

@@ -99,6 +99,7 @@ def test_the_simulated_probe_aborts_once_it_can_no_longer_pass() -> None:
     assert sum(queries for queries, _ in record.batches) == record.queries
 
 
+@pytest.mark.slow
 def test_true_capacity_matches_the_research_figure() -> None:
     assert 150.0 < true_capacity_qps() < 160.0
 

@@ -17,6 +17,7 @@ from tests.analysis.capacity_dirs import classify_search, ray, write_region
 from tests.helpers import REPO
 
 
+@pytest.mark.slow
 def test_no_copy_of_the_file_names_outside_the_contract() -> None:
     """The capacity file names are defined once: no other module of ours assigns them."""
     names = {"SEARCH_FILE", "PROBES_FILE", "CAPACITY_FILE", "REGION_FILE", "PROBE_RUNS_DIR"}

@@ -44,6 +44,7 @@ def titles(output: str) -> set[str]:
     return {line.strip() for line in output.splitlines()}
 
 
+@pytest.mark.slow
 def test_report_prints_the_energy_split_when_the_run_has_energy(tmp_path: Path) -> None:
     """split_run: collocated host 41.25 J split 0.6 / 0.2 / 0.2 -> 24.75 / 8.25 / 8.25 J."""
     db = tmp_path / "results.duckdb"
@@ -60,12 +61,14 @@ def test_report_prints_the_energy_split_when_the_run_has_energy(tmp_path: Path) 
     assert "interference" not in titles(output)  # no subset phases: contention says it all
 
 
+@pytest.mark.slow
 def test_no_energy_split_table_without_energy(tmp_path: Path) -> None:
     db = tmp_path / "results.duckdb"
     load_runs([single_pipeline_run(tmp_path).write()], db)
     assert "energy_split" not in titles(report_output(db, tmp_path / "report"))
 
 
+@pytest.mark.slow
 def test_report_prints_the_interference_matrix_for_subset_phases(tmp_path: Path) -> None:
     db = tmp_path / "results.duckdb"
     load_runs([three_pipeline_run(tmp_path)], db)

@@ -57,6 +57,7 @@ def test_progress_shows_the_runtime_counters() -> None:
     assert phase_line(outcome).startswith("a: ok, 5 ok, 1 errors, 2 dropped, 3 timeouts, - q/s")
 
 
+@pytest.mark.slow
 def test_report_fails_loudly_on_a_column_the_view_lacks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

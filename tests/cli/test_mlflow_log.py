@@ -349,6 +349,7 @@ def test_a_failed_tail_is_infinite_and_not_logged(logged: Logged) -> None:
     assert solo.data.metrics["completed_p99_ms"] == pytest.approx(100.0)
 
 
+@pytest.mark.slow
 def test_a_result_without_figures_logs_only_its_counts(logged: Logged, tmp_path: Path) -> None:
     run_dir = tmp_path / "no-figures"
     run_dir.mkdir()

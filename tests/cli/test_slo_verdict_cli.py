@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
 
 from analysis.loader import load_runs
@@ -50,6 +51,7 @@ def _console_verdicts(run_dir: Path) -> dict[str, str]:
     return {row[pipeline]: row[slo] for row in cells if row[pipeline] != "pipeline"}
 
 
+@pytest.mark.slow
 def test_summary_manifest_view_and_mlflow_agree(tmp_path: Path) -> None:
     run_dir = slo_run(tmp_path).write()
     db_path = tmp_path / "warehouse.duckdb"

@@ -35,6 +35,10 @@ from tests.helpers import REPO
 from tests.reliability import figures
 from tests.strategies import HOSTILE_CHARACTERS, SEEDS, hostile_values, mutated_specs
 
+# Over 1,000 hostile inputs through the CLI (the tally below needs every property here): a
+# minute and more of CPU, so `make check` leaves the module to `make test`.
+pytestmark = pytest.mark.slow
+
 runner = CliRunner()
 INVOCATION_LIMIT_S = 5.0
 """Wall-clock bound of one in-process invocation (validate takes ~10 ms; a bomb that expanded

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from stages.rundir.layout import part_files
 from stages.runtime.driver import run_pipeline
@@ -19,6 +20,7 @@ EARLY_QUERIES = 20
 LAST_OFFSET_MS = 4_000
 
 
+@pytest.mark.slow
 def test_an_idle_stage_threads_rows_are_on_disk_within_a_flush_period(tmp_path: Path) -> None:
     trace = tmp_path / "trace.csv"
     offsets = [*range(EARLY_QUERIES), LAST_OFFSET_MS]

@@ -56,6 +56,7 @@ def test_burstiness_sets_the_coefficient_of_variation() -> None:
         assert statistics.mean(gaps) == pytest.approx(1 / 100, rel=0.05)
 
 
+@pytest.mark.slow
 def test_poisson_run_issues_the_schedule_and_reruns_are_identical() -> None:
     pipeline = spec(type="server", rate=500, duration_s=1)
     offsets = []
@@ -206,6 +207,7 @@ def test_offline_issues_everything_at_once() -> None:
     assert result.outcome.stopped_by == "all_issued"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("loadgen", "reason", "check"),
     [
@@ -344,7 +346,10 @@ def offline_throughput_qps(measured_queries: int, warmup_queries: int) -> float:
 def test_offline_warmup_runs_before_the_measured_window() -> None:
     alone = offline_throughput_qps(800, 0)
     with_warmup = offline_throughput_qps(800, 800)  # half a run without warm-up before
-    assert with_warmup == pytest.approx(alone, rel=0.15), (alone, with_warmup)
+    # A warm-up inside the window would halve the throughput (800 measured queries over the
+    # time of 1,600). 30% still tells 1.0 from 0.5 and holds the two wall-clock runs' noise
+    # on a loaded machine (0.83 under a load of 7 on 2 cores; the bound was 15%).
+    assert with_warmup == pytest.approx(alone, rel=0.3), (alone, with_warmup)
 
 
 def test_offline_measured_queries_are_scheduled_when_the_warmup_has_ended() -> None:

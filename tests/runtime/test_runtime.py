@@ -329,6 +329,12 @@ def busy_service_ms(release_gil: bool) -> float:
     )
 
 
+# Wall-clock service times of the same core alone and shared: the "alone" phase reads whatever
+# else the machine runs on that core (another session, mypy beside `make test`), so the 1.5x
+# ratio failed under contention. `make soak` runs it (perf/soak.py); `make test` keeps the
+# fixed CPU work per query on the thread's CPU clock (test_busy_query_costs_its_milliseconds_
+# of_cpu below), which other load does not move.
+@pytest.mark.soak
 @pytest.mark.spawns
 @pytest.mark.serial
 @pytest.mark.parametrize("release_gil", [False, True], ids=["gil_held", "gil_released"])

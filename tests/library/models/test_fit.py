@@ -74,6 +74,7 @@ def _validate(folder: Path, model: str, prep: str = "{mean: [0.5], std: [0.5]}")
     return [line.removeprefix(f"{path}: ") for line in lines]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["onnx", "torch_export"])
 def test_validation_reads_the_files_outputs_and_input_size(tmp_path: Path, key: str) -> None:
     _twelve_class_files(tmp_path)
@@ -117,6 +118,7 @@ def test_built_in_models_are_checked_too(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_labels_file_is_read_into_the_spec_and_a_bad_one_refused(tmp_path: Path) -> None:
     _twelve_class_files(tmp_path)
     (tmp_path / "labels.json").write_text(json.dumps([*range(10), 0, 1]))
@@ -139,6 +141,7 @@ def _classify(config: dict[str, Any], images_in: ImageBatch | None = DIGITS) -> 
     return stage
 
 
+@pytest.mark.slow
 def test_prepare_finds_what_the_file_does_not_declare(tmp_path: Path) -> None:
     """A TorchScript module says nothing before it runs: validation passes, and prepare's one
     call on a batch like the dataset's finds the 12 outputs, or the input it cannot take."""

@@ -82,6 +82,7 @@ def tiny_lm_folder() -> Path:
 # --------------------------------------------------------------------------- text models
 
 
+@pytest.mark.slow
 def test_tiny_lm_through_its_folder_generates_the_named_models_tokens() -> None:
     folder = tiny_lm_folder()
     options = {"max_new_tokens": 6, "max_prompt_tokens": 32, "threads": 1}

@@ -71,6 +71,7 @@ def test_a_corrupt_file_fails_with_the_loaders_reason_on_one_line(tmp_path: Path
     assert line.startswith(f"{tmp_path / 'bad.ts'}: cannot load as torchscript: ")
 
 
+@pytest.mark.slow
 def test_an_onnx_file_answers_as_its_model_through_onnx_runtime(
     tmp_path: Path, digits: tuple[torch.nn.Module, torch.Tensor]
 ) -> None:

@@ -392,6 +392,8 @@ def test_sql_time_limit_interrupts_a_slow_statement(
     with pytest.raises(SqlTimeoutError, match="timeout_ms=200"):
         stage.run(query_with({}))
     elapsed_s = time.monotonic() - started
+    # at the 200 ms limit, not minutes later; 1.3 s of room for DuckDB's interrupt (ms here),
+    # which a machine twice as slow keeps
     assert 0.19 <= elapsed_s < 1.5, elapsed_s
     # The connection is usable afterwards, and a quick statement is not interrupted.
     fast = sql_stage(tmp_path, corpus[0], sql="SELECT 42 AS answer", timeout_ms=200)

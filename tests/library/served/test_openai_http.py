@@ -277,6 +277,8 @@ def test_a_hostile_server_fails_the_visit_with_a_reason_in_bounded_time(
         began = time.monotonic()
         with pytest.raises(OpenAIRequestError) as raised:
             stage.run(make_query())
+        # timeout_s, then 0.5 s for raising the reason: milliseconds of work, a machine twice
+        # as slow keeps it
         assert time.monotonic() - began < 0.5 + 0.5
     text = str(raised.value)
     assert reason in text and "\n" not in text and text.startswith(stub.url)

@@ -48,6 +48,7 @@ def built(stage: SyntheticPromptsStage, query_id: int, payload: Any = None) -> d
     return query.payload
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count_as", ["chat", "completions", "text"])
 @pytest.mark.parametrize("tokens", [24, 32, 100, 128, 200])
 def test_prompts_have_exactly_the_asked_tokens(count_as: str, tokens: int) -> None:

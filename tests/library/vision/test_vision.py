@@ -402,6 +402,7 @@ def test_classify_prepare_runs_the_model_once_before_the_barrier(
 # --------------------------------------------------------------------------- model entries
 
 
+@pytest.mark.slow
 def test_a_brought_model_grades_as_the_built_in_one_in_every_format(tmp_path: Path) -> None:
     """The trained digits_cnn saved as TorchScript, a torch.export program and ONNX, each run
     by `torchvision.classify` from a model entry: the same 360 answers and the artefact's own
