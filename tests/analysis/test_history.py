@@ -1,5 +1,5 @@
 """Verdicts across runs on a real warehouse: the `run_history` view, the judged history of a
-spec (analysis.history), attribution to code, environment or machine, machine classes kept
+spec (analysis.history.verdicts), attribution to code, environment or machine, machine classes kept
 apart, and `collobench history`. The runs are built with known figures (tests/analysis/rundirs)
 so each verdict and cause is decided by construction."""
 
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from analysis.history import JSON_KEYS, history_connection, run_verdicts
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
+from analysis.history.verdicts import JSON_KEYS, history_connection, run_verdicts
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from stages.cli.app import app
 from tests.analysis.rundirs import SECOND_NS, RunBuilder, rows_of
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from analysis.history import history_connection
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
+from analysis.history.verdicts import history_connection
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from tests.helpers import run
 
 CORE = 1

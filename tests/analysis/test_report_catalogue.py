@@ -1,4 +1,4 @@
-"""The report catalogue (analysis.report_catalogue) against the views on a real loaded run: every
+"""The report catalogue (analysis.reports.catalogue) against the views on a real loaded run: every
 column it names exists, every view is catalogued or named as not reported, and any disagreement
 is an error that names the view and the column."""
 
@@ -12,13 +12,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import report_catalogue, report_entries
-from analysis.compare import COLUMNS as COMPARE_COLUMNS
-from analysis.compare import COMPARISON_MARKDOWN, COMPARISON_TERMINAL
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
-from analysis.report import report, warehouse_views
-from analysis.report_catalogue import (
+from analysis.history.compare import COLUMNS as COMPARE_COLUMNS
+from analysis.history.compare import COMPARISON_MARKDOWN, COMPARISON_TERMINAL
+from analysis.reports import catalogue as report_catalogue
+from analysis.reports import report_entries
+from analysis.reports.catalogue import (
     AFTER_RUN,
     BY_VIEW,
     CATALOGUE,
@@ -26,14 +24,17 @@ from analysis.report_catalogue import (
     check_columns,
     check_views,
 )
-from analysis.report_entries import (
+from analysis.reports.report import report, warehouse_views
+from analysis.reports.report_entries import (
     MARKDOWN_NUMBERS,
     TERMINAL_NUMBERS,
     ReportCatalogueError,
     cell_columns,
 )
-from analysis.report_file import _DRAW
-from analysis.views_not_per_run import NOT_REPORTED
+from analysis.reports.report_file import _DRAW
+from analysis.reports.views_not_per_run import NOT_REPORTED
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from tests.analysis.runs import collocated_run
 
 
@@ -100,7 +101,7 @@ def test_a_warehouse_view_with_no_catalogue_entry_is_an_error(loaded_db: Path) -
     finally:
         connection.close()
     with pytest.raises(
-        ReportCatalogueError, match=r"no entry in analysis/report_catalogue.py.*queue_depth"
+        ReportCatalogueError, match=r"no entry in analysis/reports/catalogue.py.*queue_depth"
     ):
         report(loaded_db)
     with pytest.raises(ReportCatalogueError, match="view 'queue_depth' has no entry"):

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loader import load_runs
-from analysis.reader import run_query
-from analysis.run_summary import (
+from analysis.reports.headline_figures import (
     headline_metrics,
     summarize_phase,
     summarize_run,
     verdict_latencies,
 )
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import run_query
 from stages.rundir.tables import ChunkWriter, merge_parts
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import definitions_db, summaries, view_manifest
-from analysis.load_steps import STEPS, LoadSteps
-from analysis.loader import LoadError, load_runs
-from analysis.reader import connect_read_only
+from analysis.warehouse import definitions_db, stored_summaries, view_manifest
+from analysis.warehouse.load_steps import STEPS, LoadSteps
+from analysis.warehouse.loader import LoadError, load_runs
+from analysis.warehouse.reader import connect_read_only
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
 
@@ -76,15 +76,15 @@ def test_summaries_stored_by_other_view_definitions_are_recomputed(
     # What an older collobench would leave: other stored numbers, another definitions hash.
     connection = duckdb.connect(str(db_path))
     connection.execute("UPDATE summary_throughput SET queries_per_s = -1")
-    connection.execute(f"UPDATE {summaries.STATE_TABLE} SET views_sha256 = 'older'")
+    connection.execute(f"UPDATE {stored_summaries.STATE_TABLE} SET views_sha256 = 'older'")
     connection.close()
     assert rows(db_path, "SELECT DISTINCT queries_per_s FROM throughput") == [(-1.0,)]
     load_runs([collocated_run(tmp_path).write()], db_path)
     assert rows(db_path, "SELECT * FROM throughput WHERE run_id = '20260101-000000-single'") == (
         good
     )
-    assert rows(db_path, f"SELECT views_sha256 FROM {summaries.STATE_TABLE}") == [
-        (summaries.views_hash(),)
+    assert rows(db_path, f"SELECT views_sha256 FROM {stored_summaries.STATE_TABLE}") == [
+        (stored_summaries.views_hash(),)
     ]
 
 
@@ -101,10 +101,10 @@ def test_a_failed_load_keeps_the_runs_stored_summaries(tmp_path: Path, db_path: 
 
 
 def test_each_guard_is_false_only_where_its_definition_is_empty(tmp_path: Path) -> None:
-    """A summary's guard (analysis/view_manifest.py) lets the loader skip the definition: on runs
-    without the rows it names the guard is false and the definition (run anyway) empty; on runs
-    with them the guard is true."""
-    from analysis.loader import _read_manifest, prepare_run
+    """A summary's guard (analysis/warehouse/view_manifest.py) lets the loader skip the definition:
+    on runs without the rows it names the guard is false and the definition (run anyway) empty; on
+    runs with them the guard is true."""
+    from analysis.warehouse.loader import _read_manifest, prepare_run
     from tests.analysis.test_accuracy_views import graded_run
     from tests.analysis.test_tokens import generation_run
 
@@ -136,7 +136,7 @@ def test_summaries_in_several_batches_equal_one_batch(
 ) -> None:
     run_dirs = [single_pipeline_run(tmp_path).write(), collocated_run(tmp_path).write()]
     load_runs(run_dirs, tmp_path / "one_batch.duckdb")
-    monkeypatch.setattr(summaries, "BATCH_ROWS", 1)  # each run a batch of its own
+    monkeypatch.setattr(stored_summaries, "BATCH_ROWS", 1)  # each run a batch of its own
     steps = LoadSteps()
     load_runs(run_dirs, tmp_path / "batches.duckdb", steps=steps)
     for view in summarised_views():
