@@ -1,7 +1,6 @@
-"""Analysis of run directories: the DuckDB warehouse (SQL files, loader) and the reports on it.
-
-Warehouse side: db, view_manifest, catalogue, warehouse_runs, loader, summaries, definitions_db,
-migrations, export. Reports side: report_entries, report_catalogue, views_not_per_run, report,
-report_file, plots, contention_plot, trace, compare. Depends on nothing of ours but the leaf
+"""Analysis of run directories, one subpackage per role: `warehouse` (the DuckDB warehouse: SQL
+files, connections, loader, migrations, stored summaries), `reports` (one run's tables, report.md,
+plots, trace, headline figures), `history` (verdicts across runs, run against run) and `capacity`
+(the capacity searches' files, tables and reports). Depends on nothing of ours but the leaf
 contracts (stages.rundir, stages.contracts; tests/test_layering.py).
 """

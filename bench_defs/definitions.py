@@ -1,7 +1,7 @@
 """Dagster definitions of collobench (`dagster dev -w workspace.yaml` loads them).
 
 Assets: one per dataset and model builder (group `artifacts`); one per model file a spec
-names (group `model_files`, bench_defs/model_files.py); `benchmark_run` (one dynamic
+names (group `model_files`, bench_defs/assets/model_files.py); `benchmark_run` (one dynamic
 partition per spec file), `warehouse` with its checks (group `benchmark`); the report assets
 (group `reports`); `capacity` (one dynamic partition per search target `<spec>|<pipeline>` or
 `<spec>|<A>+<B>@ray<k>of<n>`, with its checks; group `capacity`). Jobs `artifacts_job`,
@@ -17,8 +17,11 @@ from typing import Any
 
 import dagster as dg
 
-from bench_defs.artifacts import artifact_assets
-from bench_defs.benchmark import benchmark_run
+from bench_defs.assets.artifacts import artifact_assets
+from bench_defs.assets.benchmark import benchmark_run
+from bench_defs.assets.model_files import model_file_definitions, with_model_file_deps
+from bench_defs.assets.reports import report_assets
+from bench_defs.assets.warehouse import warehouse
 from bench_defs.capacity.assets import CapacitySearchResource, capacity, capacity_job
 from bench_defs.capacity.region_requests import capacity_region_job, capacity_region_sensor
 from bench_defs.core.resources import (
@@ -28,11 +31,8 @@ from bench_defs.core.resources import (
     default_specs_dir,
 )
 from bench_defs.jobs import artifacts_job, benchmark_job
-from bench_defs.model_files import model_file_definitions, with_model_file_deps
-from bench_defs.reports import report_assets
 from bench_defs.schedules import nightly_benchmarks
 from bench_defs.sensors import spec_files_sensor
-from bench_defs.warehouse import warehouse
 
 
 def default_resources() -> dict[str, Any]:

@@ -34,7 +34,8 @@ from typing import Any
 
 import dagster as dg
 
-from bench_defs.artifacts import ARTIFACT_NAMES, ARTIFACTS_GROUP
+from bench_defs.assets.artifacts import ARTIFACT_NAMES, ARTIFACTS_GROUP
+from bench_defs.assets.warehouse import metadata_value
 from bench_defs.core.pools import PoolError, default_pool, write_instance_config
 from bench_defs.core.resources import CollobenchResource
 from bench_defs.core.specs import (
@@ -45,7 +46,6 @@ from bench_defs.core.specs import (
     run_tags,
 )
 from bench_defs.definitions import build_definitions
-from bench_defs.warehouse import metadata_value
 from stages import settings
 from stages.contracts.errors import InvalidInputError, RunFailedError
 

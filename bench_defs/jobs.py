@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dagster as dg
 
-from bench_defs.artifacts import ARTIFACTS_GROUP
-from bench_defs.benchmark import benchmark_run
+from bench_defs.assets.artifacts import ARTIFACTS_GROUP
+from bench_defs.assets.benchmark import benchmark_run
+from bench_defs.assets.reports import report_assets
+from bench_defs.assets.warehouse import warehouse
 from bench_defs.core.pools import default_pool
 from bench_defs.core.specs import DEFAULT_DEVICE, run_tags
-from bench_defs.reports import report_assets
-from bench_defs.warehouse import warehouse
 
 artifacts_job = dg.define_asset_job(
     "artifacts_job",

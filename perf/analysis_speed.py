@@ -4,9 +4,9 @@ Synthesises RUNS run directories (default 100 runs, 10M queries, 50M stage event
 synth_runs.py) and measures, each step in a child process of its own so that its peak memory
 (ru_maxrss: Python, DuckDB and the data) is its own:
 - load: the RUNS runs into a fresh warehouse (`load_runs`, as `collobench load` does), with
-  its wall and CPU seconds per step (analysis/load_steps.py: manifests, register files with
-  their footer checks, summaries, writer lock, connect, schema, publish) and the machine's
-  load average before and after (on a shared machine other processes stretch the wall time);
+  its wall and CPU seconds per step (analysis/warehouse/load_steps.py: manifests, register files
+  with their footer checks, summaries, writer lock, connect, schema, publish) and the machine's load
+  average before and after (on a shared machine other processes stretch the wall time);
 - with `--baseline DIR` (a worktree of an earlier commit): that load paired with the same load
   by DIR's code, round by round, the order alternating (perf/load_pairs.py);
 - load_one: one more run of the same size into that full warehouse (the everyday case);
@@ -92,7 +92,7 @@ def synthesise(runs_dir: Path, runs: int, queries_per_run: int, stages: int) -> 
 
 
 def view_names(db_path: Path) -> list[str]:
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     rows = connection.execute(
@@ -180,7 +180,7 @@ def load_figures(
     loadavg: tuple[tuple[float, ...], tuple[float, ...]],
 ) -> dict[str, Any]:
     """The JSON line's load keys: the load and its per-step breakdown (wall and CPU seconds
-    per step, analysis/load_steps.py), one more run, the machine's load average before and
+    per step, analysis/warehouse/load_steps.py), one more run, the machine's load average before and
     after, and the paired comparison with a baseline (None without --baseline)."""
     return {
         "runs": load["runs"],

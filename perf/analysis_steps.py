@@ -41,8 +41,8 @@ def row_level(name: str) -> bool:
 
 
 def step_load(db_path: Path, run_dirs: list[Path]) -> dict[str, Any]:
-    from analysis.load_steps import LoadSteps
-    from analysis.loader import load_runs
+    from analysis.warehouse.load_steps import LoadSteps
+    from analysis.warehouse.loader import load_runs
 
     steps = LoadSteps()
     started, cpu = time.perf_counter(), time.process_time()
@@ -60,7 +60,7 @@ def step_load(db_path: Path, run_dirs: list[Path]) -> dict[str, Any]:
 
 
 def step_view(db_path: Path, view: str) -> dict[str, Any]:
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     started = time.perf_counter()
@@ -85,7 +85,7 @@ def step_view(db_path: Path, view: str) -> dict[str, Any]:
 def step_reader(db_path: Path, until_file: Path) -> dict[str, Any]:
     """Repeat `SELECT * FROM latency` on a fresh read-only connection until `until_file`
     exists (the writer is done); every answer's time, and the failures."""
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.reader import connect_read_only
 
     times: list[float] = []
     failures: list[str] = []
@@ -118,7 +118,7 @@ def _rounded(value: Any) -> Any:
 def step_digest(db_path: Path) -> dict[str, Any]:
     """A sha256 per compared view of its sorted rows (volatile columns left out, floats to
     12 significant digits)."""
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     digests = {}
@@ -133,7 +133,7 @@ def step_digest(db_path: Path) -> dict[str, Any]:
 
 
 def step_duckdb_percentiles(db_path: Path, out: Path) -> dict[str, Any]:
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.reader import connect_read_only
 
     sql = (Path(__file__).parent / "sql" / "latency_percentiles.sql").read_text(encoding="utf-8")
     connection = connect_read_only(db_path)

@@ -91,7 +91,7 @@ def backend_call(backend: str) -> Any:
     """The backend's own call on a preprocessed batch (a float32 tensor) -> logits tensor."""
     import torch
 
-    from stages.artifacts.catalogue import ensure_artifact
+    from stages.artifacts.registry import ensure_artifact
     from stages.artifacts.vision_artifacts import load_digits_cnn
 
     if backend == "pytorch":

@@ -160,8 +160,8 @@ def collobench_spec(url: str, streams: int, window_s: float) -> dict[str, Any]:
 
 def run_collobench(url: str, streams: int, window_s: float, work: Path) -> dict[str, float]:
     """One `collobench run`, loaded into a warehouse of its own; the views' figures."""
-    from analysis.loader import load_runs
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.loader import load_runs
+    from analysis.warehouse.reader import connect_read_only
 
     run_dir = run_spec(collobench_spec(url, streams, window_s), work, "collobench")
     db_path = work / "warehouse.duckdb"

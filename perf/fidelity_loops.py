@@ -36,7 +36,7 @@ class BareLoop:
     def __init__(self, model: str, batch: int) -> None:
         import torch
 
-        from stages.artifacts.catalogue import ensure_artifact
+        from stages.artifacts.registry import ensure_artifact
         from stages.artifacts.vision_artifacts import load_digits_split, load_fake_images
         from stages.library.models.classifier_choice import ModelChoiceConfig, load_classifier
         from stages.library.vision.torchvision_stages import IMAGENET_MEAN, IMAGENET_STD

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.change_points import IMPROVED, REGRESSED, judge_history
+from analysis.history.change_points import IMPROVED, REGRESSED, judge_history
 from perf.common import REPO_ROOT, code_version, log
 
 SCRIPT = "verdicts"
@@ -71,7 +71,7 @@ def dagster_aa(runs: int, partition: str, home: Path) -> dict[str, Any]:
 def measured_spreads(db_path: Path) -> tuple[dict[str, dict[str, float | None]], int]:
     """Per metric: the pooled between-run sd of the log figure (percent), raw and calibrated;
     and the number of series a run has (the family the false-alarm rate covers)."""
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     try:
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": {"aa_dagster_flagged_at_most": max(1, args.runs // 10), "aa_simulated": 0.1},
         "method": "median of the newest 3 runs against the regime's mean, Student t on logs "
         "with the between-run spread pooled over regimes, Bonferroni over a run's metrics "
-        "(analysis/change_points.py)",
+        "(analysis/history/change_points.py)",
     }
     print(json.dumps(result), flush=True)
     met = (

@@ -111,8 +111,8 @@ def test_the_launchers_errors_say_what_they_said() -> None:
 
 
 def test_analysis_input_errors_are_invalid_input_and_bugs_are_not_mapped() -> None:
-    from analysis.db import WarehouseBusy
-    from analysis.report_entries import ReportCatalogueError
+    from analysis.reports.report_entries import ReportCatalogueError
+    from analysis.warehouse.db import WarehouseBusy
 
     assert exit_for(WarehouseBusy("busy")) == (ExitCode.INVALID_INPUT, ["busy"])
     assert exit_for(ReportCatalogueError("no view x")) == (ExitCode.INVALID_INPUT, ["no view x"])

@@ -171,7 +171,7 @@ def test_validating_and_registering_every_stage_loads_no_torch() -> None:
         "import sys\n"
         "from stages.runtime.registry import default_registry\n"
         "from stages.validation.schema import spec_json_schema\n"
-        "from stages.artifacts import catalogue\n"
+        "from stages.artifacts import registry\n"
         "names = default_registry().names()\n"
         "spec_json_schema()\n"
         f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"

@@ -28,7 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
-from analysis.plots import DPI
+from analysis.reports.plots import DPI
 
 if TYPE_CHECKING:
     from analysis.capacity.file_reader import SearchFiles

@@ -12,7 +12,7 @@ from typing import Any
 from analysis.capacity import figures
 from analysis.capacity.file_reader import RegionFiles, SearchFiles, read_region, read_search
 from analysis.capacity.table_rows import ray_row, search_row
-from analysis.report_entries import MARKDOWN_NUMBERS
+from analysis.reports.report_entries import MARKDOWN_NUMBERS
 from stages.contracts.capacity_files import ProbeRecord
 
 REPORT_NAME = "report.md"

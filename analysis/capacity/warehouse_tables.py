@@ -18,18 +18,24 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from analysis import migrations, summaries
 from analysis.capacity.file_reader import RegionFiles, SearchFiles, read_region, read_search
 from analysis.capacity.table_rows import probe_row, ray_row, search_row
-from analysis.db import Notify, to_stderr
-from analysis.loader import LoadError, ensure_schema, migrated_writer, prepare_run, publish
-from analysis.loader import _read_manifest as read_run_manifest
-from analysis.reader import connect_read_only
-from analysis.report_catalogue import check_columns
-from analysis.report_entries import ReportCatalogueError
-from analysis.sql_files import sql_text
-from analysis.views_not_per_run import BY_CAPACITY_VIEW
-from analysis.warehouse_runs import WarehouseRun
+from analysis.reports.catalogue import check_columns
+from analysis.reports.report_entries import ReportCatalogueError
+from analysis.reports.views_not_per_run import BY_CAPACITY_VIEW
+from analysis.warehouse import migrations, stored_summaries
+from analysis.warehouse.db import Notify, to_stderr
+from analysis.warehouse.loader import (
+    LoadError,
+    ensure_schema,
+    migrated_writer,
+    prepare_run,
+    publish,
+)
+from analysis.warehouse.loader import _read_manifest as read_run_manifest
+from analysis.warehouse.reader import connect_read_only
+from analysis.warehouse.sql_files import sql_text
+from analysis.warehouse.warehouse_runs import WarehouseRun
 from stages.contracts.capacity_files import CAPACITY_FILE, PROBE_RUNS_DIR, REGION_FILE, SEARCH_FILE
 
 
@@ -171,12 +177,12 @@ def load_capacity_dirs(
     search's probe run directories (`probe_runs`) and each region's ray searches found beside
     it; returns the search and region ids loaded, in order. The probe runs are checked and
     summarised first, without the warehouse; then everything is published under its writer
-    lock (analysis.db.writer_lock)."""
+    lock (analysis.warehouse.db.writer_lock)."""
     folders = [Path(folder) for folder in directories]
     db = Path(db_path)
     db.parent.mkdir(parents=True, exist_ok=True)
     runs = _probe_runs(folders, notify) if probe_runs else []
-    rows = summaries.compute(runs, db.parent) if runs else {}
+    rows = stored_summaries.compute(runs, db.parent) if runs else {}
     loaded: list[str] = []
     with migrated_writer(db, wait_s, notify) as connection:
         if runs:
@@ -187,7 +193,7 @@ def load_capacity_dirs(
 
 
 def capacity_table(db_path: Path | str, view: str, key: str | None = None) -> pd.DataFrame:
-    """The rows of a capacity view (`capacity`, `capacity_region`; analysis.report_catalogue's
+    """The rows of a capacity view (`capacity`, `capacity_region`; analysis.reports.catalogue's
     CAPACITY_CATALOGUE) for one search or region (`key`: its search_id or region_id), or for
     all when None, in the catalogue's order, read-only. ReportCatalogueError (a LookupError) for a
     view not in that catalogue or a column it names that the view lacks."""

@@ -1,5 +1,5 @@
 -- compare: run B against run A ($run_a, $run_b), per (trial, phase, pipeline, metric), and over
--- the trials when both runs have two or more in common. Run by analysis/compare.py on a
+-- the trials when both runs have two or more in common. Run by analysis/history/compare.py on a
 -- read-only connection; it reads `phase_figures` (each phase's `throughput` and `latency`
 -- figures, warm-up excluded there).
 -- One row per figure (long format, so a regression check can filter on `verdict`):

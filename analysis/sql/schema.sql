@@ -1,12 +1,12 @@
 -- collobench warehouse schema: what the warehouse itself stores. One row per run in `runs`, one
 -- row per registered Parquet file in `run_files` (the raw rows stay in the run directories: the
 -- raw tables `queries`, `stage_events`, ... are views over those files, shaped by their Arrow
--- schemas in stages/rundir/schemas.py: analysis/catalogue.py), the per-run summary tables the view files define (summary_*), and the
+-- schemas in stages/rundir/schemas.py: analysis/warehouse/registered_files.py), the per-run summary tables the view files define (summary_*), and the
 -- capacity searches. Loading is idempotent: the loader deletes a run_id's rows from every
 -- stored table, then inserts them again, in one transaction.
 
 -- The warehouse's schema version: one row per version it has been at, written when it was
--- created at that version or migrated to it (analysis/migrations.py; the migrations are in
+-- created at that version or migrated to it (analysis/warehouse/migrations.py; the migrations are in
 -- analysis/sql/migrations/NNN_*.sql, NNN the version each one reaches). Its latest version is
 -- max(version). A warehouse without this table was written before versions were recorded:
 -- version 1. Loading upgrades an older warehouse and refuses a newer one.
@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS runs (
                                 -- hostname; migration 005; last, as ALTER TABLE adds it)
 );
 
--- One row per Parquet file of a loaded run (analysis/catalogue.py): the raw-table views read
+-- One row per Parquet file of a loaded run (analysis/warehouse/registered_files.py): the raw-table views read
 -- exactly these files. bytes and mtime_ns are the file's size and modification time when it
 -- was registered: a reader refuses to open the warehouse when a file is missing or changed
 -- (the run directory moved, was deleted or rewritten) instead of giving other numbers.

@@ -1,6 +1,6 @@
 -- The run summary's figures per (trial, phase, pipeline): read from `throughput` and `latency`
 -- (the one implementation of each figure), optionally for one trial and phase only
--- ($trial / $phase NULL: all). Used by analysis/run_summary.py on an in-memory database that
+-- ($trial / $phase NULL: all). Used by analysis/reports/headline_figures.py on an in-memory database that
 -- holds one run directory.
 SELECT
     t.trial,

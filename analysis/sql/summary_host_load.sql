@@ -1,5 +1,5 @@
 -- Load windows of one phase of one trial whose foreign CPU load crossed host_load's warning
--- threshold: the launcher turns each row into a manifest warning (analysis/run_summary.py).
+-- threshold: the launcher turns each row into a manifest warning (analysis/reports/headline_figures.py).
 SELECT
     pipeline,
     host_cpu_cores,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-    from analysis.loader import LoadResult
+    from analysis.warehouse.loader import LoadResult
 
 SPECS_DIR_ENV = "COLLOBENCH_SPECS_DIR"
 """Folder of the spec files that become `benchmark_run` partitions (default `specs/`)."""
@@ -94,7 +94,7 @@ class CollobenchResource(dg.ConfigurableResource):
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """The DuckDB warehouse: runs are loaded through `analysis.loader.load_runs` (the one
+    """The DuckDB warehouse: runs are loaded through `analysis.warehouse.loader.load_runs` (the one
     writer; it serialises writers), every read goes through a read-only connection."""
 
     path: str | None = Field(
@@ -108,14 +108,14 @@ class WarehouseResource(dg.ConfigurableResource):
 
     def load(self, run_dirs: Sequence[Path]) -> list[LoadResult]:
         """Load run directories (idempotent: a run loaded again replaces its rows)."""
-        from analysis.loader import load_runs
+        from analysis.warehouse.loader import load_runs
 
         return load_runs(list(run_dirs), self.db_path())
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection, closed on exit; it can never change or lock the warehouse."""
-        from analysis.reader import connect_read_only
+        from analysis.warehouse.reader import connect_read_only
 
         connection = connect_read_only(self.db_path())
         try:
@@ -124,8 +124,9 @@ class WarehouseResource(dg.ConfigurableResource):
             connection.close()
 
     def report(self, run_id: str, views: list[str] | None = None) -> dict[str, pd.DataFrame]:
-        """One DataFrame per report view (`views`, default all) for the run (analysis.report)."""
-        from analysis.report import report
+        """One DataFrame per report view (`views`, default all) for the run
+        (analysis.reports.report)."""
+        from analysis.reports.report import report
 
         return report(self.db_path(), run_id, views)
 

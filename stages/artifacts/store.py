@@ -104,7 +104,7 @@ def _dependencies(
     if wanted and dependency is None:
         raise ArtifactError(
             f"artefact {builder.name} is built from {', '.join(n for n, _ in wanted)}: "
-            "build it through stages.artifacts.catalogue.ensure_artifact"
+            "build it through stages.artifacts.registry.ensure_artifact"
         )
     return {name: dependency(name, p) for name, p in wanted} if dependency else {}
 
@@ -211,7 +211,7 @@ class ArtifactStore:
         dependency: DependencyResolver | None = None,
     ) -> BuiltArtifact:
         """The artefact of this recipe, built now if needed (`build=False`: raise instead).
-        `dependency` builds what `builder.dependencies()` names (the catalogue passes its own
+        `dependency` builds what `builder.dependencies()` names (the registry passes its own
         `ensure_artifact`, so the store, a plain content-addressed cache, knows no registry)."""
         found = self.find(builder, params)
         if found is not None:

@@ -16,7 +16,7 @@ from stages.cli.console import err, out
 
 def verdict_latencies(run_dir: Path) -> dict[str, list[float]]:
     """Per pipeline, every measured query's verdict latency in scheduled order."""
-    from analysis.run_summary import verdict_latencies as latencies_of
+    from analysis.reports.headline_figures import verdict_latencies as latencies_of
 
     return latencies_of(run_dir)
 
@@ -36,7 +36,7 @@ def publish_search(search_dir: Path, db_path: Path) -> Path | None:
     """Load the search (and its probes' runs) into the warehouse and write its report (the
     p99-vs-rate plot beside it); the report's path, None when it could not be written."""
     try:
-        from analysis.db import connect_writer, writer_lock
+        from analysis.warehouse.db import connect_writer, writer_lock
 
         with writer_lock(db_path):
             from analysis.capacity.warehouse_tables import load_search

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from analysis.report_entries import TERMINAL_NUMBERS  # pure Python: cheap at CLI start
+from analysis.reports.report_entries import TERMINAL_NUMBERS  # pure Python: cheap at CLI start
 
 
 def cell(value: Any) -> str:

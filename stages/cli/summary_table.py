@@ -1,5 +1,6 @@
 """The headline table printed when a run ends: per pipeline and phase, from the warehouse's
-views over the run directory (analysis.run_summary), the figures the manifest and MLflow hold."""
+views over the run directory (analysis.reports.headline_figures), the figures the manifest and
+MLflow hold."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _two_decimals(value: Any) -> str:
 def _slo(row: Any) -> str:
     """met (LoadGen's early-stopping rule), missed (its mirror binomial test: too many queries
     over the SLO to meet the percentile) or undecided (too few queries to tell either way), as
-    analysis.early_stopping decides; "-" without an SLO."""
+    analysis.reports.early_stopping decides; "-" without an SLO."""
     return str(row.slo_verdict) if row.slo_verdict is not None else "-"
 
 
@@ -87,7 +88,9 @@ def summary_table(result: Any) -> Table:
     percentile (failures count as infinite) with their 95% intervals, the completed-only p99,
     LoadGen's early-stopping bound, the SLO verdict (met, missed or undecided) and how well
     the issuer kept the schedule (issue delay p50/p99, share issued more than 100 us late)."""
-    from analysis.run_summary import summarize_run  # the CLI is the one place stages meets analysis
+    from analysis.reports.headline_figures import (
+        summarize_run,  # the CLI is the one place stages meets analysis
+    )
 
     statuses = {(o.trial, o.phase, o.pipeline): o.status for o in result.results}
     table = Table(

@@ -21,8 +21,8 @@ def summarize_phase(
     """The launcher's phase summariser: each pipeline's figures from the analysis views
     (infinite percentiles as the string "inf", so the manifest stays JSON) with its SLO
     verdict, and the phase's foreign-load warnings."""
-    from analysis.run_summary import headline_metrics, phase_warnings
-    from analysis.run_summary import summarize_phase as summaries_of
+    from analysis.reports.headline_figures import headline_metrics, phase_warnings
+    from analysis.reports.headline_figures import summarize_phase as summaries_of
 
     figures = {
         summary.pipeline: PhaseFigures(

@@ -190,7 +190,7 @@ class PipelineResult(QueryCounters, _ResultIdentity):
     summary: dict[str, float] | None = Field(
         None,
         description="The phase's figures from the analysis views "
-        "(analysis.run_summary.headline_metrics); None without the analysis layer.",
+        "(analysis.reports.headline_figures.headline_metrics); None without the analysis layer.",
     )
     slo_verdict: SloVerdict | None = Field(
         None,

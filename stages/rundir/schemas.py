@@ -1,8 +1,8 @@
 """The columns of every run-directory table, as Arrow schemas: the one statement of each table's
 shape. Derived from it: the table list (`TABLES`), the recorder's row tuples
-(stages.runtime.recorder), the warehouse's raw-table views (analysis.catalogue.shapes); and
-checked against it: the column tables of docs/contracts.md#the-run-directory
-(tests/rundir/test_ddl_matches_schemas.py)."""
+(stages.runtime.recorder), the warehouse's raw-table views
+(analysis.warehouse.registered_files.shapes); and checked against it: the column tables of
+docs/contracts.md#the-run-directory (tests/rundir/test_ddl_matches_schemas.py)."""
 
 from __future__ import annotations
 

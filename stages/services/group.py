@@ -25,7 +25,7 @@ def resolve_model(model: ServiceModelSpec) -> str:
     folder, built if it is not yet."""
     if model.path is not None:
         return model.path
-    from stages.artifacts.catalogue import ensure_artifact
+    from stages.artifacts.registry import ensure_artifact
 
     return str(ensure_artifact(str(model.artifact)).path)
 

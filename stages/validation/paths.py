@@ -114,7 +114,7 @@ def check_model_entries(spec: BenchmarkSpec, spec_dir: Path) -> list[SpecProblem
 def _model_artifact_problem(name: str, folder: bool) -> str | None:
     """Why `artifact:<name>` names no model artefact of the right kind: a `path` entry takes a
     model folder artefact (tiny_lm, minilm), a file entry one with a `model_file`."""
-    from stages.artifacts.catalogue import ARTIFACTS
+    from stages.artifacts.registry import ARTIFACTS
 
     def fits(builder: Any) -> bool:
         return builder.kind == "model" and hasattr(builder, "model_file") != folder

@@ -58,7 +58,7 @@ def check_services(
 
 
 def _check_artifact(name: str, at: tuple[int | str, ...]) -> list[SpecProblem]:
-    from stages.artifacts.catalogue import ARTIFACTS
+    from stages.artifacts.registry import ARTIFACTS
 
     if name in ARTIFACTS:
         return []

@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.definitions_db import warehouse_definitions
-from analysis.reader import run_query
+from analysis.warehouse.definitions_db import warehouse_definitions
+from analysis.warehouse.reader import run_query
 from stages.rundir.tables import SCHEMAS
 
 SECOND_NS = 1_000_000_000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from tests.analysis.rundirs import MS_NS, RunBuilder, one, rows_of
 from tests.analysis.runs import BASE_NS
 from tests.paths import REPO

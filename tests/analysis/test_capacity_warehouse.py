@@ -16,7 +16,6 @@ from typing import Any
 import duckdb
 import pytest
 
-from analysis import migrations
 from analysis.capacity import report_markdown
 from analysis.capacity.file_reader import CapacityFileError
 from analysis.capacity.warehouse_tables import (
@@ -25,10 +24,11 @@ from analysis.capacity.warehouse_tables import (
     load_region,
     load_search,
 )
-from analysis.loader import load_runs
-from analysis.reader import run_query
-from analysis.report_entries import ReportCatalogueError
-from analysis.views_not_per_run import CAPACITY_CATALOGUE
+from analysis.reports.report_entries import ReportCatalogueError
+from analysis.reports.views_not_per_run import CAPACITY_CATALOGUE
+from analysis.warehouse import migrations
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import run_query
 from stages.contracts.capacity_files import CAPACITY_FILE, PROBES_FILE, SEARCH_FILE
 from tests.analysis.capacity_dirs import (
     SOLO_QPS,

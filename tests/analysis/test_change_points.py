@@ -1,6 +1,7 @@
-"""The cross-run test (analysis.change_points) on simulated histories drawn with the between-run
-spread measured on this machine (perf/verdicts.py): false alarms on A/A histories, steps at the
-minimal detectable change found within three runs, a single outlier not taken for a change."""
+"""The cross-run test (analysis.history.change_points) on simulated histories drawn with the
+between-run spread measured on this machine (perf/verdicts.py): false alarms on A/A histories, steps
+at the minimal detectable change found within three runs, a single outlier not taken for a
+change."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from analysis.change_points import (
+from analysis.history.change_points import (
     IMPROVED,
     MEDIAN_OF_3_VARIANCE,
     NO_CHANGE,

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from analysis.compare import SpecMismatch, UnknownRun, compare_runs, regressions
-from analysis.loader import load_runs
+from analysis.history.compare import SpecMismatch, UnknownRun, compare_runs, regressions
+from analysis.warehouse.loader import load_runs
 from stages.cli.app import app
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
-from analysis.report import report
+from analysis.reports.report import report
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from stages.rundir.manifest import read_manifest
 from tests.noop_run import NoopCollocatedRun
 

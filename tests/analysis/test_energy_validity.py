@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder, one, rows_of
 from tests.analysis.runs import BASE_NS, collocated_run
 

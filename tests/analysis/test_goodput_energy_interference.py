@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from tests.analysis.rundirs import one, rows_of
 from tests.analysis.runs import collocated_run, single_pipeline_run, split_run
 

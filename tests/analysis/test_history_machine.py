@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from analysis.history import history_connection
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
+from analysis.history.verdicts import history_connection
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from tests.helpers import run
 
 CORE = 1
@@ -63,7 +63,7 @@ def cpu_hog(core: int) -> Iterator[None]:
 # Eight real runs (26 s of the serial session) whose verdict needs the five quiet ones quiet:
 # anything else on that core (mypy beside `make test`, another session) reads as a change too.
 # `make soak` runs it (perf/soak.py); `make test` keeps the attribution to the machine on
-# recorded histories (tests/analysis/test_history.py::test_a_slower_machine_is_attributed_to_
+# recorded histories (tests/analysis/test_verdicts.py::test_a_slower_machine_is_attributed_to_
 # the_calibration).
 @pytest.mark.soak
 @pytest.mark.spawns

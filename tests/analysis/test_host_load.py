@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from stages.rundir.tables import ChunkWriter
 from stages.telemetry.host_sampler import HostSampler
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder, rows_of

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from tests.analysis.rundirs import one, rows_of
 from tests.analysis.runs import three_pipeline_run
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.loader import load_runs
-from analysis.reader import run_query
-from analysis.sql_files import sql_text
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import run_query
+from analysis.warehouse.sql_files import sql_text
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder
 
 
@@ -50,7 +50,7 @@ def test_loadgen_quantile_matches_numpy_with_ties_and_small_n() -> None:
 
 
 def bootstrap_mean_ci(values: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
-    """The percentile bootstrap of the mean that analysis/report.py used before (2000
+    """The percentile bootstrap of the mean that analysis/reports/report.py used before (2000
     resamples, 2.5 and 97.5 percentiles), kept here as the comparison."""
     picks = rng.integers(0, len(values), size=(2000, len(values)))
     means = values[picks].mean(axis=1)

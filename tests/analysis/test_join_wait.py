@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from analysis.loader import load_runs
-from analysis.reader import run_query
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import run_query
 from stages.rundir.tables import merge_parts
 from stages.runtime.driver import run_pipeline
 from stages.spec.models import PipelineSpec

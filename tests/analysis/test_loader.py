@@ -9,9 +9,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis.loader import TABLES, LoadError, forget_runs, load_runs
-from analysis.reader import ReadOnlyRequired, connect_read_only, query_connection, run_query
-from analysis.sql_files import WarehouseError, sql_text, view_files
+from analysis.warehouse.loader import TABLES, LoadError, forget_runs, load_runs
+from analysis.warehouse.reader import (
+    ReadOnlyRequired,
+    connect_read_only,
+    query_connection,
+    run_query,
+)
+from analysis.warehouse.sql_files import WarehouseError, sql_text, view_files
 from tests.analysis.runs import collocated_run, single_pipeline_run
 
 VIEWS = ["throughput", "latency", "stage_breakdown", "energy", "perf_per_watt", "contention"]

@@ -12,11 +12,11 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from analysis import migrations
-from analysis.loader import load_runs
-from analysis.migrations import CURRENT_VERSION, SchemaMismatch
-from analysis.reader import connect_read_only, run_query
-from analysis.sql_files import sql_text, view_files
+from analysis.warehouse import migrations
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.migrations import CURRENT_VERSION, SchemaMismatch
+from analysis.warehouse.reader import connect_read_only, run_query
+from analysis.warehouse.sql_files import sql_text, view_files
 from stages.cli.app import app
 from stages.rundir.layout import table_files
 from stages.rundir.schemas import TABLES

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.loader import load_runs
-from analysis.report import VIEWS, report
+from analysis.reports.report import VIEWS, report
+from analysis.warehouse.loader import load_runs
 from tests.analysis.rundirs import SECOND_NS, RunBuilder
 from tests.analysis.runs import collocated_run, single_pipeline_run
 

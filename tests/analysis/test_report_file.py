@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from analysis import plots
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
-from analysis.report_file import markdown_table, write_report
-from analysis.trace import write_trace
+from analysis.reports import plots
+from analysis.reports.report_file import markdown_table, write_report
+from analysis.reports.trace import write_trace
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from stages.cli.app import app
 from tests.analysis.rundirs import SECOND_NS, RunBuilder
 from tests.analysis.runs import BASE_NS, collocated_run, single_pipeline_run

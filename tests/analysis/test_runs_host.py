@@ -11,10 +11,10 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from analysis.compare import compare_runs
-from analysis.loader import load_runs
-from analysis.migrations import CURRENT_VERSION
-from analysis.reader import connect_read_only, run_query
+from analysis.history.compare import compare_runs
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.migrations import CURRENT_VERSION
+from analysis.warehouse.reader import connect_read_only, run_query
 from stages.cli.app import app
 from tests.analysis.rundirs import SECOND_NS, RunBuilder
 from tests.analysis.test_migrations import table_columns, versions

@@ -11,8 +11,8 @@ import duckdb
 import pytest
 from rich.console import Console
 
-from analysis.loader import load_runs
-from analysis.run_summary import headline_metrics, summarize_run
+from analysis.reports.headline_figures import headline_metrics, summarize_run
+from analysis.warehouse.loader import load_runs
 from stages.cli.summary_table import COLUMNS, summary_table
 from tests.analysis.rundirs import MS_NS, RunBuilder
 from tests.analysis.runs import BASE_NS

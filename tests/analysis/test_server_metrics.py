@@ -12,9 +12,9 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from analysis import plots
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
+from analysis.reports import plots
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder, rows_of
 from tests.analysis.runs import BASE_NS
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from tests.analysis.rundirs import SECOND_NS, RunBuilder, rows_of
 from tests.analysis.runs import BASE_NS, collocated_run
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.early_stopping import slo_verdict
-from analysis.run_summary import headline_metrics, summarize_run
+from analysis.reports.early_stopping import slo_verdict
+from analysis.reports.headline_figures import headline_metrics, summarize_run
 from stages.contracts.slo_verdict import max_passing_over_slo, slo_verdict_by_counts
 from tests.analysis.runs import SLO_CASES, SLO_MS, slo_run
 

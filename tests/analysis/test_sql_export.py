@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from stages.cli.app import app
 from tests.analysis.runs import single_pipeline_run
 from tests.helpers import REPO

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from analysis.early_stopping import early_stopping_percentile, slo_met
-from analysis.loader import load_runs
-from analysis.reader import run_query
-from analysis.run_summary import summarize_run
+from analysis.reports.early_stopping import early_stopping_percentile, slo_met
+from analysis.reports.headline_figures import summarize_run
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import run_query
 from stages.rundir.tables import merge_parts, read_table
 from stages.runtime.driver import run_pipeline
 from stages.spec.models import PipelineSpec

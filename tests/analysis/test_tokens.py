@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from analysis.loader import load_runs
-from analysis.report import report
-from analysis.report_entries import MARKDOWN_NUMBERS
-from analysis.report_file import write_report
+from analysis.reports.report import report
+from analysis.reports.report_entries import MARKDOWN_NUMBERS
+from analysis.reports.report_file import write_report
+from analysis.warehouse.loader import load_runs
 from stages.cli.commands.report import _worth_showing_after_run
 from stages.validation.loading import validate_document
 from tests.analysis.rundirs import MS_NS, RunBuilder, definition_rows_of, one, rows_of

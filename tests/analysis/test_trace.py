@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from analysis.loader import load_runs
-from analysis.trace import write_trace
+from analysis.reports.trace import write_trace
+from analysis.warehouse.loader import load_runs
 from tests.analysis.rundirs import MS_NS, SECOND_NS, RunBuilder
 
 T0 = 5_000 * SECOND_NS

@@ -1,7 +1,7 @@
-"""The view manifest (analysis/view_manifest.py) against the SQL it declares: the files and
-their order, what each creates, which other files it reads (from the statements' parse trees,
-DuckDB's json_serialize_sql), each summary's guard, and that the files a name needs are enough
-to create it. Parsing SQL here is a check on the declaration; the loader never does."""
+"""The view manifest (analysis/warehouse/view_manifest.py) against the SQL it declares: the files
+and their order, what each creates, which other files it reads (from the statements' parse trees,
+DuckDB's json_serialize_sql), each summary's guard, and that the files a name needs are enough to
+create it. Parsing SQL here is a check on the declaration; the loader never does."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 import duckdb
 import pytest
 
-from analysis import catalogue
-from analysis.sql_files import sql_text, view_files
-from analysis.view_manifest import (
+from analysis.warehouse import registered_files
+from analysis.warehouse.sql_files import sql_text, view_files
+from analysis.warehouse.view_manifest import (
     BY_FILE,
     VIEW_FILES,
     ViewFile,
@@ -136,7 +136,7 @@ def test_the_files_a_name_needs_are_enough_to_create_it() -> None:
         connection = duckdb.connect(":memory:")
         try:
             connection.execute(sql_text("schema.sql"))
-            catalogue.create_raw_views(connection)
+            registered_files.create_raw_views(connection)
             needed = files_defining(frozenset(entry.creates))
             assert needed[-1] == entry.file
             for file in needed:

@@ -12,9 +12,9 @@ from typing import Any
 import duckdb
 import pytest
 
-from analysis.loader import load_runs
-from analysis.migrations import CURRENT_VERSION
-from analysis.raw_rows_out import exported_rows_dir
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.migrations import CURRENT_VERSION
+from analysis.warehouse.raw_rows_out import exported_rows_dir
 from stages.rundir.layout import table_files
 from stages.rundir.schemas import TABLES
 from tests.analysis.view_results import (

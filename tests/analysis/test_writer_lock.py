@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis import db as warehouse
-from analysis.db import writer_lock
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
-from analysis.sql_files import WarehouseError
+from analysis.warehouse import db as warehouse
+from analysis.warehouse.db import writer_lock
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
+from analysis.warehouse.sql_files import WarehouseError
 from tests.analysis.runs import collocated_run, single_pipeline_run
 from tests.helpers import REPO
 
@@ -56,7 +56,7 @@ def holder(script: str, db: Path, hold_s: float) -> Iterator[subprocess.Popen[st
 # Holds the collobench writer lock (as a long load would) for hold_s seconds.
 HOLD_WRITER_LOCK = """
     import time
-    from analysis.db import writer_lock
+    from analysis.warehouse.db import writer_lock
     with writer_lock(db):
         print("held", flush=True)
         time.sleep(hold_s)
@@ -67,8 +67,8 @@ HOLD_WRITER_LOCK = """
 SLOW_LOAD = """
     import time
     from pathlib import Path
-    from analysis.db import connect_writer, writer_lock
-    from analysis.loader import _read_manifest, ensure_schema, load_run
+    from analysis.warehouse.db import connect_writer, writer_lock
+    from analysis.warehouse.loader import _read_manifest, ensure_schema, load_run
     with writer_lock(db):
         connection = connect_writer(db)
         ensure_schema(connection, db)

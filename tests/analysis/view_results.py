@@ -18,9 +18,9 @@ from typing import Any
 
 import duckdb
 
-from analysis.definitions_db import warehouse_definitions
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
+from analysis.warehouse.definitions_db import warehouse_definitions
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from stages.rundir.schemas import TABLES
 from tests.analysis.runs import (
     collocated_run,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
 
-from stages.artifacts.catalogue import ARTIFACTS
+from stages.artifacts.registry import ARTIFACTS
 from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
 
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import Field
 
-from stages.artifacts import catalogue
+from stages.artifacts import registry
 from stages.artifacts.store import (
     METADATA,
     ArtifactBuilder,
@@ -126,11 +126,11 @@ def test_concurrent_workers_share_one_build(tmp_path: Path) -> None:
 
 
 def test_unknown_artefact_lists_known_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    only_count = catalogue.ArtifactRegistry()
+    only_count = registry.ArtifactRegistry()
     only_count.register(CountBuilder(Path("unused")))
-    monkeypatch.setattr(catalogue, "ARTIFACTS", only_count)
+    monkeypatch.setattr(registry, "ARTIFACTS", only_count)
     with pytest.raises(ArtifactError, match=r"unknown artefact 'nope'; known: count"):
-        catalogue.ensure_artifact("nope")
+        registry.ensure_artifact("nope")
 
 
 @pytest.mark.spawns

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from stages.artifacts import hub
-from stages.artifacts.catalogue import ensure_artifact
+from stages.artifacts.registry import ensure_artifact
 from stages.artifacts.store import ArtifactError, ArtifactStore
 from stages.artifacts.text_artifacts import EMBEDDING_DIM, read_prompts
 from tests.helpers import REPO

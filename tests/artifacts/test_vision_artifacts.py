@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from stages.artifacts import torchvision_models, vision_artifacts
-from stages.artifacts.catalogue import ensure_artifact
+from stages.artifacts.registry import ensure_artifact
 from stages.artifacts.store import ArtifactError, ArtifactStore
 from stages.library.vision.datasets import DIGITS_SPLIT_SIZES
 

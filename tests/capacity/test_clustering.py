@@ -1,5 +1,5 @@
 """Bursts of over-SLO queries, the design effect they give the count, the counts the verdict
-uses, and the concrete SloRule over analysis.early_stopping."""
+uses, and the concrete SloRule over analysis.reports.early_stopping."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.run_summary import verdict_latencies
+from analysis.reports.headline_figures import verdict_latencies
 from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.capacity.store import SearchStore

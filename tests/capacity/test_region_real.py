@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from analysis.run_summary import verdict_latencies
+from analysis.reports.headline_figures import verdict_latencies
 from stages import settings
 from stages.capacity.region import run_region
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search

@@ -20,7 +20,7 @@ from matplotlib import pyplot
 
 from analysis.capacity import figures
 from analysis.capacity.file_reader import read_search
-from analysis.run_summary import verdict_latencies
+from analysis.reports.headline_figures import verdict_latencies
 from stages.capacity.clustering import design_effect, effective_counts
 from stages.capacity.controller import ProbeRequest
 from stages.capacity.probe_executor import ProbeExecutor

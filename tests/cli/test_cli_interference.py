@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from stages.cli.app import app
 from tests.analysis.rundirs import rows_of
 from tests.analysis.runs import single_pipeline_run, split_run, three_pipeline_run

@@ -12,8 +12,8 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from analysis.loader import load_runs
-from analysis.report_catalogue import BY_VIEW
+from analysis.reports.catalogue import BY_VIEW
+from analysis.warehouse.loader import load_runs
 from stages.cli.app import app
 from stages.cli.progress import ProgressDisplay, phase_line
 from stages.cli.render import compact_table

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from analysis.loader import load_runs
-from analysis.run_summary import summarize_run
+from analysis.reports.headline_figures import summarize_run
+from analysis.warehouse.loader import load_runs
 from stages.cli.mlflow_log import trial_metrics, verdict_tags
 from stages.cli.summary_table import COLUMNS, summary_table
 from stages.cli.wiring import summarize_phase

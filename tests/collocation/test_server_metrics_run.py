@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from stages.collocation.launcher import ProgressEvent
 from stages.rundir.tables import read_table
 from tests.analysis.rundirs import rows_of

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from stages.rundir.tables import read_table
 from tests.analysis.rundirs import rows_of
 from tests.collocation.service_stages import PROBE_TYPE, install_service_probe

@@ -169,7 +169,7 @@ def log_text(cluster: Cluster) -> str:
 
 def warehouse_rows(cluster: Cluster, query: str) -> list[tuple[Any, ...]]:
     """The rows of a query on the hosts' shared warehouse, read-only."""
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.reader import connect_read_only
 
     connection = connect_read_only(cluster.results / "results.duckdb")
     try:

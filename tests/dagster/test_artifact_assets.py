@@ -9,8 +9,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from bench_defs.artifacts import artifact_assets
-from stages.artifacts.catalogue import ARTIFACTS
+from bench_defs.assets.artifacts import artifact_assets
+from stages.artifacts.registry import ARTIFACTS
 
 
 def _asset(name: str) -> dg.AssetsDefinition:

@@ -10,10 +10,10 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from bench_defs.benchmark import benchmark_run
+from bench_defs.assets.benchmark import benchmark_run
+from bench_defs.assets.reports import report_assets
+from bench_defs.assets.warehouse import warehouse
 from bench_defs.core.specs import SPEC_PARTITIONS
-from bench_defs.reports import report_assets
-from bench_defs.warehouse import warehouse
 from stages.validation.loading import load_spec
 from tests.dagster.specs import tiny_spec, write_spec
 

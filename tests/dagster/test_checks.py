@@ -19,9 +19,9 @@ import dagster as dg
 import duckdb
 import pytest
 
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
-from bench_defs import history_checks, warehouse_checks
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
+from bench_defs.checks import history_checks, warehouse_checks
 from tests.dagster.specs import tiny_spec, write_spec
 from tests.helpers import REPO
 

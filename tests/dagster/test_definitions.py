@@ -12,7 +12,7 @@ import pytest
 
 from bench_defs.core.specs import BenchmarkRunConfig
 from bench_defs.definitions import defs
-from stages.artifacts.catalogue import ARTIFACTS
+from stages.artifacts.registry import ARTIFACTS
 from tests.helpers import REPO
 
 

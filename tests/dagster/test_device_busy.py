@@ -12,7 +12,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from bench_defs.benchmark import benchmark_run
+from bench_defs.assets.benchmark import benchmark_run
 from bench_defs.core.pools import LOCAL_POOL
 from bench_defs.core.specs import (
     MAX_RUNTIME_TAG,

@@ -1,4 +1,4 @@
-"""Model files a spec names as observable source assets (bench_defs/model_files.py): found in
+"""Model files a spec names as observable source assets (bench_defs/assets/model_files.py): found in
 the specs folder when the definitions load, observed through `model_files_sensor`'s run
 request, their data version the content sha256, and a changed file making stale exactly the
 benchmark partitions whose spec uses it (Dagster's own staleness resolver)."""
@@ -17,7 +17,7 @@ from dagster._core.loader import LoadingContextForTest
 
 from bench_defs.core.specs import SPEC_PARTITIONS
 from bench_defs.definitions import build_definitions
-from stages.artifacts.catalogue import ARTIFACTS
+from stages.artifacts.registry import ARTIFACTS
 from tests.dagster.specs import tiny_spec, write_spec
 
 BENCHMARK = dg.AssetKey("benchmark_run")

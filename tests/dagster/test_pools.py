@@ -19,7 +19,7 @@ from dagster._core.remote_origin import (
 )
 from dagster._core.test_utils import create_run_for_test
 
-from bench_defs.benchmark import benchmark_run
+from bench_defs.assets.benchmark import benchmark_run
 from bench_defs.capacity.assets import CAPACITY_PARTITIONS, CapacitySearchResource, capacity
 from bench_defs.capacity.region_requests import (
     RegionRequest,

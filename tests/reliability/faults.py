@@ -19,9 +19,9 @@ from typing import Any
 import psutil
 import yaml
 
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
-from bench_defs import warehouse_checks
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
+from bench_defs.checks import warehouse_checks
 from stages.rundir.tables import read_table
 from tests.helpers import REPO, spec_doc
 

@@ -27,7 +27,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from stages.collocation.launcher import ProgressEvent
 from stages.runtime.recorder import FLUSH_PERIOD_NS
 from tests.helpers import run

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from analysis.loader import load_runs
-from analysis.reader import connect_read_only
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import connect_read_only
 from stages.collocation.launcher import ProgressEvent
 from tests.helpers import REPO, run
 from tests.reliability import figures

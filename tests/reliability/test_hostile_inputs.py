@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from analysis.db import connect_writer
-from analysis.loader import ensure_schema
+from analysis.warehouse.db import connect_writer
+from analysis.warehouse.loader import ensure_schema
 from stages.cli.app import app
 from tests.helpers import REPO
 from tests.reliability import figures

@@ -16,12 +16,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis.db import connect_writer
-from analysis.loader import ensure_schema
-from analysis.reader import connect_read_only
-from bench_defs.benchmark import benchmark_run
+from analysis.warehouse.db import connect_writer
+from analysis.warehouse.loader import ensure_schema
+from analysis.warehouse.reader import connect_read_only
+from bench_defs.assets.benchmark import benchmark_run
+from bench_defs.assets.warehouse import warehouse
 from bench_defs.core.specs import SPEC_PARTITIONS
-from bench_defs.warehouse import warehouse
 from stages.cli.app import app
 from stages.library.retrieval.sql import SqlRetrievalStage
 from stages.validation.loading import load_spec
@@ -148,7 +148,7 @@ def test_reader_connections_have_external_access_off_and_locked(tmp_path: Path) 
 def test_a_reader_reads_the_registered_files_and_no_other(tmp_path: Path) -> None:
     """The raw-table views read the loaded runs' Parquet files; nothing else opens: not an
     unloaded run's file beside them, not a glob, and the allowed paths cannot be widened."""
-    from analysis.loader import load_runs
+    from analysis.warehouse.loader import load_runs
     from tests.analysis.runs import collocated_run, single_pipeline_run
 
     db = tmp_path / "results.duckdb"

@@ -18,7 +18,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.reader import connect_read_only
+from analysis.warehouse.reader import connect_read_only
 from tests.dagster import server
 from tests.dagster.specs import write_spec
 from tests.helpers import REPO

@@ -1,8 +1,8 @@
 """The run directory's Arrow schemas (stages.rundir.schemas.SCHEMAS) are the one statement of
 each table's shape; what restates it is held to them here. The warehouse's raw-table shapes
-(analysis.catalogue.shapes, which the views over the run directories' Parquet files take their
-columns and types from) are DuckDB's own reading of each Arrow type, column for column; the
-column tables of docs/contracts.md name every column in schema order with its Arrow type; and
+(analysis.warehouse.registered_files.shapes, which the views over the run directories' Parquet files
+take their columns and types from) are DuckDB's own reading of each Arrow type, column for column;
+the column tables of docs/contracts.md name every column in schema order with its Arrow type; and
 every table has its section there, in the tables' order. A column added, renamed, retyped or
 reordered on one side only fails here. The warehouse's own tables (analysis/sql/schema.sql) are
 listed apart."""
@@ -15,8 +15,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from analysis import catalogue
-from analysis.sql_files import sql_text
+from analysis.warehouse import registered_files
+from analysis.warehouse.sql_files import sql_text
 from stages.rundir.schemas import SCHEMAS, TABLES
 from tests.helpers import REPO
 
@@ -40,7 +40,7 @@ def _from_arrow(schema: pa.Schema) -> list[tuple[str, str]]:
 
 
 def test_there_is_a_shape_for_each_run_directory_table_and_the_warehouse_stores_none() -> None:
-    assert set(catalogue.shapes()) == set(TABLES)
+    assert set(registered_files.shapes()) == set(TABLES)
     # the warehouse's own: runs and their files, versions, and the capacity searches
     # (analysis.capacity.warehouse_tables); the raw rows stay in the run directories
     assert _tables("schema.sql") == {
@@ -55,12 +55,12 @@ def test_there_is_a_shape_for_each_run_directory_table_and_the_warehouse_stores_
 
 @pytest.mark.parametrize("table", TABLES)
 def test_the_shape_of_each_table_matches_its_arrow_schema(table: str) -> None:
-    assert list(catalogue.shapes()[table]) == _from_arrow(SCHEMAS[table])
+    assert list(registered_files.shapes()[table]) == _from_arrow(SCHEMAS[table])
 
 
 def test_an_arrow_type_the_warehouse_cannot_type_is_named() -> None:
     with pytest.raises(TypeError, match=r"queries\.ratio: Arrow type halffloat"):
-        catalogue.duckdb_type("queries", pa.field("ratio", pa.float16()))
+        registered_files.duckdb_type("queries", pa.field("ratio", pa.float16()))
 
 
 def _column_table(section: str) -> list[tuple[str, pa.DataType]]:

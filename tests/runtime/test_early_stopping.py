@@ -1,4 +1,4 @@
-"""Early stopping is MLPerf LoadGen's, exactly (analysis/early_stopping.py).
+"""Early stopping is MLPerf LoadGen's, exactly (analysis/reports/early_stopping.py).
 
 Reference values: mlcommons/inference commit b66003e10e2d, loadgen/early_stopping.cc compiled
 with g++ 17 -O2 next to a driver that repeats the loops of PerformanceSummary::EarlyStopping in
@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from analysis.early_stopping import early_stopping_percentile, slo_met
+from analysis.reports.early_stopping import early_stopping_percentile, slo_met
 from stages.contracts.slo_verdict import min_passing_queries
 
 # (percentile, queries N, LoadGen's minimum h_min + 1, t: the estimate is sorted[N - t]; 0: none)

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from analysis.run_summary import verdict_latencies
+from analysis.reports.headline_figures import verdict_latencies
 from stages.capacity.search_runner import SearchRunOptions, run_capacity_search
 from stages.capacity.search_services import search_services
 from stages.contracts.capacity_files import SearchSettings

@@ -18,7 +18,7 @@ import duckdb
 import psutil
 import pytest
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from stages import settings
 from stages.collocation.results import ProgressEvent
 from stages.rundir.manifest import read_manifest

@@ -1,6 +1,6 @@
 -- Migration 1 -> 2: the additions of issue 9 (stage library), for warehouses written before the
 -- schema recorded its version (no schema_info table: version 1).
--- Run by analysis/migrations.py inside one transaction, together with the schema_info row that
+-- Run by analysis/warehouse/migrations.py inside one transaction, together with the schema_info row that
 -- records version 2, so a failure leaves the warehouse at version 1. Every statement is
 -- idempotent (IF NOT EXISTS), so it is also safe on a warehouse that already has some of them.
 

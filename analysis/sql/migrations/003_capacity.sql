@@ -1,6 +1,6 @@
 -- Migration 2 -> 3: the capacity search's tables (issue 19): capacity_searches,
 -- capacity_probes and capacity_region_rays, empty until a search or region is loaded
--- (analysis.capacity). Run by analysis/migrations.py inside one transaction, together with the
+-- (analysis.capacity). Run by analysis/warehouse/migrations.py inside one transaction, together with the
 -- schema_info row that records version 3. Every statement is idempotent (IF NOT EXISTS). The
 -- definitions are schema.sql's, column for column (a migrated warehouse equals a new one).
 

@@ -1,5 +1,5 @@
 -- Migration 3 -> 4: the token_events table (issue 20: served models), empty until a streaming
--- `http.openai` stage is loaded. Run by analysis/migrations.py inside one transaction, together
+-- `http.openai` stage is loaded. Run by analysis/warehouse/migrations.py inside one transaction, together
 -- with the schema_info row that records version 4. Idempotent (IF NOT EXISTS); the definition
 -- is schema.sql's, column for column (a migrated warehouse equals a new one).
 -- Streamed tokens (`http.openai` stages with stream: true): one row per token chunk's arrival

@@ -135,7 +135,7 @@ SELECT
     END AS ci_method
 FROM rates;
 
--- Stored once per run at load (analysis/summaries.py), so reading `throughput` scans a few rows
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `throughput` scans a few rows
 -- per run however many events the warehouse holds; `throughput_from_rows` is the definition.
 CREATE TABLE IF NOT EXISTS summary_throughput AS SELECT * FROM throughput_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW throughput AS SELECT * FROM summary_throughput;

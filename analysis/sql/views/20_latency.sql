@@ -188,7 +188,7 @@ SELECT
     issue_delay_over_100us_share
 FROM finite_se;
 
--- Stored once per run at load (analysis/summaries.py), so reading `latency` scans a few rows
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `latency` scans a few rows
 -- per run however many events the warehouse holds; `latency_from_rows` is the definition.
 CREATE TABLE IF NOT EXISTS summary_latency AS SELECT * FROM latency_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW latency AS SELECT * FROM summary_latency;

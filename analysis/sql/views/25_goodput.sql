@@ -69,7 +69,7 @@ LEFT JOIN throughput AS t
     AND s.phase = t.phase
     AND s.pipeline IS NOT DISTINCT FROM t.pipeline;
 
--- Stored once per run at load (analysis/summaries.py), so reading `goodput` scans a few rows
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `goodput` scans a few rows
 -- per run however many events the warehouse holds; `goodput_from_rows` is the definition.
 CREATE TABLE IF NOT EXISTS summary_goodput AS SELECT * FROM goodput_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW goodput AS SELECT * FROM summary_goodput;

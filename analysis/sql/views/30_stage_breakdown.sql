@@ -96,7 +96,7 @@ LEFT JOIN revisited_queries AS r
     AND p.pipeline IS NOT DISTINCT FROM r.pipeline
     AND p.stage = r.stage;
 
--- Stored once per run at load (analysis/summaries.py), so reading `stage_breakdown` scans a few rows
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `stage_breakdown` scans a few rows
 -- per run however many events the warehouse holds; `stage_breakdown_from_rows` is the definition.
 CREATE TABLE IF NOT EXISTS summary_stage_breakdown AS SELECT * FROM stage_breakdown_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW stage_breakdown AS SELECT * FROM summary_stage_breakdown;

@@ -25,7 +25,7 @@ FROM queries
 WHERE NOT warmup AND (phase IN ('solo', 'collocated') OR phase LIKE 'collocated:%')
 GROUP BY run_id, trial, phase, CASE WHEN phase = 'solo' THEN pipeline END;
 
--- Stored once per run at load (analysis/summaries.py), so reading `load_windows` scans a few rows
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `load_windows` scans a few rows
 -- per run however many events the warehouse holds; `load_windows_from_rows` is the definition.
 CREATE TABLE IF NOT EXISTS summary_load_windows AS SELECT * FROM load_windows_from_rows LIMIT 0;
 CREATE OR REPLACE VIEW load_windows AS SELECT * FROM summary_load_windows;

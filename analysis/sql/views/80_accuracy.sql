@@ -50,7 +50,7 @@ SELECT
     'wilson_95' AS ci_method
 FROM wilson;
 
--- Stored once per run at load (analysis/summaries.py), so reading `accuracy` scans a few rows
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `accuracy` scans a few rows
 -- per run however many events the warehouse holds; `accuracy_from_rows` is the definition.
 -- The loader skips this summary for runs without a graded visit (it would be empty):
 -- empty unless: SELECT count(*) > 0 FROM stage_events WHERE graded IS NOT NULL

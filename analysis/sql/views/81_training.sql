@@ -43,7 +43,7 @@ SELECT
 FROM steps
 GROUP BY run_id, trial, phase, pipeline, stage;
 
--- Stored once per run at load (analysis/summaries.py), so reading `training` scans a few rows
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `training` scans a few rows
 -- per run however many events the warehouse holds; `training_from_rows` is the definition.
 -- The loader skips this summary for runs without a visit with a loss (it would be empty):
 -- empty unless: SELECT count(*) > 0 FROM stage_events WHERE loss IS NOT NULL

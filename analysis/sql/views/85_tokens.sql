@@ -149,7 +149,7 @@ LEFT JOIN throughput AS t
     AND s.phase = t.phase
     AND s.pipeline IS NOT DISTINCT FROM t.pipeline;
 
--- Stored once per run at load (analysis/summaries.py), so reading `tokens` scans a few rows
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `tokens` scans a few rows
 -- per run however many events the warehouse holds; `tokens_from_rows` is the definition.
 -- The loader skips this summary for runs without a visit with a first token (it would be empty):
 -- empty unless: SELECT count(*) > 0 FROM stage_events WHERE first_token_ns IS NOT NULL

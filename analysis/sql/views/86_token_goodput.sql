@@ -134,7 +134,7 @@ LEFT JOIN throughput AS t
     AND s.phase = t.phase
     AND s.pipeline IS NOT DISTINCT FROM t.pipeline;
 
--- Stored once per run at load (analysis/summaries.py), so reading `token_goodput` scans a few
+-- Stored once per run at load (analysis/warehouse/stored_summaries.py), so reading `token_goodput` scans a few
 -- rows per run however many events the warehouse holds; `token_goodput_from_rows` is the
 -- definition.
 -- The loader skips this summary for runs without a visit with a first token (it would be empty):

@@ -1,5 +1,5 @@
 -- run_history: every completed run's headline figures as a series per benchmark, with what the
--- run ran on beside each figure, so verdicts across runs (analysis/history.py) can judge a new
+-- run ran on beside each figure, so verdicts across runs (analysis/history/verdicts.py) can judge a new
 -- run against the runs before it and say whether the code, the environment or the machine
 -- changed. One row per (spec_hash, machine_class, trial, phase, pipeline, metric, run), in time
 -- order (run_seq). Only runs with status 'ok': a failed run's figures are not a figure of the

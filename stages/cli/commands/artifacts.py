@@ -38,7 +38,7 @@ def _params(pairs: list[str]) -> dict[str, Any]:
 @artifacts_app.command("list")
 def list_artifacts() -> None:
     """Every artefact name with what it is, and the builds found under $COLLOBENCH_HOME."""
-    from stages.artifacts.catalogue import ARTIFACTS
+    from stages.artifacts.registry import ARTIFACTS
     from stages.artifacts.store import METADATA, ArtifactStore
 
     store = ArtifactStore()
@@ -63,7 +63,7 @@ def build(
     ] = None,
 ) -> None:
     """Build an artefact (or find it built) and print its folder and metadata."""
-    from stages.artifacts.catalogue import ensure_artifact
+    from stages.artifacts.registry import ensure_artifact
 
     started = time.monotonic()
     with err.status(f"building {name}...", spinner="dots"):

@@ -148,7 +148,7 @@ def _region_report(region_dir: Path, db_path: Path) -> Path:
     """The region in the warehouse (a warning when it cannot be loaded) and its plot."""
     from analysis.capacity.report_markdown import write_region_report
     from analysis.capacity.warehouse_tables import load_region
-    from analysis.db import connect_writer, writer_lock
+    from analysis.warehouse.db import connect_writer, writer_lock
 
     try:
         with writer_lock(db_path):

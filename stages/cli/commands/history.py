@@ -55,9 +55,9 @@ def history(
     same machine class: regressed, improved, no change or undecided (with the runs it needs),
     the change and its interval, the likely cause (code, environment, machine) and the smallest
     change the history can see. Writes a PNG of the series with the change points marked."""
-    from analysis.history import UnknownSpec, history_connection, resolve_spec_hash
-    from analysis.history_plot import plot_history
-    from analysis.reader import connect_read_only
+    from analysis.history.history_plot import plot_history
+    from analysis.history.verdicts import UnknownSpec, history_connection, resolve_spec_hash
+    from analysis.warehouse.reader import connect_read_only
 
     db_path = db or settings.duckdb_path()
     reference = _spec_reference(spec, list(overrides or []))
@@ -86,7 +86,7 @@ def history(
 
 def _print_json(frame: Any) -> None:
     """One array of objects, the contract's keys (JSON_KEYS) first in every object."""
-    from analysis.history import JSON_KEYS
+    from analysis.history.verdicts import JSON_KEYS
 
     keys = [*JSON_KEYS, *(c for c in frame.columns if c not in JSON_KEYS)]
     rows = [{key: _json_value(row[key]) for key in keys} for row in frame.to_dict("records")]

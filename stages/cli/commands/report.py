@@ -1,5 +1,5 @@
 """`collobench report`: a run's report tables in the terminal, by the report catalogue
-(analysis.report_catalogue), with report.md, its plots and trace.json written beside them; and
+(analysis.reports.catalogue), with report.md, its plots and trace.json written beside them; and
 the tables shown after `collobench run`."""
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ def report(
 ) -> None:
     """Print throughput, latency, stage breakdown, energy and contention for a run; write
     report.md with PNG plots and a Perfetto trace (trace.json) beside it."""
-    from analysis.report import latest_run_id
-    from analysis.report import report as build_report
-    from analysis.report_catalogue import entry
+    from analysis.reports.catalogue import entry
+    from analysis.reports.report import latest_run_id
+    from analysis.reports.report import report as build_report
 
     db_path = db or settings.duckdb_path()
     try:
         chosen = run_id if run_id is not None else latest_run_id(db_path)
         tables = build_report(db_path, chosen)
-    except (LookupError, FileNotFoundError) as error:  # CatalogueError is a LookupError too
+    except (LookupError, FileNotFoundError) as error:  # ReportCatalogueError is a LookupError too
         raise fail_input([str(error).strip("'\"")]) from None
     for name, frame in shown_tables(tables).items():
         if name == "goodput" and frame["slo_ms"].isna().all():
@@ -82,9 +82,9 @@ def load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> bool:
     (TTFT/TPOT/ITL), token goodput, performance per watt, the energy split, contention and
     interference, each when the run has it; a failure here is a warning, the run is on disk.
     True when it loaded."""
-    from analysis.loader import load_runs
-    from analysis.report import report as build_report
-    from analysis.report_catalogue import AFTER_RUN, entry
+    from analysis.reports.catalogue import AFTER_RUN, entry
+    from analysis.reports.report import report as build_report
+    from analysis.warehouse.loader import load_runs
 
     try:
         load_runs([run_dir], db_path)
@@ -103,10 +103,10 @@ def load_and_show_results(run_dir: Path, run_id: str, db_path: Path) -> bool:
 
 
 def write_report_files(db_path: Path, run_id: str, out_dir: Path | None) -> None:
-    """Write report.md with its plots and trace.json (analysis.report_file, analysis.trace)
-    and print where they went."""
-    from analysis.report_file import write_report
-    from analysis.trace import write_trace
+    """Write report.md with its plots and trace.json (analysis.reports.report_file,
+    analysis.reports.trace) and print where they went."""
+    from analysis.reports.report_file import write_report
+    from analysis.reports.trace import write_trace
 
     files = write_report(db_path, run_id, out_dir)
     trace = write_trace(db_path, run_id, out_dir)

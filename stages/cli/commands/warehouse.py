@@ -38,7 +38,7 @@ def load(
 ) -> None:
     """Load run directories into DuckDB; loading a run again replaces it (idempotent). The
     rows stay in the run directories' Parquet files, which the warehouse registers."""
-    from analysis.loader import forget_runs, load_runs
+    from analysis.warehouse.loader import forget_runs, load_runs
 
     db_path = db or settings.duckdb_path()
     forgetting = bool(forget) or forget_missing
@@ -61,7 +61,7 @@ def load(
 
 def _check_output(output_format: str, out_file: Path | None) -> None:
     """Refuse a --format / --out pair that cannot work (exit 2), before the warehouse opens."""
-    from analysis.export import FORMATS
+    from analysis.warehouse.export import FORMATS
 
     if output_format not in FORMATS:
         raise fail_input([f"--format: {output_format!r} is not one of {', '.join(FORMATS)}"])
@@ -75,8 +75,8 @@ def _query(db_path: Path, query: str) -> Any:
     """The query's result as an Arrow table; exit 2 with one line when it cannot run."""
     import duckdb
 
-    from analysis.export import query_arrow
-    from analysis.reader import ReadOnlyRequired
+    from analysis.warehouse.export import query_arrow
+    from analysis.warehouse.reader import ReadOnlyRequired
 
     try:
         return query_arrow(db_path, query)
@@ -92,7 +92,7 @@ def _query(db_path: Path, query: str) -> Any:
 def _write_output(table: Any, output_format: str, out_file: Path | None) -> None:
     """csv or json to stdout (nothing else goes there) or to `out_file`; parquet to
     `out_file`. Exit 2 for an unwritable --out."""
-    from analysis.export import to_csv, to_json, write_parquet
+    from analysis.warehouse.export import to_csv, to_json, write_parquet
 
     try:
         if output_format == "parquet":
@@ -128,7 +128,7 @@ def sql(
 ) -> None:
     """Run one SQL query on the results database, over a read-only connection; print it as a
     table, CSV or JSON, or write it to a file (csv, json, parquet)."""
-    from analysis.export import table_rows
+    from analysis.warehouse.export import table_rows
 
     _check_output(output_format, out_file)
     table = _query(db or settings.duckdb_path(), query)
@@ -150,7 +150,7 @@ def compare(
     """Compare run B with run A per pipeline and phase: throughput and p50/p99 latency as
     ratios B / A with 95% intervals, and a verdict (faster, slower, no measurable change). The
     intervals are within-run; `collobench history` judges a run against the runs before it."""
-    from analysis.compare import (
+    from analysis.history.compare import (
         COMPARISON_TERMINAL,
         COMPARISON_TITLE,
         SpecMismatch,
@@ -186,7 +186,7 @@ WITHIN_RUN_NOTE = (
 
 def _spec_name(db_path: Path, run_id: str) -> str:
     """A loaded run's spec hash (12 characters; else its name), for `collobench history`."""
-    from analysis.reader import connect_read_only
+    from analysis.warehouse.reader import connect_read_only
 
     connection = connect_read_only(db_path)
     try:

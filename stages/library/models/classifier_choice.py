@@ -115,7 +115,7 @@ class ModelChoiceConfig(ModelStageConfig):
 
 def load_classifier(config: ModelChoiceConfig) -> Any:
     """The `nn.Module` a model stage runs (CPU, float32), from its artefact."""
-    from stages.artifacts.catalogue import ensure_artifact
+    from stages.artifacts.registry import ensure_artifact
     from stages.artifacts.torchvision_models import load_torchvision_model
     from stages.artifacts.vision_artifacts import build_digits_cnn, load_digits_cnn
 

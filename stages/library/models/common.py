@@ -27,7 +27,7 @@ def located(entry: ModelEntry, build: bool = True) -> ModelEntry:
     name = entry.artifact_name
     if name is None:
         return entry
-    from stages.artifacts.catalogue import ensure_artifact
+    from stages.artifacts.registry import ensure_artifact
 
     built = ensure_artifact(name, build=build)
     if entry.location_key == "path":  # a model folder artefact (tiny_lm, minilm)

@@ -22,7 +22,7 @@ DOCUMENTS_FIELD = "documents"
 
 
 def _known_artifact(name: str) -> str:
-    from stages.artifacts.catalogue import ARTIFACTS
+    from stages.artifacts.registry import ARTIFACTS
 
     if name not in ARTIFACTS:
         raise ValueError(ARTIFACTS.unknown_message(name))
@@ -66,7 +66,7 @@ def corpus_file(config: CorpusConfig) -> Path:
         if not path.is_file():
             raise FileNotFoundError(f"corpus_path {path} does not exist")
         return path
-    from stages.artifacts.catalogue import ensure_artifact
+    from stages.artifacts.registry import ensure_artifact
 
     assert config.corpus is not None
     built = ensure_artifact(config.corpus, config.corpus_params)

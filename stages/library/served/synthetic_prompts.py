@@ -181,7 +181,7 @@ def _folder_context(reference: str | ModelEntry) -> int | None:
 
         folder = Path(located(reference).location)
     else:
-        from stages.artifacts.catalogue import ensure_artifact
+        from stages.artifacts.registry import ensure_artifact
 
         folder = ensure_artifact(reference, {}).path
     try:
@@ -205,7 +205,7 @@ def _load(reference: str | ModelEntry) -> tuple[Any, Path]:
 
         folder, trust = Path(reference.location), trust_remote_code(reference)
     else:
-        from stages.artifacts.catalogue import ensure_artifact
+        from stages.artifacts.registry import ensure_artifact
 
         folder, trust = ensure_artifact(reference, {}).path, False
     try:

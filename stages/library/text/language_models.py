@@ -20,8 +20,8 @@ def load_text_model(
 ) -> tuple[Any, Any, str]:
     """(model, tokenizer, description) for `tiny_lm`, `minilm`, `hf:<name>` or a model entry's
     Hugging Face folder, in eval mode."""
-    from stages.artifacts.catalogue import ensure_artifact
     from stages.artifacts.hub import hub_name, load_hub_model
+    from stages.artifacts.registry import ensure_artifact
 
     if isinstance(reference, ModelEntry):
         from stages.library.models.hf_folders import load_hf_text_model

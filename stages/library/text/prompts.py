@@ -39,7 +39,7 @@ class PromptsStage(Stage[PromptsConfig]):
     def prepare(self) -> None:
         import random
 
-        from stages.artifacts.catalogue import ensure_artifact
+        from stages.artifacts.registry import ensure_artifact
         from stages.artifacts.text_artifacts import read_prompts
 
         built = ensure_artifact(

@@ -142,7 +142,7 @@ class DigitsDatasetStage(_BatchServer[DigitsConfig]):
     `batch_size` float32 images [B,1,8,8] in [0,1] and their labels."""
 
     def _load(self) -> tuple[Any, Any]:
-        from stages.artifacts.catalogue import ensure_artifact
+        from stages.artifacts.registry import ensure_artifact
         from stages.artifacts.vision_artifacts import load_digits_split
 
         return load_digits_split(ensure_artifact("digits"), self.config.split)
@@ -153,7 +153,7 @@ class FakeImagesDatasetStage(_BatchServer[FakeImagesConfig]):
     uint8 images [B,3,H,W] and labels (`torchvision.preprocess` makes them float)."""
 
     def _load(self) -> tuple[Any, Any]:
-        from stages.artifacts.catalogue import ensure_artifact
+        from stages.artifacts.registry import ensure_artifact
         from stages.artifacts.vision_artifacts import load_fake_images
 
         params = {

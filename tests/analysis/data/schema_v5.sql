@@ -8,7 +8,7 @@
 -- slow bulk inserts, and uniqueness is the writer's contract, not the warehouse's).
 
 -- The warehouse's schema version: one row per version it has been at, written when it was
--- created at that version or migrated to it (analysis/migrations.py; the migrations are in
+-- created at that version or migrated to it (analysis/warehouse/migrations.py; the migrations are in
 -- analysis/sql/migrations/NNN_*.sql, NNN the version each one reaches). Its latest version is
 -- max(version). A warehouse without this table was written before versions were recorded:
 -- version 1. Loading upgrades an older warehouse and refuses a newer one.

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 from pydantic import Field
 
-from analysis.loader import load_runs
+from analysis.warehouse.loader import load_runs
 from stages.library.core.profiling import WINDOW, OperatorProfiler, realtime_minus_monotonic_ns
 from stages.library.core.torch_common import ModelStageConfig, device_synchronizer
 from stages.rundir.tables import merge_parts, read_table

@@ -14,7 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from stages.artifacts.catalogue import ensure_artifact
+from stages.artifacts.registry import ensure_artifact
 from stages.artifacts.vision_artifacts import build_digits_cnn, load_digits_cnn
 from stages.cli.app import app
 from stages.contracts.image_batches import ImageBatch

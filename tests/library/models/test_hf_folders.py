@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from stages.artifacts.catalogue import ensure_artifact
+from stages.artifacts.registry import ensure_artifact
 from stages.cli.app import app
 from stages.library.models.common import ModelFileError
 from stages.library.text.embed import EmbedConfig, EmbedStage

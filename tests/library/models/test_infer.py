@@ -18,7 +18,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from analysis.reader import run_query
+from analysis.warehouse.reader import run_query
 from stages.cli.app import app
 from stages.library.models.common import ModelFileError
 from stages.library.models.infer import InferStage

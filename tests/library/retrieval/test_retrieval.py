@@ -16,7 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from stages.artifacts import catalogue
+from stages.artifacts import registry
 from stages.artifacts.store import ArtifactBuilder, ArtifactParams, BuiltArtifact
 from stages.cli.app import app
 from stages.library.retrieval.fuse import FuseStage
@@ -142,10 +142,10 @@ class _FakeCorpusBuilder(ArtifactBuilder):
 
 def _with_fake_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """The artefact registry, for this test, with `fake_corpus` beside the real artefacts."""
-    registry = catalogue.ArtifactRegistry()
-    for builder in (*catalogue.ARTIFACTS.entries().values(), _FakeCorpusBuilder()):
-        registry.register(builder)
-    monkeypatch.setattr(catalogue, "ARTIFACTS", registry)
+    with_fake = registry.ArtifactRegistry()
+    for builder in (*registry.ARTIFACTS.entries().values(), _FakeCorpusBuilder()):
+        with_fake.register(builder)
+    monkeypatch.setattr(registry, "ARTIFACTS", with_fake)
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,7 @@ def test_the_chat_count_is_what_the_chat_template_gives() -> None:
 def _tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-    from stages.artifacts.catalogue import ensure_artifact
+    from stages.artifacts.registry import ensure_artifact
 
     return AutoTokenizer.from_pretrained(ensure_artifact("tiny_lm", {}).path, local_files_only=True)
 
@@ -90,7 +90,7 @@ pipelines:
 
 
 def test_a_folder_entry_builds_what_the_named_tokenizer_builds(tmp_path: Path) -> None:
-    from stages.artifacts.catalogue import ensure_artifact
+    from stages.artifacts.registry import ensure_artifact
 
     folder = tmp_path / "lm"
     shutil.copytree(ensure_artifact("tiny_lm", {}).path, folder)

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from analysis.loader import load_runs
-from analysis.reader import run_query
+from analysis.warehouse.loader import load_runs
+from analysis.warehouse.reader import run_query
 from stages.library.text.embed import EmbedConfig, EmbedStage
 from stages.library.text.generate import GenerateConfig, GenerateStage
 from stages.library.text.payloads import as_dict as _as_dict

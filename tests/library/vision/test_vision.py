@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from stages.artifacts.catalogue import ensure_artifact
+from stages.artifacts.registry import ensure_artifact
 from stages.cli.app import app
 from stages.library.vision import torchvision_stages as vision_stages
 from stages.library.vision.datasets import (
