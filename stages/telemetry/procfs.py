@@ -64,12 +64,16 @@ class ProcessReader:
                 self._fd = None  # e.g. hidepid: fall back to psutil
 
     def read(self) -> tuple[float, int]:
-        """(user + system CPU seconds, RSS bytes); a zombie counts as gone."""
+        """(user + system CPU seconds, RSS bytes); a zombie or an exiting process counts as gone.
+
+        A process part way through exit() has released its memory (RSS 0) before the kernel
+        marks it a zombie; every live user process has resident pages, so RSS 0 means leaving.
+        """
         if self._fd is None:
             with self.process.oneshot():
                 times = self.process.cpu_times()
                 rss_bytes = self.process.memory_info().rss
-                if rss_bytes == 0 and self.process.status() == psutil.STATUS_ZOMBIE:
+                if rss_bytes == 0:
                     raise psutil.ZombieProcess(self.pid)
             return times.user + times.system, rss_bytes
         try:
@@ -80,8 +84,11 @@ class ProcessReader:
         fields = data[data.rfind(b")") + 2 :].split()
         if fields[0] in (b"Z", b"X"):
             raise psutil.ZombieProcess(self.pid)
+        rss_pages = int(fields[21])
+        if rss_pages == 0:
+            raise psutil.ZombieProcess(self.pid)
         cpu_s = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-        return cpu_s, int(fields[21]) * _PAGE_BYTES
+        return cpu_s, rss_pages * _PAGE_BYTES
 
     def close(self) -> None:
         if self._fd is not None:

@@ -106,6 +106,27 @@ def test_busy_child_process_then_it_exits(tmp_path: Path) -> None:
     assert result.energy_source is None
 
 
+def test_a_process_part_way_through_exit_counts_as_gone(tmp_path: Path) -> None:
+    """Between releasing its memory and becoming a zombie a process still reads state R with
+    RSS 0; a row then would record a pipeline using no memory, so the reader calls it gone."""
+    reader = procfs.ProcessReader(psutil.Process())
+    fields = ["R"] + ["0"] * 40
+    fields[11], fields[12] = "250", "50"  # utime, stime in clock ticks
+    stat = tmp_path / "stat"
+    for rss_pages, gone in (("7", False), ("0", True)):
+        fields[21] = rss_pages
+        stat.write_text(f"1234 (exiting (py)) {' '.join(fields)}\n")
+        reader.close()
+        reader._fd = os.open(stat, os.O_RDONLY)  # the parser reads whatever the fd holds
+        if gone:
+            with pytest.raises(psutil.NoSuchProcess):
+                reader.read()
+        else:
+            cpu_s, rss_bytes = reader.read()
+            assert rss_bytes == 7 * os.sysconf("SC_PAGE_SIZE") and cpu_s > 0
+    reader.close()
+
+
 @pytest.mark.spawns
 def test_psutil_fallback_without_procfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(procfs, "_HAVE_PROC", False)
