@@ -9,7 +9,11 @@ crossing at any look under no change is the family alpha. The crossing chance is
 Armitage-McPherson-Rowe recursion of the z-statistics' joint normal law (independent increments
 in information), integrated by Simpson's rule; not a Lan-DeMets spending function, so equal
 looks reproduce the published tables (Pocock 3 looks: 0.0221 each; O'Brien-Fleming: 0.0005,
-0.0141, 0.0451) and unequal looks get the same shape with c solved for them.
+0.0141, 0.0451) and unequal looks get the same shape with c solved for them. A look decides a
+figure when its (Holm-adjusted) signed-rank p-value is at most that look's nominal alpha: the
+boundaries assume asymptotically normal statistics with independent increments, which the
+signed-rank statistic of a growing set of blocks is. Looks planned in advance only: a look moved
+after seeing the data needs the plan solved again for the blocks actually used.
 
 Sample size: K = ((z_{1-a/2} + z_{power}) * sd(d) / ln(1 + change))^2 / efficiency, rounded up
 to an even count (AB and BA in equal numbers). `efficiency` is the test's asymptotic relative

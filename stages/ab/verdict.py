@@ -9,7 +9,9 @@ corrected across figures); else `undecided`. Every figure carries `mde_pct`, the
 session could have seen with 90% power: (z_{1-a'/2} + z_{0.9}) sd(d) / sqrt(K * 0.955) as a %,
 with a' = family alpha / figures (Holm's first, strictest step, so the figure is decidable
 whatever the others do) and 0.955 the signed-rank test's efficiency against the t-test under
-normal d (looks.WILCOXON_ARE). Holm is computed here, with its adjusted p-values.
+normal d (looks.WILCOXON_ARE). Holm is computed here, with its adjusted p-values. At a
+planned look, pass the look's nominal alpha (looks.plan_looks) as the family alpha. An end of an
+interval too few blocks cannot bound is infinite (-100% or inf; JSON null).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from stages.ab.looks import DEFAULT_POWER, WILCOXON_ARE, detectable_change_pct
-from stages.ab.paired_stats import paired_t_summary, signed_rank_summary
+from stages.ab.paired_stats import SignedRankMethod, paired_t_summary, signed_rank_summary
 
 Verdict = Literal["regressed", "improved", "equivalent", "undecided"]
 VERDICTS: Final[tuple[Verdict, ...]] = ("regressed", "improved", "equivalent", "undecided")
@@ -76,7 +78,7 @@ class FigureVerdict(BaseModel):
     mde_pct: float = Field(description="The change the session could see at 90% power, in %.")
     blocks: int = Field(description="How many block differences the verdict rests on.")
     sd_log: float = Field(description="sd(d), the per-block spread behind mde_pct.")
-    method: str = Field(description="Null distribution of the signed-rank test: exact, normal.")
+    method: SignedRankMethod = Field(description="The signed-rank null: exact or normal.")
     paired_t_change_pct: float = Field(description="exp(mean d) - 1, in %.")
     paired_t_ci95: tuple[float, float] = Field(description="95% paired-t interval, in %.")
 
