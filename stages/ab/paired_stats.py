@@ -203,8 +203,7 @@ def signed_rank_interval(
     (low, high), the achieved confidence and the null used; an end no Walsh average bounds is
     infinite (too few blocks for this confidence)."""
     diffs = _as_diffs(log_diffs)
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    _check_confidence(confidence)
     method = signed_rank_method(diffs)
     walsh = walsh_averages(diffs)
     total = walsh.size
@@ -221,6 +220,11 @@ def signed_rank_interval(
         return (-math.inf, math.inf), achieved_confidence, method
     low, high = float(walsh[first_kept - 1]), float(walsh[total - first_kept])
     return (low, high), achieved_confidence, method
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
 
 
 def _pct_pair(pair: tuple[float, float]) -> tuple[float, float]:
@@ -252,6 +256,7 @@ def paired_t_summary(log_diffs: LogDiffs, confidence: float = 0.95) -> PairedTRe
     """The paired-t interval on mean d at `confidence`, and its p-value of mean 0 (all-equal
     d: a zero-width interval, p 1 at mean 0 and 0 otherwise)."""
     diffs = _as_diffs(log_diffs)
+    _check_confidence(confidence)
     mean, sd = float(np.mean(diffs)), float(np.std(diffs, ddof=1))
     standard_error = sd / math.sqrt(diffs.size)
     degrees = diffs.size - 1

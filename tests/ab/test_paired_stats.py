@@ -191,3 +191,5 @@ def test_too_few_blocks_give_an_unbounded_interval_or_a_reason() -> None:
         signed_rank_summary([0.1])
     with pytest.raises(FewBlocksError, match="finite"):
         paired_t_summary([0.1, math.nan])
+    with pytest.raises(ValueError, match="confidence"):
+        paired_t_summary([0.1, 0.2, 0.3], confidence=95)
