@@ -100,6 +100,9 @@ RULES: tuple[ImportRule, ...] = (
     # run directory may use the shared contracts, the contracts nothing of ours.
     ImportRule("stages/rundir", OURS, allowed=LEAVES),
     ImportRule("stages/contracts", OURS, allowed=("stages.contracts",)),
+    # The A/B statistics are pure functions of block differences: the runner, CLI and warehouse
+    # import them, never the other way round.
+    ImportRule("stages/ab", OURS, allowed=("stages.ab", "stages.contracts")),
     ImportRule("analysis", ("stages", "bench_defs", "dagster"), allowed=LEAVES),
     # What every Dagster family shares sits below them all (no cycle through the code location).
     ImportRule("bench_defs/core", ("bench_defs",), allowed=("bench_defs.core",)),
