@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
+from stages.contracts.errors import InvalidInputError
+
 EXACT_MAX_BLOCKS = 50
 """Up to this many blocks (no ties, no zeros) the signed-rank null is exact (scipy's cut too)."""
 MIN_BLOCKS = 2
@@ -40,8 +42,9 @@ LogDiffs = Sequence[float] | FloatArray
 """Block differences d_k = ln B - ln A: a list or a float array."""
 
 
-class FewBlocksError(ValueError):
-    """Too few block differences for an interval (fewer than `MIN_BLOCKS`, or not finite)."""
+class FewBlocksError(InvalidInputError, ValueError):
+    """Too few block differences for an interval (fewer than `MIN_BLOCKS`, or not finite): the
+    session needs more blocks, not a rerun of the same ones."""
 
 
 def log_to_pct(log_change: float) -> float:

@@ -115,6 +115,7 @@ def test_host_cores_need_the_manifest_core_count(tmp_path: Path, db_path: Path) 
 
 
 @pytest.mark.spawns
+@pytest.mark.serial  # a spinning thread's share of a core: alone, not beside another test
 def test_real_host_sampler_rows_give_cores(tmp_path: Path, db_path: Path) -> None:
     """The real HostSampler, 100 ms ticks over a child spinning on one core for ~1.2 s: its
     process rows read as up to one core and the host's (which includes it) as at least that,

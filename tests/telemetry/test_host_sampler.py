@@ -21,6 +21,10 @@ from stages.telemetry import procfs
 from stages.telemetry.host_sampler import HostSampler, HostSamplerResult
 from stages.telemetry.sampler_process import SamplerSettings, host_sampler_main, run_periodic
 
+# CPU shares of real burners, read at 50-100 ms: `make test` runs this module alone, after the
+# rest, never beside another test on the other core (the `serial` marker).
+pytestmark = pytest.mark.serial
+
 KEYS = {"run_id": "r1", "trial": 0, "phase": "collocated"}
 BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass"
 NO_RAPL = Path("/nonexistent/powercap")
