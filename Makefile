@@ -8,6 +8,11 @@ STAMP := $(VENV)/.installed-stamp
 export COLLOBENCH_HOME ?= $(CURDIR)/.collobench
 export DAGSTER_HOME ?= $(COLLOBENCH_HOME)/dagster
 CODE := stages analysis bench_defs tests perf
+# Let Python cache bytecode (and pytest its assertion-rewritten test modules) under __pycache__/
+# even where the machine sets PYTHONDONTWRITEBYTECODE: otherwise every pytest session rewrites
+# its 300 test modules anew (10 s of `make check`'s collection) and every process a test starts
+# compiles collobench's own modules again.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install system-packages demo ui cluster cluster-down test check lint typecheck unit unit-quick \
 	unit-parallel unit-serial \
