@@ -70,7 +70,7 @@ def slo_met(
 ) -> bool:
     """LoadGen's Server verdict: with T latencies over `slo` (failures, +inf, among them), the
     percentile target is met at `confidence` when N >= h(T) + T."""
-    over = int(np.count_nonzero(np.asarray(latencies, dtype=np.float64) > slo))
+    over = over_slo_count(latencies, slo)
     return len(latencies) >= min_passing_queries(over, percentile, confidence) + over
 
 
