@@ -89,8 +89,7 @@ typecheck: install
 # Every test, in two sessions. First all but the `serial` ones on both cores (pytest-xdist; a
 # module's tests stay together, so a module's server or cluster starts once), with mypy beside
 # them for its first minute: the tests that start processes mostly wait on them, and every
-# timing assertion holds on a machine twice as slow (tests/INDEX.md, item 9 of the structure
-# notes). Then the `serial` ones, one at a time: they time CPU work against a calibration.
+# timing assertion holds on a machine twice as slow (its margin is written beside it). Then the `serial` ones, one at a time: they time CPU work against a calibration.
 # The slowest are listed, to keep `make test` under 17 min here.
 unit: unit-parallel unit-serial
 
