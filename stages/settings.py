@@ -48,6 +48,13 @@ def capacity_dir() -> Path:
     return results_dir() / "capacity"
 
 
+def ab_dir() -> Path:
+    """A/B sessions (`collobench ab`): `<session_id>/` with session.json, segments.jsonl and
+    each segment's run directory under `runs/`, beside `spread.json` (the stored per-block
+    spreads) and `envs/` (revision arms' worktrees and environments)."""
+    return results_dir() / "ab"
+
+
 def cache_dir() -> Path:
     """Generated datasets and models (seeded, so they can be rebuilt at will)."""
     return home() / "cache"

@@ -85,7 +85,7 @@ class PhaseSummary:
 
 
 @contextmanager
-def _open(
+def open_run_views(
     run_dir: Path, tables: tuple[str, ...], views: tuple[str, ...]
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """An in-memory database holding these tables of the run directory (merged or from
@@ -105,7 +105,7 @@ def _summaries(run_dir: Path, trial: int | None, phase: str | None) -> list[Phas
     run_dir = Path(run_dir)
     loadgens = _loadgens(run_dir)
     parameters = {"trial": trial, "phase": phase}
-    with _open(run_dir, SUMMARY_TABLES, SUMMARY_VIEWS) as connection:
+    with open_run_views(run_dir, SUMMARY_TABLES, SUMMARY_VIEWS) as connection:
         result = connection.execute(sql_text("summary_figures.sql"), parameters)
         names = [column[0] for column in result.description or []]
         rows = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
@@ -185,7 +185,7 @@ def verdict_latencies(run_dir: Path) -> dict[str, list[float]]:
     """Per pipeline, every measured query's verdict latency in ms (failures as +inf), in
     scheduled order: the same rows and SQL as the summary's verdict (trials and phases one
     after the other; a capacity probe has one of each)."""
-    with _open(Path(run_dir), SUMMARY_TABLES, SUMMARY_VIEWS) as connection:
+    with open_run_views(Path(run_dir), SUMMARY_TABLES, SUMMARY_VIEWS) as connection:
         rows = connection.execute(
             sql_text("summary_verdict_latencies.sql"), {"trial": None, "phase": None}
         ).fetchall()
@@ -262,7 +262,7 @@ def phase_warnings(run_dir: Path, trial: int, phase: str) -> list[str]:
     """Warnings about one phase's load windows, from the `host_load` view: CPU taken by
     something other than the benchmark's workers, harness and services
     (`foreign_cpu_warning`)."""
-    with _open(Path(run_dir), ("queries", "host_samples"), ("host_load",)) as connection:
+    with open_run_views(Path(run_dir), ("queries", "host_samples"), ("host_load",)) as connection:
         rows = connection.execute(
             sql_text("summary_host_load.sql"), {"trial": trial, "phase": phase}
         ).fetchall()

@@ -1,13 +1,5 @@
-"""The statistics of `collobench ab`, a paired A/B comparison in interleaved blocks: pure
-functions of the per-block log differences d_k = ln B - ln A (no processes, no timing, no I/O),
-so the runner, the CLI and the warehouse share one judgement and its tests need no run.
-
-- `paired_stats`: the Hodges-Lehmann change with its Wilcoxon signed-rank interval and p-value,
-  the paired-t interval beside it, log differences as % changes;
-- `verdict`: Holm across a session's figures, then `regressed` / `improved` / `equivalent`
-  (two one-sided tests) / `undecided` with the smallest detectable change;
-- `looks`: the planned looks (Pocock or O'Brien-Fleming), blocks needed for a change, the
-  budget plan;
-- `block_orders`: balanced AB/BA orders, and dropping spoiled blocks with a partner.
-
-Imports only the standard library, numpy, scipy and pydantic (tests/test_layering.py)."""
+"""`collobench ab`'s session runner: the arms' processes (`arm_process`, with the arm's own side
+in `stages.cli.ab_arm`), the session's files (`session_files`), spoiled blocks and verdicts
+over the recorded segments (`judgement`), the stored per-block spreads (`spread_store`), the
+warm-up, plan and blocks (`session_runner`), and the checks before block 1 (`session_plan`).
+The statistics are `stages.ab.stats`, pure functions the runner calls."""

@@ -80,6 +80,7 @@ COMMANDS = {
     "sql": "stages.cli.commands.warehouse",
     "compare": "stages.cli.commands.warehouse",
     "history": "stages.cli.commands.history",
+    "ab": "stages.cli.commands.ab",
 }
 """Each command (its function's name) and its module, in help order; `artifacts` is a group."""
 

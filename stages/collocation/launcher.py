@@ -102,7 +102,9 @@ class Launcher:
         # When the harness's own work ran, so a reader can check it never overlapped a window.
         self.timeline: list[dict[str, Any]] = []
         self.startup = StartupClock(options.startup)
-        self._supervisor = Supervisor(self.context, self._emit, self.warnings)
+        self._supervisor = Supervisor(
+            self.context, self._emit, self.warnings, options.resident_workers
+        )
         self._probe = EnvironmentProbe(
             options.project_dir, self.timeline, options.environment, options.cache_dir
         )

@@ -2,7 +2,8 @@
 dataclass, and the one codec that turns them into pipe payloads and back.
 
 worker -> launcher: `Ready`, then `Progress` twice a second, then `Done` or `Failed`.
-launcher -> worker: `Start` (the common start instant of the load window).
+launcher -> worker: `Start` (the common start instant of the load window); to a resident
+worker (one kept between the runs of an A/B session), `NextTask` with its next run's task.
 
 On the pipe a message is a plain dict: its `kind` plus its fields (the counters,
 `stages.contracts.counters.QueryCounters`, as a dict), so what crosses a process boundary is
@@ -44,6 +45,14 @@ class Start:
 
 
 @dataclass(frozen=True)
+class NextTask:
+    """A resident worker's next load window (`stages.collocation.resident_workers`): the
+    `WorkerTask` of a new run, as its fields."""
+
+    task: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Progress:
     """Live counters during the load window."""
 
@@ -72,18 +81,19 @@ class Failed:
     traceback: str | None
 
 
-Message = Ready | Start | Progress | Done | Failed
+Message = Ready | Start | NextTask | Progress | Done | Failed
 
 KINDS: dict[str, type[Message]] = {
     "ready": Ready,
     "start": Start,
+    "next_task": NextTask,
     "progress": Progress,
     "done": Done,
     "failed": Failed,
 }
 _KIND_OF: dict[type[Message], str] = {cls: kind for kind, cls in KINDS.items()}
 
-_Expected = TypeVar("_Expected", Ready, Start, Progress, Done, Failed)
+_Expected = TypeVar("_Expected", Ready, Start, NextTask, Progress, Done, Failed)
 
 
 def kind_of(message: Message) -> str:

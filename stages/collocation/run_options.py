@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages import settings
+from stages.collocation.resident_workers import ResidentWorkers
 from stages.collocation.results import PhaseSummarizer, ProgressCallback
 
 
@@ -37,6 +38,9 @@ class RunOptions:
     over ten on a loaded machine, in every probe)."""
     host: str = field(default_factory=settings.host_id)
     """The host id the manifest records (`COLLOBENCH_HOST_ID`, else the host name)."""
+    resident_workers: ResidentWorkers | None = None
+    """Worker processes kept between this launcher's runs and the next ones (an A/B session's
+    arm runs one short run per segment); None: every phase spawns its workers."""
     startup: dict[str, int] = field(default_factory=dict)
     """What happened before the launcher, monotonic ns: `process_start` (the origin of the
     manifest's `startup`; else the launcher's own start), `cli_ready`, `spec_loaded`

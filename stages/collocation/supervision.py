@@ -14,6 +14,7 @@ from typing import Any
 
 from stages.collocation import protocol
 from stages.collocation.protocol import Done, Failed, Message, Progress, Ready
+from stages.collocation.resident_workers import ResidentWorkers
 from stages.collocation.results import PipelineOutcome, ProgressEvent
 from stages.collocation.worker import WorkerTask, worker_main
 from stages.contracts.warnings import stage_warning
@@ -56,20 +57,33 @@ class Supervisor:
     """Runs and watches the workers of a run; reports through `emit` and `warnings`."""
 
     def __init__(
-        self, context: SpawnContext, emit: Callable[[ProgressEvent], None], warnings: list[str]
+        self,
+        context: SpawnContext,
+        emit: Callable[[ProgressEvent], None],
+        warnings: list[str],
+        resident: ResidentWorkers | None = None,
     ) -> None:
+        """`resident`: workers kept between runs (an A/B session's); None: one per phase."""
         self._context = context
         self._emit = emit
         self._warnings = warnings
+        self._resident = resident
 
     def spawn(self, task: WorkerTask) -> WorkerHandle:
+        """The task's worker: the pipeline's resident one when there is one, else a new one."""
         pipeline = task.pipeline["name"]
-        parent_end, child_end = self._context.Pipe(duplex=True)
-        process = self._context.Process(
-            target=worker_main, args=(task, child_end), name=f"collobench:{pipeline}"
-        )
-        process.start()
-        child_end.close()
+        held = self._resident.hand_over(task) if self._resident is not None else None
+        if held is not None:
+            process, parent_end = held
+        else:
+            parent_end, child_end = self._context.Pipe(duplex=True)
+            process = self._context.Process(
+                target=worker_main,
+                args=(task, child_end, self._resident is not None),
+                name=f"collobench:{pipeline}",
+            )
+            process.start()
+            child_end.close()
         outcome = PipelineOutcome(task.trial, task.phase, pipeline, pid=process.pid)
         return WorkerHandle(outcome, process, parent_end)
 
@@ -200,7 +214,16 @@ class Supervisor:
         self._emit_outcome(worker)
 
     def reap(self, worker: WorkerHandle) -> None:
-        """Join the worker's process (killing it if it lingers) and close its pipe."""
+        """Join the worker's process (killing it if it lingers) and close its pipe; a resident
+        worker whose window ended ok is kept for its pipeline's next run instead."""
+        resident = self._resident
+        status = worker.outcome.status
+        if resident is not None and resident.keep(
+            worker.name, worker.process, worker.connection, status
+        ):
+            return
+        if resident is not None:  # it waits for a next task: the closed pipe ends it
+            worker.connection.close()
         worker.process.join(timeout=TERMINATE_GRACE_S)
         if worker.process.is_alive():
             worker.process.kill()

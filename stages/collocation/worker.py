@@ -3,12 +3,16 @@
 Started by the launcher with the `spawn` start method (never fork: a forked child of a process
 that touched CUDA is broken). It talks to the launcher over a pipe in the messages of
 `stages.collocation.protocol`: it sends `Ready`, waits for `Start`, sends `Progress` during
-the load window and ends with `Done` (or `Failed` when it raised).
+the load window and ends with `Done` (or `Failed` when it raised). A resident worker (an A/B
+session's, `stages.collocation.resident_workers`) then waits for a `NextTask` and runs that
+run's window the same way, its imports and caches warm; it exits when the launcher closes the
+pipe.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -65,8 +69,9 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(f"received signal {signal.Signals(signum).name}")
 
 
-def worker_main(task: WorkerTask, connection: Connection) -> None:
-    """Process entry point (must stay importable without torch)."""
+def worker_main(task: WorkerTask, connection: Connection, resident: bool = False) -> None:
+    """Process entry point (must stay importable without torch). `resident`: after each load
+    window, wait for the next task instead of exiting."""
     # Ctrl-C goes to the whole foreground process group; the launcher alone decides how its
     # children stop, so workers ignore SIGINT and stop on SIGTERM.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -77,6 +82,12 @@ def worker_main(task: WorkerTask, connection: Connection) -> None:
     exit_code = 0
     try:
         exit_code = _run(task, connection)
+        while resident and exit_code == 0:
+            next_task = _await_next_task(connection)
+            if next_task is None:  # the launcher closed the pipe: the session ended
+                break
+            gc.collect()  # the last window's runtime, outside every window
+            exit_code = _run(next_task, connection)
     except Interrupted as interrupted:
         _send(connection, Failed(error=f"interrupted: {interrupted}", traceback=None))
         exit_code = 130
@@ -190,6 +201,15 @@ def _await_start(connection: Connection) -> int:
     """Tell the launcher this worker is ready; the common start instant it answers with."""
     protocol.send(connection, Ready(pid=os.getpid()))
     return protocol.expect(protocol.receive(connection), Start).start_ns
+
+
+def _await_next_task(connection: Connection) -> WorkerTask | None:
+    """A resident worker's next task; None when the launcher closed the pipe."""
+    try:
+        message = protocol.receive(connection)
+    except (EOFError, OSError):
+        return None
+    return WorkerTask(**protocol.expect(message, protocol.NextTask).task)
 
 
 def _interrupted_done(runtime: PipelineRuntime, interrupted: Interrupted) -> Done:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from stages.ab.block_orders import BlockOrder, balanced_orders, drop_with_partner
+from stages.ab.stats.block_orders import BlockOrder, balanced_orders, drop_with_partner
 
 
 def test_orders_are_balanced_at_every_even_prefix() -> None:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from stages.ab.looks import (
+from stages.ab.stats.looks import (
     BoundaryKind,
     blocks_needed,
     budget_plan,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import ttest_1samp, wilcoxon
 
-from stages.ab.paired_stats import (
+from stages.ab.stats.paired_stats import (
     FewBlocksError,
     hodges_lehmann,
     log_to_pct,

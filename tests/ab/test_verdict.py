@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from stages.ab.paired_stats import signed_rank_summary
-from stages.ab.verdict import (
+from stages.ab.stats.paired_stats import signed_rank_summary
+from stages.ab.stats.verdict import (
     VERDICTS,
     FigureDifferences,
     holm_adjust,

@@ -18,6 +18,7 @@ from stages.collocation.protocol import (
     Done,
     Failed,
     Message,
+    NextTask,
     Progress,
     ProtocolError,
     Ready,
@@ -53,6 +54,7 @@ DONE = Done(
 EXAMPLES: list[Message] = [
     Ready(pid=1234),
     Start(start_ns=987_654_321),
+    NextTask(task={"run_id": "r2", "trial": 0, "pipeline": {"name": "p"}}),
     PROGRESS,
     DONE,
     Failed(error="ValueError: boom", traceback="Traceback ..."),

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from stages.ab.paired_stats import log_to_pct, pct_to_log
+from stages.ab.stats.paired_stats import log_to_pct, pct_to_log
 
 WILCOXON_ARE = 3.0 / math.pi
 """Asymptotic relative efficiency of the signed-rank test against the t-test under normal d

@@ -23,8 +23,8 @@ from typing import Final, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from stages.ab.looks import DEFAULT_POWER, WILCOXON_ARE, detectable_change_pct
-from stages.ab.paired_stats import SignedRankMethod, paired_t_summary, signed_rank_summary
+from stages.ab.stats.looks import DEFAULT_POWER, WILCOXON_ARE, detectable_change_pct
+from stages.ab.stats.paired_stats import SignedRankMethod, paired_t_summary, signed_rank_summary
 
 Verdict = Literal["regressed", "improved", "equivalent", "undecided"]
 VERDICTS: Final[tuple[Verdict, ...]] = ("regressed", "improved", "equivalent", "undecided")

@@ -1,0 +1,217 @@
+"""From what the user asked (`SessionRequest`, the CLI's options) to a finished session: the
+arms' setups, the checks before any block (the arms' Pythons run collobench, their pipelines
+match, the budget holds the first look), the warm-up, the plan, the blocks, and the arms
+stopped whatever happens."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stages.ab.arm_process import ArmProcess, ArmSetup
+from stages.ab.judgement import Judgement
+from stages.ab.session_files import ArmRecord, SessionFiles, SessionRecord
+from stages.ab.session_runner import ReadSegment, SessionRunner
+from stages.ab.spread_store import SpreadStore
+from stages.ab.stats.block_orders import balanced_orders
+from stages.ab.stats.looks import plan_looks
+from stages.contracts.errors import InvalidInputError
+
+Say = Callable[[str], None]
+
+
+class ArmsDifferError(InvalidInputError):
+    """The two arms do not run the same pipelines: there is nothing to pair."""
+
+
+class AbOptionsError(InvalidInputError):
+    """Options that do not describe two arms."""
+
+
+@dataclass
+class SessionRequest:
+    """What `collobench ab` was asked (see its options)."""
+
+    spec: Path
+    session_id: str
+    ab_dir: Path
+    controller_python: str
+    seed: int
+    spec_b: Path | None = None
+    aa: bool = False
+    base_python: Path | None = None
+    candidate_python: Path | None = None
+    overrides: list[str] = field(default_factory=list)
+    margin_pct: float = 5.0
+    budget_min: float = 15.0
+    looks: str = "8,16,24"
+    boundary: str = "obrien-fleming"
+    resume: str | None = None
+    pipeline: str | None = None
+    metric: str | None = None
+
+
+@dataclass
+class CompletedSession:
+    """A session's record, files and last judgement."""
+
+    files: SessionFiles
+    record: SessionRecord
+    judgement: Judgement
+    look_alpha: float
+    phase: str
+
+
+def parse_looks(text: str) -> list[int]:
+    """`8,16,24` -> [8, 16, 24]: increasing even block counts of at least 2."""
+    try:
+        looks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise AbOptionsError(f"--looks: {text!r} is not a list of block counts") from None
+    if not looks or any(n < 2 or n % 2 for n in looks) or looks != sorted(set(looks)):
+        raise AbOptionsError(f"--looks: {text!r}: increasing even block counts of at least 2")
+    return looks
+
+
+def arm_setups(request: SessionRequest) -> tuple[ArmSetup, ArmSetup, set[str]]:
+    """Arms A and B, and the fingerprint fields they are expected to differ in."""
+    forms = [
+        request.aa,
+        request.spec_b is not None,
+        request.base_python is not None or request.candidate_python is not None,
+    ]
+    if sum(forms) != 1:
+        raise AbOptionsError(
+            "collobench ab: name two arms one way: SPEC SPEC_B, --aa, or "
+            "--base-python with --candidate-python"
+        )
+    python = request.controller_python
+    overrides = tuple(request.overrides)
+    spec = request.spec.absolute()
+    if request.aa:
+        setup = ArmSetup("A", python, spec, overrides, description=f"{spec} (A/A)")
+        return setup, ArmSetup("B", python, spec, overrides, description=setup.description), set()
+    if request.spec_b is not None:
+        spec_b = request.spec_b.absolute()
+        return (
+            ArmSetup("A", python, spec, overrides, description=str(spec)),
+            ArmSetup("B", python, spec_b, overrides, description=str(spec_b)),
+            {"spec_hash"},
+        )
+    if request.base_python is None or request.candidate_python is None:
+        raise AbOptionsError("collobench ab: --base-python and --candidate-python go together")
+    pythons = (request.base_python, request.candidate_python)
+    for option, path in zip(("--base-python", "--candidate-python"), pythons, strict=True):
+        if not path.exists():
+            raise AbOptionsError(f"{option}: {path} does not exist")
+    return (
+        ArmSetup("A", str(pythons[0]), spec, overrides, description=str(pythons[0])),
+        ArmSetup("B", str(pythons[1]), spec, overrides, description=str(pythons[1])),
+        {
+            "python_version",
+            "torch_version",
+            "transformers_version",
+            "packages_sha256",
+            "collobench_version",
+            "cuda_version",
+        },
+    )
+
+
+def _new_record(request: SessionRequest, setups: tuple[ArmSetup, ArmSetup]) -> SessionRecord:
+    looks_blocks = parse_looks(request.looks)
+    looks = plan_looks(looks_blocks, 0.05, request.boundary)  # type: ignore[arg-type]
+    chooser = random.Random(request.seed)
+    last = looks_blocks[-1]
+    return SessionRecord(
+        session_id=request.session_id,
+        created_at=dt.datetime.now(dt.UTC).isoformat(),
+        aa=request.aa,
+        arms=[
+            ArmRecord(
+                label=s.label,
+                python=s.python,
+                spec=str(s.spec),
+                overrides=list(s.overrides),
+                description=s.description,
+                revision=s.revision,
+                extra_env=s.extra_env,
+            )
+            for s in setups
+        ],
+        seed=request.seed,
+        margin_pct=request.margin_pct,
+        budget_min=request.budget_min,
+        boundary=request.boundary,
+        looks_blocks=looks_blocks,
+        look_alpha=list(looks.nominal_alpha),
+        orders=balanced_orders(last, request.seed),
+        block_seeds=[chooser.randrange(1, 2**31) for _ in range(last)],
+        figures=(
+            [f"{request.pipeline or '*'}/{request.metric or '*'}"]
+            if request.pipeline or request.metric
+            else []
+        ),
+    )
+
+
+def _setups_of(record: SessionRecord) -> tuple[ArmSetup, ArmSetup]:
+    a, b = (
+        ArmSetup(
+            r.label,
+            r.python,
+            Path(r.spec),
+            tuple(r.overrides),
+            dict(r.extra_env),
+            r.description,
+            r.revision,
+        )
+        for r in record.arms
+    )
+    return a, b
+
+
+def run_session(request: SessionRequest, read_segment: ReadSegment, say: Say) -> CompletedSession:
+    """Run (or resume) the session the request describes; see the module docstring."""
+    files = SessionFiles(request.ab_dir / request.session_id)
+    expected: set[str] = set()
+    if request.resume:
+        record = files.read()
+        setups = _setups_of(record)
+        record.status = "running"
+    else:
+        setup_a, setup_b, expected = arm_setups(request)
+        setups = (setup_a, setup_b)
+        record = _new_record(request, setups)
+    arms: dict[str, ArmProcess] = {}
+    try:
+        for setup in setups:
+            arms[setup.label] = ArmProcess(
+                setup, files.runs, files.folder / f"arm-{setup.label}.log"
+            )
+        hellos = {label: arm.hello() for label, arm in arms.items()}
+        pipelines = {label: hello["pipelines"] for label, hello in hellos.items()}
+        if pipelines["A"] != pipelines["B"]:
+            raise ArmsDifferError(
+                f"{setups[1].spec}: arm B runs pipelines {pipelines['B']}, arm A "
+                f"{pipelines['A']}: the arms must have the same pipelines"
+            )
+        record.spec_hash = str(hellos["A"]["spec_hash"])
+        if not request.resume:
+            files.create(record)
+        runner = SessionRunner(files, record, arms, read_segment, SpreadStore(request.ab_dir), say)
+        say(f"session {record.session_id}: warming both arms up")
+        runner.warm_up()
+        for line in runner.fingerprint_differences(expected):
+            say(line)
+        for line in runner.plan(request.margin_pct):
+            say(line)
+        outcome = runner.run_blocks()
+    finally:
+        for arm in arms.values():
+            arm.close()
+    phase = "solo" if len(pipelines["A"]) == 1 else "collocated"
+    return CompletedSession(files, record, outcome.judgement, outcome.look_alpha, phase)
