@@ -38,6 +38,7 @@ class ArmSetup:
     extra_env: dict[str, str] = field(default_factory=dict)
     description: str = ""  # what the user said this arm is (a spec, a venv, a revision)
     revision: str | None = None  # the commit a revision arm runs
+    cwd: str | None = None  # where it runs (a revision arm: its worktree, for git_commit)
 
 
 class ArmProcess:
@@ -60,6 +61,7 @@ class ArmProcess:
                 text=True,
                 start_new_session=True,  # Ctrl-C reaches the controller alone; it stops us
                 env={**os.environ, **setup.extra_env},
+                cwd=setup.cwd,
             )
         except OSError as error:
             self._log.close()

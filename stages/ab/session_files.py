@@ -37,6 +37,7 @@ class ArmRecord(BaseModel):
     extra_env: dict[str, str] = Field(
         default_factory=dict, description="Variables set for it (a revision's PYTHONPATH)."
     )
+    cwd: str | None = Field(None, description="Where it ran (a revision arm: its worktree).")
 
 
 class SessionRecord(BaseModel):
@@ -57,7 +58,8 @@ class SessionRecord(BaseModel):
     look_alpha: list[float] = Field(description="Each look's nominal family alpha.")
     orders: list[BlockOrder] = Field(description="Every planned block's order, AB or BA.")
     block_seeds: list[int] = Field(description="Every planned block's arrival seed.")
-    allow_dirty: bool = Field(False, description="A revision arm ran from a dirty checkout.")
+    allow_dirty: bool = Field(False, description="--allow-dirty was given.")
+    repo_dirty: bool = Field(False, description="The revision arms' repository had changes.")
     figures: list[str] = Field(
         default_factory=list,
         description="Only these figures are judged ('pipeline/metric', '*' for any); [] all.",

@@ -50,6 +50,12 @@ class SessionRequest:
     looks: str = "8,16,24"
     boundary: str = "obrien-fleming"
     resume: str | None = None
+    repo: Path | None = None
+    base: str | None = None
+    candidate: str | None = None
+    allow_dirty: bool = False
+    repo_dirty: bool = False
+    """Found by the checks: the revision arms' repository had uncommitted changes."""
     pipeline: str | None = None
     metric: str | None = None
 
@@ -82,11 +88,12 @@ def arm_setups(request: SessionRequest) -> tuple[ArmSetup, ArmSetup, set[str]]:
         request.aa,
         request.spec_b is not None,
         request.base_python is not None or request.candidate_python is not None,
+        request.repo is not None or request.base is not None or request.candidate is not None,
     ]
     if sum(forms) != 1:
         raise AbOptionsError(
-            "collobench ab: name two arms one way: SPEC SPEC_B, --aa, or "
-            "--base-python with --candidate-python"
+            "collobench ab: name two arms one way: SPEC SPEC_B, --aa, "
+            "--base-python with --candidate-python, or --repo with --base and --candidate"
         )
     python = request.controller_python
     overrides = tuple(request.overrides)
@@ -101,6 +108,8 @@ def arm_setups(request: SessionRequest) -> tuple[ArmSetup, ArmSetup, set[str]]:
             ArmSetup("B", python, spec_b, overrides, description=str(spec_b)),
             {"spec_hash"},
         )
+    if forms[3]:
+        return _revision_setups(request, spec, overrides)
     if request.base_python is None or request.candidate_python is None:
         raise AbOptionsError("collobench ab: --base-python and --candidate-python go together")
     pythons = (request.base_python, request.candidate_python)
@@ -121,6 +130,25 @@ def arm_setups(request: SessionRequest) -> tuple[ArmSetup, ArmSetup, set[str]]:
     )
 
 
+def _revision_setups(
+    request: SessionRequest, spec: Path, overrides: tuple[str, ...]
+) -> tuple[ArmSetup, ArmSetup, set[str]]:
+    from stages.ab.revisions import REVISION_FINGERPRINTS, revision_arms
+
+    if request.repo is None or request.base is None or request.candidate is None:
+        raise AbOptionsError("collobench ab: --repo, --base and --candidate go together")
+    setup_a, setup_b, request.repo_dirty = revision_arms(
+        request.repo.absolute(),
+        request.base,
+        request.candidate,
+        spec,
+        overrides,
+        request.ab_dir / "envs",
+        request.allow_dirty,
+    )
+    return setup_a, setup_b, set(REVISION_FINGERPRINTS)
+
+
 def _new_record(request: SessionRequest, setups: tuple[ArmSetup, ArmSetup]) -> SessionRecord:
     looks_blocks = parse_looks(request.looks)
     looks = plan_looks(looks_blocks, 0.05, request.boundary)  # type: ignore[arg-type]
@@ -139,6 +167,7 @@ def _new_record(request: SessionRequest, setups: tuple[ArmSetup, ArmSetup]) -> S
                 description=s.description,
                 revision=s.revision,
                 extra_env=s.extra_env,
+                cwd=s.cwd,
             )
             for s in setups
         ],
@@ -150,6 +179,8 @@ def _new_record(request: SessionRequest, setups: tuple[ArmSetup, ArmSetup]) -> S
         look_alpha=list(looks.nominal_alpha),
         orders=balanced_orders(last, request.seed),
         block_seeds=[chooser.randrange(1, 2**31) for _ in range(last)],
+        allow_dirty=request.allow_dirty,
+        repo_dirty=request.repo_dirty,
         figures=(
             [f"{request.pipeline or '*'}/{request.metric or '*'}"]
             if request.pipeline or request.metric
@@ -168,6 +199,7 @@ def _setups_of(record: SessionRecord) -> tuple[ArmSetup, ArmSetup]:
             dict(r.extra_env),
             r.description,
             r.revision,
+            r.cwd,
         )
         for r in record.arms
     )

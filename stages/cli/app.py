@@ -81,6 +81,7 @@ COMMANDS = {
     "compare": "stages.cli.commands.warehouse",
     "history": "stages.cli.commands.history",
     "ab": "stages.cli.commands.ab",
+    "bisect": "stages.cli.commands.bisect",
 }
 """Each command (its function's name) and its module, in help order; `artifacts` is a group."""
 

@@ -46,6 +46,14 @@ BasePythonOption = Annotated[
 CandidatePythonOption = Annotated[
     Path | None, typer.Option("--candidate-python", help="Arm B's Python.")
 ]
+RepoOption = Annotated[
+    Path | None, typer.Option("--repo", help="A git repository whose revisions are the arms.")
+]
+BaseOption = Annotated[str | None, typer.Option("--base", help="Arm A's revision.")]
+CandidateOption = Annotated[str | None, typer.Option("--candidate", help="Arm B's revision.")]
+AllowDirtyOption = Annotated[
+    bool, typer.Option("--allow-dirty", help="Accept uncommitted changes in --repo (recorded).")
+]
 PipelineOption = Annotated[
     str | None, typer.Option("--pipeline", help="Judge only this pipeline's figures.")
 ]
@@ -87,6 +95,10 @@ def ab(
     aa: AaOption = False,
     base_python: BasePythonOption = None,
     candidate_python: CandidatePythonOption = None,
+    repo: RepoOption = None,
+    base: BaseOption = None,
+    candidate: CandidateOption = None,
+    allow_dirty: AllowDirtyOption = False,
     overrides: OverridesOption = None,
     pipeline: PipelineOption = None,
     metric: MetricOption = None,
@@ -119,6 +131,10 @@ def ab(
         boundary=boundary.value,
         seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
         resume=resume,
+        repo=repo,
+        base=base,
+        candidate=candidate,
+        allow_dirty=allow_dirty,
         pipeline=pipeline,
         metric=metric,
         session_id=resume or _new_session_id(spec),
@@ -126,7 +142,7 @@ def ab(
         controller_python=sys.executable,
     )
     try:
-        outcome = run_session(request, _segment_figures, _progress)
+        outcome = run_session(request, read_segment_figures, say_progress)
     except ValueError as error:  # a bad --looks
         raise fail_input([f"collobench ab: {error}"]) from None
     _report(outcome, plot, output_format)
@@ -171,13 +187,15 @@ def _new_session_id(spec: Path) -> str:
     return f"{stamp}-ab-{spec.stem}-{secrets.token_hex(3)}"
 
 
-def _segment_figures(run_dir: Path) -> Any:
+def read_segment_figures(run_dir: Path) -> Any:
+    """A segment's figures from the warehouse's views (the session runner's `ReadSegment`)."""
     from analysis.reports.ab_segment import segment_figures
 
     return segment_figures(run_dir)
 
 
-def _progress(line: str) -> None:
+def say_progress(line: str) -> None:
+    """A session's progress line, on stderr (stdout holds only the answer)."""
     err.print(line, markup=False, highlight=False)
 
 
