@@ -47,7 +47,7 @@ class SessionRequest:
     overrides: list[str] = field(default_factory=list)
     margin_pct: float = 5.0
     budget_min: float = 15.0
-    looks: str = "8,16,24"
+    looks: str = "12,24,36"
     boundary: str = "obrien-fleming"
     resume: str | None = None
     repo: Path | None = None

@@ -15,7 +15,7 @@ from stages.ab.arm_process import ArmProcess
 from stages.ab.judgement import Judgement, figure_selected, is_decided_verdicts, judge
 from stages.ab.session_files import SegmentRecord, SessionFiles, SessionRecord
 from stages.ab.spread_store import SpreadStore
-from stages.ab.stats.looks import blocks_needed, detectable_change_pct
+from stages.ab.stats.looks import blocks_needed, detectable_change_pct, min_blocks_for_alpha
 from stages.contracts.ab_segment import SegmentFigures
 from stages.contracts.errors import InvalidInputError
 
@@ -146,6 +146,14 @@ class SessionRunner:
             f"({record.boundary}, 5% false alarms per session), a block takes "
             f"{block_s:.1f} s, budget {record.budget_min:g} min"
         ]
+        figures_judged = max(1, len(self.figure_names))
+        for blocks, alpha in zip(record.looks_blocks, record.look_alpha, strict=True):
+            fewest = min_blocks_for_alpha(alpha / figures_judged)
+            if blocks < fewest:
+                lines.append(
+                    f"  the look at {blocks} blocks cannot decide any figure (alpha "
+                    f"{alpha:.4f} over {figures_judged} figures needs {fewest} blocks of one sign)"
+                )
         stored_any = False
         for figure in self.figure_names:
             stored = (

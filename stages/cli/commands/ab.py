@@ -72,7 +72,7 @@ BudgetOption = Annotated[
     float, typer.Option("--budget-min", help="Stop after this many minutes.", min=0.1)
 ]
 LooksOption = Annotated[
-    str, typer.Option("--looks", help="Block counts of the planned looks, e.g. 8,16,24.")
+    str, typer.Option("--looks", help="Block counts of the planned looks, e.g. 12,24,36.")
 ]
 BoundaryOption = Annotated[
     Boundary, typer.Option("--boundary", help="How the looks spend the 5% false alarms.")
@@ -104,7 +104,7 @@ def ab(
     metric: MetricOption = None,
     margin_pct: MarginOption = 5.0,
     budget_min: BudgetOption = 15.0,
-    looks: LooksOption = "8,16,24",
+    looks: LooksOption = "12,24,36",
     boundary: BoundaryOption = Boundary.obrien_fleming,
     seed: SeedOption = None,
     output_format: FormatOption = AbFormat.table,

@@ -51,7 +51,7 @@ def bisect(
     allow_dirty: AllowDirtyOption = False,
     margin_pct: MarginOption = 5.0,
     budget_min: BudgetOption = 15.0,
-    looks: LooksOption = "8,16,24",
+    looks: LooksOption = "12,24,36",
     boundary: BoundaryOption = Boundary.obrien_fleming,
     seed: SeedOption = None,
     output_format: FormatOption = AbFormat.table,

@@ -1,0 +1,285 @@
+"""How well `collobench ab` answers on this machine: real A/A and injected-change sessions of
+`specs/ab_demo.yaml` through the CLI users run, then sessions resampled from their blocks.
+Prints one JSON line.
+
+    python -m perf.ab [--aa-sessions 10] [--change-sessions 10] [--five-sessions 0]
+                      [--segment-s 4] [--resamples 1000] [--home DIR] [--from-home DIR]
+
+1. Real sessions (`collobench ab ... --format json`, each under its own seed): `--aa-sessions`
+   A/A sessions (target: at most 5% flagged on any figure), `--change-sessions` sessions of a
+   variant whose stage work is 10% longer (target: `regressed` on p50 in at least 9 of 10
+   within 10 minutes) and `--five-sessions` with 5% more work. Each session's wall time is
+   measured from outside, warm-up and start included.
+2. Resampled sessions (`--resamples`): blocks drawn with replacement from the A/A sessions'
+   real blocks (every figure of a block together), judged at the same planned looks with the
+   same stopping rule; a change is added to each drawn block's latency differences (and
+   subtracted from throughput's). Reports the false-alarm rate, and for 5% and 10% the share
+   decided `regressed` within the budget (target for 5%: 90% within 15 minutes), the minutes
+   it took (blocks times the measured block time, plus the measured warm-up) and the share of
+   intervals covering the true change (target: 90%).
+3. Spread per block, sd(d) per figure over the A/A blocks (interleaved), beside the unpaired
+   spread: sd(ln x - ln y) of two segments of arm A from different sessions (minutes apart,
+   what comparing two separate runs sees). Duet mode is not built yet: its key says so.
+4. Overhead per segment: the segment's wall time minus its load window (duration + warm-up).
+`--from-home DIR` skips step 1's runs and reads the sessions an earlier run left in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from perf.common import REPO_ROOT, code_version, log
+from stages.ab.judgement import complete_blocks, is_decided_verdicts
+from stages.ab.session_files import SessionFiles, SessionRecord
+from stages.ab.stats.looks import plan_looks
+from stages.ab.stats.verdict import FigureDifferences, judge_session
+
+SCRIPT = "ab"
+DEMO = REPO_ROOT / "specs" / "ab_demo.yaml"
+LOOKS = (12, 24, 36)
+WARMUP_S = 0.5  # the demo's warmup_s
+
+
+def _variant(folder: Path, factor: float) -> Path:
+    text = DEMO.read_text().replace("config: {ms: 2}", f"config: {{ms: {2 * factor:g}}}")
+    path = folder / f"ab_demo_x{factor:g}.yaml"
+    path.write_text(text)
+    return path
+
+
+def _session(
+    home: Path, arms: list[str], seed: int, segment_s: float, budget_min: float
+) -> dict[str, Any]:
+    """One real session through the CLI: its rows, wall time and folder."""
+    before = set((home / "ab").glob("2*")) if (home / "ab").exists() else set()
+    environment = {**os.environ, "COLLOBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    environment.pop("COLLOBENCH_RESULTS_DIR", None)
+    command = [
+        sys.executable, "-m", "stages.cli", "ab", *arms,
+        "--set", f"pipelines.0.loadgen.duration_s={segment_s:g}",
+        "--looks", ",".join(map(str, LOOKS)), "--budget-min", f"{budget_min:g}",
+        "--seed", str(seed), "--format", "json",
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+    wall_min = (time.monotonic() - started) / 60
+    if done.returncode != 0:
+        raise SystemExit(f"[{SCRIPT}] session failed ({done.returncode}): {done.stderr[-2000:]}")
+    (folder,) = set((home / "ab").glob("2*")) - before
+    return {"rows": json.loads(done.stdout), "wall_min": wall_min, "folder": str(folder)}
+
+
+def _flagged(rows: list[dict[str, Any]]) -> bool:
+    return any(row["verdict"] in ("regressed", "improved") for row in rows)
+
+
+def _p50(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    (row,) = [row for row in rows if row["metric"] == "latency_p50_ms"]
+    return row
+
+
+def _covers(row: dict[str, Any], change_pct: float) -> bool:
+    low, high = row["change_ci95"]
+    return (low is None or low <= change_pct) and (high is None or change_pct <= high)
+
+
+def _blocks_of(folder: Path) -> tuple[SessionRecord, list[dict[str, float]], list[float]]:
+    """A session's record, each complete block's d per figure, and its segments' wall times."""
+    files = SessionFiles(folder)
+    record = files.read()
+    blocks = []
+    for arms in complete_blocks(files.segments()).values():
+        a, b = arms["A"], arms["B"]
+        if a.status == b.status == "ok" and a.values and set(a.values) == set(b.values):
+            blocks.append({f: math.log(b.values[f]) - math.log(a.values[f]) for f in a.values})
+    walls = [s.wall_s for s in files.segments()]
+    return record, blocks, walls
+
+
+def _resampled(
+    pool: list[dict[str, float]], change_pct: float, block_s: float, warmup_min: float,
+    budget_min: float, resamples: int, seed: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Sessions drawn from `pool` with `change_pct` added, judged at the planned looks."""
+    looks = [n for n in LOOKS if warmup_min + n * block_s / 60 <= budget_min]
+    if not looks:
+        return {"sessions": 0, "note": "the budget holds no look"}
+    alphas = plan_looks(looks, 0.05, "obrien-fleming").nominal_alpha
+    shift = math.log1p(change_pct / 100)
+    chooser = random.Random(seed)
+    flagged = detected = covered = 0
+    minutes: list[float] = []
+    for _ in range(resamples):
+        drawn = [chooser.choice(pool) for _ in range(looks[-1])]
+        verdicts = []
+        for n, alpha in zip(looks, alphas, strict=True):
+            figures = [
+                FigureDifferences(
+                    figure=name,
+                    higher_is_worse=not name.endswith("queries_per_s"),
+                    log_diffs=tuple(
+                        d[name] + (-shift if name.endswith("queries_per_s") else shift)
+                        for d in drawn[:n]
+                    ),
+                )
+                for name in sorted(drawn[0])
+            ]
+            verdicts = judge_session(figures, alpha)
+            if is_decided_verdicts([v.verdict for v in verdicts]):
+                break
+        p50 = next(v for v in verdicts if v.figure.endswith("latency_p50_ms"))
+        flagged += any(v.verdict in ("regressed", "improved") for v in verdicts)
+        if p50.verdict == "regressed":
+            detected += 1
+            minutes.append(warmup_min + p50.blocks * block_s / 60)
+        covered += p50.change_ci95[0] <= change_pct <= p50.change_ci95[1]
+    return {
+        "sessions": resamples,
+        "looks": looks,
+        "flagged_share": round(flagged / resamples, 4),
+        "regressed_share": round(detected / resamples, 4),
+        "minutes_to_decide_median": round(statistics.median(minutes), 2) if minutes else None,
+        "coverage_share": round(covered / resamples, 4),
+    }
+
+
+def _spreads(aa: list[tuple[SessionRecord, list[dict[str, float]]]], home: Path) -> dict[str, Any]:
+    """sd(d) per figure over the A/A blocks, and the unpaired spread of arm A's segments."""
+    paired: dict[str, list[float]] = {}
+    for _, blocks in aa:
+        for block in blocks:
+            for name, d in block.items():
+                paired.setdefault(name, []).append(d)
+    unpaired: dict[str, list[float]] = {}
+    sessions = [
+        SessionFiles(Path(r.session_id if False else home / "ab" / r.session_id)) for r, _ in aa
+    ]
+    values = [
+        [s.values for s in files.segments() if s.arm == "A" and s.status == "ok"]
+        for files in sessions
+    ]
+    for i, first in enumerate(values):
+        for second in values[i + 1 :]:
+            for x, y in zip(first, second, strict=False):
+                for name in set(x) & set(y):
+                    unpaired.setdefault(name, []).append(math.log(x[name]) - math.log(y[name]))
+    return {
+        "interleaved_sd_log": {
+            k: round(statistics.stdev(v), 4) for k, v in paired.items() if len(v) > 1
+        },
+        "unpaired_sd_log": {
+            k: round(statistics.stdev(v), 4) for k, v in unpaired.items() if len(v) > 1
+        },
+        "duet_sd_log": None,
+        "duet": "not built yet (issue 44, item 6)",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m perf.ab")
+    parser.add_argument("--aa-sessions", type=int, default=10)
+    parser.add_argument("--change-sessions", type=int, default=10)
+    parser.add_argument("--five-sessions", type=int, default=0)
+    parser.add_argument("--segment-s", type=float, default=4.0)
+    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--home", type=Path, default=None)
+    parser.add_argument("--from-home", type=Path, default=None)
+    arguments = parser.parse_args()
+    home = arguments.from_home or arguments.home or Path(tempfile.mkdtemp(prefix="perf-ab-"))
+    started = time.monotonic()
+    real: dict[str, list[dict[str, Any]]] = {"aa": [], "10pct": [], "5pct": []}
+    if arguments.from_home is None:
+        variants = {"10pct": _variant(home, 1.10), "5pct": _variant(home, 1.05)}
+        counts = {
+            "aa": arguments.aa_sessions,
+            "10pct": arguments.change_sessions,
+            "5pct": arguments.five_sessions,
+        }
+        # Kinds taken in turn, so a slow spell of the machine does not fall on one kind alone.
+        plan: list[str] = []
+        while any(counts.values()):
+            for kind in counts:
+                if counts[kind]:
+                    plan.append(kind)
+                    counts[kind] -= 1
+        for index, kind in enumerate(plan):
+            count = index + 1
+            arms = [str(DEMO), "--aa"] if kind == "aa" else [str(DEMO), str(variants[kind])]
+            budget = 10.0 if kind == "10pct" else 15.0
+            log(SCRIPT, f"session {count}/{len(plan)}: {kind}")
+            result = _session(home, arms, 1000 + index, arguments.segment_s, budget)
+            result["kind"] = kind
+            real[kind].append(result)
+        (home / "perf-ab-sessions.json").write_text(json.dumps(real))
+    else:
+        real = json.loads((home / "perf-ab-sessions.json").read_text())
+    aa = [_blocks_of(Path(r["folder"])) for r in real["aa"]]
+    pool = [block for _, blocks, _ in aa for block in blocks]
+    walls = [w for _, _, ws in aa for w in ws]
+    block_s = 2 * statistics.mean(walls) if walls else float("nan")
+    warmup_min = (
+        statistics.median(r["wall_min"] for r in real["aa"])
+        - (statistics.median(len(b) for _, b, _ in aa) * block_s / 60 if aa else 0.0)
+        if aa
+        else 0.0
+    )
+    figures: dict[str, Any] = {
+        "real": {
+            "aa_sessions": len(real["aa"]),
+            "aa_flagged_share": round(
+                sum(_flagged(r["rows"]) for r in real["aa"]) / len(real["aa"]), 3
+            )
+            if real["aa"]
+            else None,
+        }
+    }
+    for kind, change in (("10pct", 10.0), ("5pct", 5.0)):
+        sessions = real[kind]
+        if not sessions:
+            continue
+        rows = [_p50(r["rows"]) for r in sessions]
+        limit = 10.0 if kind == "10pct" else 15.0
+        figures["real"][kind] = {
+            "sessions": len(sessions),
+            "regressed_within_budget": sum(
+                row["verdict"] == "regressed" and r["wall_min"] <= limit
+                for row, r in zip(rows, sessions, strict=True)
+            ),
+            "minutes_median": round(statistics.median(r["wall_min"] for r in sessions), 2),
+            "covered": sum(_covers(row, change) for row in rows),
+            "change_pct_median": round(statistics.median(row["change_pct"] for row in rows), 2),
+        }
+    if pool:
+        figures["resampled"] = {
+            f"{change:g}pct": _resampled(
+                pool, change, block_s, warmup_min, budget, arguments.resamples, 7
+            )
+            for change, budget in ((0.0, 15.0), (5.0, 15.0), (10.0, 10.0))
+        }
+        figures["spread"] = _spreads([(r, b) for r, b, _ in aa], home)
+    segment_window_s = arguments.segment_s + WARMUP_S
+    figures["segment_overhead_s"] = (
+        round(statistics.median(walls) - segment_window_s, 3) if walls else None
+    )
+    figures["block_s"] = round(block_s, 2)
+    figures["warmup_min"] = round(warmup_min, 2)
+    print(json.dumps({
+        "benchmark": SCRIPT, "cpus": os.cpu_count(), "code": code_version(),
+        "segment_s": arguments.segment_s, "home": str(home),
+        "minutes": round((time.monotonic() - started) / 60, 1), **figures,
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
