@@ -150,9 +150,12 @@ perf-studies: install
 
 # The reliability suite with its long part (marker `soak`: 100 worker kills, ten runs through
 # dagster dev and the CLI; the real-harness capacity region of two pinned pipelines) and the 1M-query runtime flatness run (python -m perf.stage_overhead --soak),
-# summed up in one JSON line; exits 1 when pytest fails or a target is missed.
+# summed up in one JSON line; exits 1 when pytest fails or a target is missed. Then perf.ab:
+# 10 real A/A sessions of specs/ab_demo.yaml and 10 with 10% more stage work, through
+# `collobench ab`, and 1,000 sessions resampled from their blocks (about two hours).
 soak: install
 	$(BIN)/python -m perf.soak
+	$(BIN)/python -m perf.ab --aa-sessions 10 --change-sessions 10
 
 # On a machine with an NVIDIA GPU: NVML, CUDA sync and placement, the GPU sampler, MPS, and the
 # model specs on cuda; one line per check and a JSON line (also to $$GPU_CHECK_OUT when set).

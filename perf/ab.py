@@ -11,7 +11,8 @@ Prints one JSON line.
    within 10 minutes) and `--five-sessions` with 5% more work. Each session's wall time is
    measured from outside, warm-up and start included.
 2. Resampled sessions (`--resamples`): blocks drawn with replacement from the A/A sessions'
-   real blocks (every figure of a block together), judged at the same planned looks with the
+   real blocks (every figure of a block together, each figure centred on 0: an A/A pool's
+   mean is its sampling error, not a change), judged at the same planned looks with the
    same stopping rule; a change is added to each drawn block's latency differences (and
    subtracted from throughput's). Reports the false-alarm rate, and for 5% and 10% the share
    decided `regressed` within the budget (target for 5%: 90% within 15 minutes), the minutes
@@ -117,6 +118,11 @@ def _resampled(
         return {"sessions": 0, "note": "the budget holds no look"}
     alphas = plan_looks(looks, 0.05, "obrien-fleming").nominal_alpha
     shift = math.log1p(change_pct / 100)
+    # A/A blocks differ by nothing but noise: their pooled mean is sampling error, and drawing
+    # from an uncentred pool would replay it in every session as if it were a change.
+    names = sorted(pool[0])
+    means = {name: statistics.fmean(block[name] for block in pool) for name in names}
+    pool = [{name: block[name] - means[name] for name in names} for block in pool]
     chooser = random.Random(seed)
     flagged = detected = covered = 0
     minutes: list[float] = []

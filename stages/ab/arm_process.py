@@ -44,10 +44,15 @@ class ArmSetup:
 class ArmProcess:
     """A running arm."""
 
-    def __init__(self, setup: ArmSetup, out_dir: Path, log_path: Path) -> None:
+    def __init__(
+        self, setup: ArmSetup, out_dir: Path, log_path: Path, lock_dir: Path | None = None
+    ) -> None:
+        """`lock_dir`: device locks of the arm's own (duet), else the machine's."""
         self.setup = setup
         self.log_path = log_path
         command = [setup.python, "-m", ARM_MODULE, str(setup.spec), "--out", str(out_dir)]
+        if lock_dir is not None:
+            command += ["--lock-dir", str(lock_dir)]
         for override in setup.overrides:
             command += ["--set", override]
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,13 +77,26 @@ class ArmProcess:
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request, return its answer (`ok` true); ArmError if the arm died or
         answered `ok` false."""
-        stdin, stdout = self.process.stdin, self.process.stdout
-        assert stdin is not None and stdout is not None
+        self.send(op, **fields)
+        return self.answer()
+
+    def send(self, op: str, **fields: Any) -> None:
+        """Send one request without waiting (duet: both arms' segments start together)."""
+        stdin = self.process.stdin
+        assert stdin is not None
         try:
             stdin.write(json.dumps({"op": op, **fields}) + "\n")
             stdin.flush()
-            line = stdout.readline()
         except (BrokenPipeError, OSError):
+            pass  # answer() reports the arm's death
+
+    def answer(self) -> dict[str, Any]:
+        """The answer to the request sent last; ArmError if the arm died or answered not ok."""
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            line = stdout.readline()
+        except OSError:
             line = ""
         if not line:
             code = self.process.wait(timeout=STOP_GRACE_S)

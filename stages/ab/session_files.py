@@ -48,6 +48,10 @@ class SessionRecord(BaseModel):
     session_id: str = Field(description="The session's folder name.")
     created_at: str = Field(description="UTC ISO time the session started.")
     mode: Literal["interleaved", "duet"] = Field("interleaved", description="How blocks ran.")
+    duet_cores: list[list[int]] = Field(
+        default_factory=list,
+        description="Duet: the two halves of the cores; an AB block puts A on the first.",
+    )
     aa: bool = Field(False, description="Both arms the same (an A/A session: noise only).")
     arms: list[ArmRecord] = Field(description="Arm A, then arm B.")
     seed: int = Field(description="Seeds the block orders and each block's arrival seed.")

@@ -58,6 +58,36 @@ class SessionRequest:
     """Found by the checks: the revision arms' repository had uncommitted changes."""
     pipeline: str | None = None
     metric: str | None = None
+    mode: str = "interleaved"
+    cores: list[int] = field(default_factory=list)
+    """The cores this session may use (duet splits them between the arms)."""
+
+
+class DuetRefusedError(InvalidInputError):
+    """Duet would measure something else than each arm: a shared GPU, shared cores."""
+
+
+def duet_cores(request: SessionRequest, hellos: dict[str, dict[str, object]]) -> list[list[int]]:
+    """The two halves of the cores, one per arm; DuetRefusedError where a duet would measure
+    the arms' contention instead of each arm: a GPU both arms would share, a spec that pins
+    its own cores (the arms' cores would overlap), fewer than two cores."""
+    for label, hello in hellos.items():
+        devices = [str(d) for d in hello.get("devices", [])]  # type: ignore[attr-defined]
+        if any(not device.startswith("cpu") for device in devices):
+            raise DuetRefusedError(
+                f"--mode duet: arm {label} runs on {', '.join(devices)}: both arms would share "
+                "one accelerator and measure their contention; use the interleaved mode"
+            )
+        if hello.get("pinned"):
+            raise DuetRefusedError(
+                f"--mode duet: arm {label} pins pipelines {hello['pinned']} to cores itself: "
+                "the arms would share cores; drop placement.cpus or use the interleaved mode"
+            )
+    cores = sorted(request.cores)
+    if len(cores) < 2:
+        raise DuetRefusedError(f"--mode duet: needs two cores or more, this session has {cores}")
+    half = len(cores) // 2
+    return [cores[:half], cores[half : 2 * half]]
 
 
 @dataclass
@@ -179,6 +209,7 @@ def _new_record(request: SessionRequest, setups: tuple[ArmSetup, ArmSetup]) -> S
         look_alpha=list(looks.nominal_alpha),
         orders=balanced_orders(last, request.seed),
         block_seeds=[chooser.randrange(1, 2**31) for _ in range(last)],
+        mode=request.mode,
         allow_dirty=request.allow_dirty,
         repo_dirty=request.repo_dirty,
         figures=(
@@ -219,11 +250,13 @@ def run_session(request: SessionRequest, read_segment: ReadSegment, say: Say) ->
         setups = (setup_a, setup_b)
         record = _new_record(request, setups)
     arms: dict[str, ArmProcess] = {}
+    duet = record.mode == "duet"
     try:
         for setup in setups:
-            arms[setup.label] = ArmProcess(
-                setup, files.runs, files.folder / f"arm-{setup.label}.log"
-            )
+            log = files.folder / f"arm-{setup.label}.log"
+            # A duet's arms run at once on the cores they are given: each its own device locks.
+            locks = files.folder / f"locks-{setup.label}" if duet else None
+            arms[setup.label] = ArmProcess(setup, files.runs, log, locks)
         hellos = {label: arm.hello() for label, arm in arms.items()}
         pipelines = {label: hello["pipelines"] for label, hello in hellos.items()}
         if pipelines["A"] != pipelines["B"]:
@@ -232,9 +265,12 @@ def run_session(request: SessionRequest, read_segment: ReadSegment, say: Say) ->
                 f"{pipelines['A']}: the arms must have the same pipelines"
             )
         record.spec_hash = str(hellos["A"]["spec_hash"])
+        if duet and not request.resume:
+            record.duet_cores = duet_cores(request, hellos)
         if not request.resume:
             files.create(record)
         runner = SessionRunner(files, record, arms, read_segment, SpreadStore(request.ab_dir), say)
+        runner.pipelines = [str(name) for name in pipelines["A"]]
         say(f"session {record.session_id}: warming both arms up")
         runner.warm_up()
         for line in runner.fingerprint_differences(expected):

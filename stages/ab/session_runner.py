@@ -5,6 +5,7 @@ at the last look or when the budget is spent. Each segment is recorded as it end
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -75,6 +76,8 @@ class SessionRunner:
         self.clock = clock
         self.started = clock()
         self.fingerprints: dict[str, dict[str, object]] = {}
+        self.pipelines: list[str] = []
+        """The arms' pipelines (duet places each on its arm's cores)."""
         self.figure_names: list[str] = []
         """The figures arm A's last warm-up segment had: what the plan speaks of."""
 
@@ -87,18 +90,19 @@ class SessionRunner:
         walls: dict[str, float] = {}
         attempt = len(self.record.warmup_runs) // (2 * WARMUP_SEGMENTS)  # a resumed session's
         for round_ in range(WARMUP_SEGMENTS):
-            for label in "AB":
-                run_id = f"warmup-{attempt}-{round_}-{label}"
-                answer = self.arms[label].request("segment", run_id=run_id, seed=round_)
-                self.record.warmup_runs.append(run_id)
-                walls[label] = float(answer["wall_s"])
-                figures = self.read_segment(Path(answer["run_dir"]))
+            run_ids = {label: f"warmup-{attempt}-{round_}-{label}" for label in "AB"}
+            answers = self._answers(run_ids, "AB", round_)
+            for label, answer in zip("AB", answers, strict=True):
+                self.record.warmup_runs.append(run_ids[label])
+                walls[label] = float(str(answer["wall_s"]))
+                figures = self.read_segment(Path(str(answer["run_dir"])))
                 if figures.fingerprint:
                     self.fingerprints[label] = figures.fingerprint
                 if label == "A":
                     names = sorted(f"{p}/{m}" for p, m in figures.values)
                     self.figure_names = [n for n in names if figure_selected(n, record.figures)]
-        self.record.block_s = walls["A"] + walls["B"]
+        together = record.mode == "duet"  # both segments at once
+        self.record.block_s = max(walls.values()) if together else walls["A"] + walls["B"]
         classes = {label: fp.get("machine_class") for label, fp in self.fingerprints.items()}
         if len(set(classes.values())) > 1:
             raise MachineClassError(
@@ -236,18 +240,39 @@ class SessionRunner:
     def _complete(segments: list[SegmentRecord], block: int) -> bool:
         return {s.arm for s in segments if s.block == block} == {"A", "B"}
 
+    def _run_id(self, block: int, label: str) -> str:
+        run_id, retry = f"block-{block:03d}-{label}", 1
+        while (self.files.runs / run_id).exists():  # a block cut short, run again
+            run_id, retry = f"block-{block:03d}-{label}-{retry}", retry + 1
+        return run_id
+
+    def _answers(self, run_ids: dict[str, str], order: str, seed: int) -> list[dict[str, object]]:
+        """Each arm's segment answer, in the block's order: one after the other (interleaved),
+        or both at once on their own cores, which the order assigns (duet: AB puts A on the
+        first half of the cores)."""
+        if self.record.mode == "interleaved":
+            return [
+                self.arms[label].request("segment", run_id=run_ids[label], seed=seed)
+                for label in order
+            ]
+        halves = self.record.duet_cores
+        for label, cores in zip(order, halves, strict=True):
+            overrides = [
+                f"pipelines.{name}.placement.cpus={json.dumps(cores)}" for name in self.pipelines
+            ]
+            self.arms[label].send("segment", run_id=run_ids[label], seed=seed, overrides=overrides)
+        return [self.arms[label].answer() for label in order]
+
     def _run_block(self, block: int) -> list[SegmentRecord]:
         record = self.record
         order = record.orders[block]
         seed = record.block_seeds[block]
+        run_ids = {label: self._run_id(block, label) for label in "AB"}
         recorded = []
-        for position, label in enumerate(order):
-            run_id = f"block-{block:03d}-{label}"
-            retry = 1
-            while (self.files.runs / run_id).exists():  # a block cut short, run again
-                run_id, retry = f"block-{block:03d}-{label}-{retry}", retry + 1
-            answer = self.arms[label].request("segment", run_id=run_id, seed=seed)
-            figures = self.read_segment(Path(answer["run_dir"]))
+        for position, (label, answer) in enumerate(
+            zip(order, self._answers(run_ids, order, seed), strict=True)
+        ):
+            figures = self.read_segment(Path(str(answer["run_dir"])))
             segment = SegmentRecord(
                 session_id=record.session_id,
                 block=block,
@@ -259,7 +284,7 @@ class SessionRunner:
                 run_dir=str(answer["run_dir"]),
                 status=str(answer["status"]),
                 error=answer.get("error"),
-                wall_s=float(answer["wall_s"]),
+                wall_s=float(str(answer["wall_s"])),
                 values={f"{p}/{m}": v for (p, m), v in figures.values.items()},
                 higher_is_worse=figures.higher_is_worse,
                 calibration_score=figures.calibration_score,

@@ -6,7 +6,8 @@ runs the arm's spec as one short ordinary run per segment, its workers resident 
 It reads one JSON request per line on stdin and answers each with one JSON line on the
 stdout it was started with (fd 1 is pointed at stderr at once, so nothing a stage prints can
 corrupt an answer). Requests (`stages.ab.arm_protocol`): `hello` (its Python and collobench),
-`segment` (a run with the given run id and seed), `stop`. A segment's run is the spec's single
+`segment` (a run with the given run id, seed and any further overrides: a duet block's cores),
+`stop`. A segment's run is the spec's single
 phase (one pipeline) or its collocated phase, once: `repeats`, solo baselines and the idle
 baseline are set aside by overrides, which the run's manifest records. An error answers
 `{"ok": false, "error": ...}`; the process exits on `stop` or at the end of stdin.
@@ -38,12 +39,17 @@ def _private_answer_channel() -> IO[str]:
 class ArmHost:
     """Runs segments of one spec with resident workers."""
 
-    def __init__(self, spec: Path, out_dir: Path, overrides: list[str]) -> None:
+    def __init__(
+        self, spec: Path, out_dir: Path, overrides: list[str], lock_dir: Path | None
+    ) -> None:
         from stages.collocation.resident_workers import ResidentWorkers
 
         self.spec = spec
         self.out_dir = out_dir
         self.overrides = overrides
+        self.lock_dir = lock_dir
+        """Device locks of its own (duet: both arms run at once on the cores they were given;
+        None: the machine's, like any run)."""
         self.resident = ResidentWorkers()
         self._environment: dict[str, object] | None = None
 
@@ -57,10 +63,12 @@ class ArmHost:
             "python": sys.executable,
             "collobench_path": str(Path(stages.__file__).resolve().parent.parent),
             "pipelines": [pipeline.name for pipeline in loaded.spec.pipelines],
+            "devices": sorted({pipeline.device for pipeline in loaded.spec.pipelines}),
+            "pinned": [p.name for p in loaded.spec.pipelines if p.placement.cpus is not None],
             "spec_hash": loaded.spec_hash,
         }
 
-    def segment(self, run_id: str, seed: int) -> dict[str, Any]:
+    def segment(self, run_id: str, seed: int, extra: list[str]) -> dict[str, Any]:
         from stages import settings
         from stages.cli.wiring import summarize_phase
         from stages.collocation.launcher import RunOptions, run_benchmark
@@ -68,7 +76,7 @@ class ArmHost:
         from stages.rundir.manifest import read_manifest_document
         from stages.validation.loading import load_spec
 
-        loaded = load_spec(self.spec, [*self.overrides, *segment_overrides(seed)])
+        loaded = load_spec(self.spec, [*self.overrides, *segment_overrides(seed), *extra])
         options = RunOptions(
             out_dir=self.out_dir,
             cache_dir=settings.cache_dir(),
@@ -77,6 +85,8 @@ class ArmHost:
             environment=self._environment,
             resident_workers=self.resident,
         )
+        if self.lock_dir is not None:
+            options.lock_dir = self.lock_dir
         started = time.monotonic()
         try:
             result = run_benchmark(loaded, options)
@@ -112,7 +122,8 @@ def _serve(host: ArmHost, answers: IO[str]) -> None:
             if op == "hello":
                 answer = host.hello()
             elif op == "segment":
-                answer = host.segment(str(request["run_id"]), int(request["seed"]))
+                extra = [str(item) for item in request.get("overrides", [])]
+                answer = host.segment(str(request["run_id"]), int(request["seed"]), extra)
             else:
                 raise ValueError(f"unknown request {op!r}")
             answer = {"ok": True, **answer}
@@ -127,11 +138,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("spec", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--lock-dir", type=Path, default=None)
     arguments = parser.parse_args(argv)
     from stages.rundir.arrow_pandas import skip_pandas_check
 
     skip_pandas_check()
-    host = ArmHost(arguments.spec, arguments.out, arguments.overrides)
+    host = ArmHost(arguments.spec, arguments.out, arguments.overrides, arguments.lock_dir)
     try:
         _serve(host, answers)
     finally:

@@ -34,11 +34,24 @@ def torch_device(pipeline: PipelineSpec, mode: str) -> str:
     return narrowed_device(pipeline.device, worker_environment(pipeline, mode))
 
 
+_inherited_cpus: set[int] | None = None
+"""The cores this process had before its first placement: a resident worker (an A/B session's)
+pinned to one half of the cores for one run may be given the other half for the next."""
+
+
 def apply_cpu_affinity(cpus: list[int] | None) -> None:
-    """Pin the calling process (all its future threads) to `cpus`."""
-    if cpus is None or not hasattr(os, "sched_setaffinity"):
+    """Pin the calling process (all its future threads) to `cpus`; None: the cores it started
+    with (unpinned, or unpinned again after an earlier run pinned it)."""
+    global _inherited_cpus
+    if not hasattr(os, "sched_setaffinity"):
         return
-    available = os.sched_getaffinity(0)
+    if _inherited_cpus is None:
+        _inherited_cpus = os.sched_getaffinity(0)
+    available = _inherited_cpus
+    if cpus is None:
+        if os.sched_getaffinity(0) != available:
+            os.sched_setaffinity(0, available)
+        return
     missing = sorted(set(cpus) - available)
     if missing:
         raise PlacementError(

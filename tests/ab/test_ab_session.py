@@ -157,3 +157,35 @@ def test_arms_whose_pipelines_differ_are_refused(tmp_path: Path) -> None:
     done = _ab(tmp_path / "home", str(DEMO), str(renamed), *SHORT)
     assert done.returncode == 2
     assert "arm B runs pipelines ['other'], arm A ['crunch']" in done.stderr
+
+
+def test_a_duet_runs_both_arms_at_once_on_swapped_halves_of_the_cores(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    done = _ab(home, str(DEMO), "--aa", "--mode", "duet", *SHORT, "--looks", "2", "--seed", "3")
+    assert done.returncode == 0, done.stderr
+    files = SessionFiles(_session_folder(home))
+    record = files.read()
+    assert record.mode == "duet" and record.duet_cores == [[0], [1]]
+    for block in (0, 1):
+        segments = {s.arm: s for s in files.segments() if s.block == block}
+        first, second = record.orders[block]
+        manifests = {
+            arm: json.loads((Path(s.run_dir) / "manifest.json").read_text())
+            for arm, s in segments.items()
+        }
+        assert f"pipelines.crunch.placement.cpus={[0]}" in manifests[first]["overrides"]
+        assert f"pipelines.crunch.placement.cpus={[1]}" in manifests[second]["overrides"]
+        windows = {
+            arm: next(e for e in m["timeline"] if e["what"] == "phase")
+            for arm, m in manifests.items()
+        }
+        # Both load windows overlap (one monotonic clock on one machine).
+        assert windows["A"]["start_ns"] < windows["B"]["end_ns"]
+        assert windows["B"]["start_ns"] < windows["A"]["end_ns"]
+
+
+def test_a_duet_is_refused_where_the_arms_would_share_cores(tmp_path: Path) -> None:
+    pinned = _variant(tmp_path, 2, **{"    stages:": "    placement: {cpus: [0]}\n    stages:"})
+    done = _ab(tmp_path / "home", str(pinned), "--aa", "--mode", "duet", *SHORT)
+    assert done.returncode == 2
+    assert "pins pipelines ['crunch'] to cores itself: the arms would share cores" in done.stderr

@@ -93,6 +93,21 @@ def test_cpu_affinity_is_applied_and_checked() -> None:
         apply_cpu_affinity([4096])
 
 
+def test_a_resident_worker_can_move_to_other_cores_and_back() -> None:
+    """An A/B duet's worker runs on one half of the cores in one block and on the other in
+    the next: the cores it started with stay available, and no placement restores them."""
+    before = os.sched_getaffinity(0)
+    first, last = min(before), max(before)
+    try:
+        apply_cpu_affinity([first])
+        apply_cpu_affinity([last])
+        assert os.sched_getaffinity(0) == {last}
+        apply_cpu_affinity(None)
+        assert os.sched_getaffinity(0) == before
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 @pytest.mark.spawns
 def test_the_worker_places_itself_with_the_policy_before_its_threads() -> None:
     """In a process of its own (the policy stays with the process): the worker's placement

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import random
 import secrets
 import sys
@@ -27,6 +28,11 @@ from stages.contracts.errors import ExitCode
 class AbFormat(StrEnum):
     table = "table"
     json = "json"
+
+
+class AbMode(StrEnum):
+    interleaved = "interleaved"
+    duet = "duet"
 
 
 class Boundary(StrEnum):
@@ -84,6 +90,14 @@ FormatOption = Annotated[
 PlotOption = Annotated[
     Path | None, typer.Option("--plot", help="Where to write the PNG (default: the session's).")
 ]
+ModeOption = Annotated[
+    AbMode,
+    typer.Option(
+        "--mode",
+        help="interleaved (one arm after the other), or duet (both at once, each on half "
+        "the cores, swapping every block; CPU pipelines only).",
+    ),
+]
 ResumeOption = Annotated[
     str | None, typer.Option("--resume", help="Continue this session (its id).")
 ]
@@ -110,6 +124,7 @@ def ab(
     output_format: FormatOption = AbFormat.table,
     plot: PlotOption = None,
     resume: ResumeOption = None,
+    mode: ModeOption = AbMode.interleaved,
 ) -> None:
     """Compare a baseline (A) and a candidate (B) in interleaved blocks: each block runs one
     short segment of each arm, in a balanced random order, with one arrival seed; the per-block
@@ -137,6 +152,8 @@ def ab(
         allow_dirty=allow_dirty,
         pipeline=pipeline,
         metric=metric,
+        mode=mode.value,
+        cores=sorted(os.sched_getaffinity(0)),
         session_id=resume or _new_session_id(spec),
         ab_dir=settings.ab_dir(),
         controller_python=sys.executable,
