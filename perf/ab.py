@@ -3,7 +3,8 @@
 Prints one JSON line.
 
     python -m perf.ab [--aa-sessions 10] [--change-sessions 10] [--five-sessions 0]
-                      [--segment-s 4] [--resamples 1000] [--home DIR] [--from-home DIR]
+                      [--duet-sessions 0] [--segment-s 4] [--resamples 1000] [--home DIR]
+                      [--from-home DIR]
 
 1. Real sessions (`collobench ab ... --format json`, each under its own seed): `--aa-sessions`
    A/A sessions (target: at most 5% flagged on any figure), `--change-sessions` sessions of a
@@ -20,7 +21,8 @@ Prints one JSON line.
    intervals covering the true change (target: 90%).
 3. Spread per block, sd(d) per figure over the A/A blocks (interleaved), beside the unpaired
    spread: sd(ln x - ln y) of two segments of arm A from different sessions (minutes apart,
-   what comparing two separate runs sees). Duet mode is not built yet: its key says so.
+   what comparing two separate runs sees), and the same sd(d) over `--duet-sessions` A/A
+   sessions in duet mode (both arms at once, each on half the cores).
 4. Overhead per segment: the segment's wall time minus its load window (duration + warm-up).
 `--from-home DIR` skips step 1's runs and reads the sessions an earlier run left in DIR.
 """
@@ -188,8 +190,80 @@ def _spreads(aa: list[tuple[SessionRecord, list[dict[str, float]]]], home: Path)
             k: round(statistics.stdev(v), 4) for k, v in unpaired.items() if len(v) > 1
         },
         "duet_sd_log": None,
-        "duet": "not built yet (issue 44, item 6)",
+        "duet": "no duet sessions (--duet-sessions)",
     }
+
+
+KINDS = ("aa", "10pct", "5pct", "duet_aa")
+BUDGET_MIN = {"aa": 15.0, "10pct": 10.0, "5pct": 15.0, "duet_aa": 15.0}
+
+
+def _run_real(arguments: argparse.Namespace, home: Path) -> dict[str, list[dict[str, Any]]]:
+    """The real sessions, kinds taken in turn so that a slow spell of the machine does not
+    fall on one kind alone; recorded in `perf-ab-sessions.json` for `--from-home`."""
+    variants = {"10pct": _variant(home, 1.10), "5pct": _variant(home, 1.05)}
+    counts = dict(
+        zip(
+            KINDS,
+            (arguments.aa_sessions, arguments.change_sessions, arguments.five_sessions,
+             arguments.duet_sessions),
+            strict=True,
+        )
+    )  # fmt: skip
+    plan: list[str] = []
+    while any(counts.values()):
+        for kind in KINDS:
+            if counts[kind]:
+                plan.append(kind)
+                counts[kind] -= 1
+    real: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    for index, kind in enumerate(plan):
+        arms = {
+            "aa": [str(DEMO), "--aa"],
+            "duet_aa": [str(DEMO), "--aa", "--mode", "duet"],
+        }.get(kind) or [str(DEMO), str(variants[kind])]
+        log(SCRIPT, f"session {index + 1}/{len(plan)}: {kind}")
+        result = _session(home, arms, 1000 + index, arguments.segment_s, BUDGET_MIN[kind])
+        real[kind].append({**result, "kind": kind})
+    recorded = {"segment_s": arguments.segment_s, "sessions": real}
+    (home / "perf-ab-sessions.json").write_text(json.dumps(recorded))
+    return real
+
+
+def _real_figures(real: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """What the real sessions answered: A/A alarms, and per change the sessions decided
+    `regressed` on p50 within their budget, their minutes and the intervals covering it."""
+    figures: dict[str, Any] = {}
+    for kind in ("aa", "duet_aa"):
+        if real.get(kind):
+            figures[f"{kind}_sessions"] = len(real[kind])
+            flagged = sum(_flagged(r["rows"]) for r in real[kind])
+            figures[f"{kind}_flagged_share"] = round(flagged / len(real[kind]), 3)
+    for kind, change in (("10pct", 10.0), ("5pct", 5.0)):
+        sessions = real.get(kind) or []
+        if not sessions:
+            continue
+        rows = [_p50(r["rows"]) for r in sessions]
+        figures[kind] = {
+            "sessions": len(sessions),
+            "regressed_within_budget": sum(
+                row["verdict"] == "regressed" and r["wall_min"] <= BUDGET_MIN[kind]
+                for row, r in zip(rows, sessions, strict=True)
+            ),
+            "minutes_median": round(statistics.median(r["wall_min"] for r in sessions), 2),
+            "covered": sum(_covers(row, change) for row in rows),
+            "change_pct_median": round(statistics.median(row["change_pct"] for row in rows), 2),
+        }
+    return figures
+
+
+def _pooled(
+    real: dict[str, list[dict[str, Any]]], kind: str
+) -> tuple[list[Any], list[dict[str, float]], list[float]]:
+    """The sessions of `kind` read back: (record, blocks) pairs, the pooled blocks, the walls."""
+    read = [_blocks_of(Path(r["folder"])) for r in real.get(kind) or []]
+    pairs = [(record, blocks) for record, blocks, _ in read]
+    return pairs, [b for _, blocks, _ in read for b in blocks], [w for _, _, ws in read for w in ws]
 
 
 def main() -> None:
@@ -197,6 +271,7 @@ def main() -> None:
     parser.add_argument("--aa-sessions", type=int, default=10)
     parser.add_argument("--change-sessions", type=int, default=10)
     parser.add_argument("--five-sessions", type=int, default=0)
+    parser.add_argument("--duet-sessions", type=int, default=0)
     parser.add_argument("--segment-s", type=float, default=4.0)
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--home", type=Path, default=None)
@@ -204,68 +279,19 @@ def main() -> None:
     arguments = parser.parse_args()
     home = arguments.from_home or arguments.home or Path(tempfile.mkdtemp(prefix="perf-ab-"))
     started = time.monotonic()
-    real: dict[str, list[dict[str, Any]]] = {"aa": [], "10pct": [], "5pct": []}
     if arguments.from_home is None:
-        variants = {"10pct": _variant(home, 1.10), "5pct": _variant(home, 1.05)}
-        counts = {
-            "aa": arguments.aa_sessions,
-            "10pct": arguments.change_sessions,
-            "5pct": arguments.five_sessions,
-        }
-        # Kinds taken in turn, so a slow spell of the machine does not fall on one kind alone.
-        plan: list[str] = []
-        while any(counts.values()):
-            for kind in counts:
-                if counts[kind]:
-                    plan.append(kind)
-                    counts[kind] -= 1
-        for index, kind in enumerate(plan):
-            count = index + 1
-            arms = [str(DEMO), "--aa"] if kind == "aa" else [str(DEMO), str(variants[kind])]
-            budget = 10.0 if kind == "10pct" else 15.0
-            log(SCRIPT, f"session {count}/{len(plan)}: {kind}")
-            result = _session(home, arms, 1000 + index, arguments.segment_s, budget)
-            result["kind"] = kind
-            real[kind].append(result)
-        (home / "perf-ab-sessions.json").write_text(json.dumps(real))
+        real = _run_real(arguments, home)
     else:
-        real = json.loads((home / "perf-ab-sessions.json").read_text())
-    aa = [_blocks_of(Path(r["folder"])) for r in real["aa"]]
-    pool = [block for _, blocks, _ in aa for block in blocks]
-    walls = [w for _, _, ws in aa for w in ws]
+        recorded = json.loads((home / "perf-ab-sessions.json").read_text())
+        real, arguments.segment_s = recorded["sessions"], recorded["segment_s"]
+    aa, pool, walls = _pooled(real, "aa")
     block_s = 2 * statistics.mean(walls) if walls else float("nan")
-    warmup_min = (
-        statistics.median(r["wall_min"] for r in real["aa"])
-        - (statistics.median(len(b) for _, b, _ in aa) * block_s / 60 if aa else 0.0)
-        if aa
-        else 0.0
-    )
-    figures: dict[str, Any] = {
-        "real": {
-            "aa_sessions": len(real["aa"]),
-            "aa_flagged_share": round(
-                sum(_flagged(r["rows"]) for r in real["aa"]) / len(real["aa"]), 3
-            )
-            if real["aa"]
-            else None,
-        }
-    }
-    for kind, change in (("10pct", 10.0), ("5pct", 5.0)):
-        sessions = real[kind]
-        if not sessions:
-            continue
-        rows = [_p50(r["rows"]) for r in sessions]
-        limit = 10.0 if kind == "10pct" else 15.0
-        figures["real"][kind] = {
-            "sessions": len(sessions),
-            "regressed_within_budget": sum(
-                row["verdict"] == "regressed" and r["wall_min"] <= limit
-                for row, r in zip(rows, sessions, strict=True)
-            ),
-            "minutes_median": round(statistics.median(r["wall_min"] for r in sessions), 2),
-            "covered": sum(_covers(row, change) for row in rows),
-            "change_pct_median": round(statistics.median(row["change_pct"] for row in rows), 2),
-        }
+    warmup_min = 0.0
+    if aa:
+        blocks_median = statistics.median(len(blocks) for _, blocks in aa)
+        warmup_min = statistics.median(r["wall_min"] for r in real["aa"])
+        warmup_min -= blocks_median * block_s / 60
+    figures: dict[str, Any] = {"real": _real_figures(real)}
     if pool:
         figures["resampled"] = {
             f"{change:g}pct": _resampled(
@@ -273,11 +299,13 @@ def main() -> None:
             )
             for change, budget in ((0.0, 15.0), (5.0, 15.0), (10.0, 10.0))
         }
-        figures["spread"] = _spreads([(r, b) for r, b, _ in aa], home)
-    segment_window_s = arguments.segment_s + WARMUP_S
-    figures["segment_overhead_s"] = (
-        round(statistics.median(walls) - segment_window_s, 3) if walls else None
-    )
+        figures["spread"] = _spreads(aa, home)
+        duet, _, _ = _pooled(real, "duet_aa")
+        if duet:
+            figures["spread"]["duet_sd_log"] = _spreads(duet, home)["interleaved_sd_log"]
+            figures["spread"]["duet"] = "measured"
+    window_s = arguments.segment_s + WARMUP_S
+    figures["segment_overhead_s"] = round(statistics.median(walls) - window_s, 3) if walls else None
     figures["block_s"] = round(block_s, 2)
     figures["warmup_min"] = round(warmup_min, 2)
     print(json.dumps({

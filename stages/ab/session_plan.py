@@ -6,7 +6,9 @@ stopped whatever happens."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +40,9 @@ class SessionRequest:
     spec: Path
     session_id: str
     ab_dir: Path
-    controller_python: str
     seed: int
+    controller_python: str = sys.executable
+    """The Python of arms that name none (specs, --aa)."""
     spec_b: Path | None = None
     aa: bool = False
     base_python: Path | None = None
@@ -59,7 +62,7 @@ class SessionRequest:
     pipeline: str | None = None
     metric: str | None = None
     mode: str = "interleaved"
-    cores: list[int] = field(default_factory=list)
+    cores: list[int] = field(default_factory=lambda: sorted(os.sched_getaffinity(0)))
     """The cores this session may use (duet splits them between the arms)."""
 
 

@@ -150,14 +150,7 @@ class SessionRunner:
             f"({record.boundary}, 5% false alarms per session), a block takes "
             f"{block_s:.1f} s, budget {record.budget_min:g} min"
         ]
-        figures_judged = max(1, len(self.figure_names))
-        for blocks, alpha in zip(record.looks_blocks, record.look_alpha, strict=True):
-            fewest = min_blocks_for_alpha(alpha / figures_judged)
-            if blocks < fewest:
-                lines.append(
-                    f"  the look at {blocks} blocks cannot decide any figure (alpha "
-                    f"{alpha:.4f} over {figures_judged} figures needs {fewest} blocks of one sign)"
-                )
+        lines += self._idle_looks()
         stored_any = False
         for figure in self.figure_names:
             stored = (
@@ -186,6 +179,20 @@ class SessionRunner:
                 f"{GUESSED_SD_LOG} per block (an --aa session measures it)"
             )
         self.files.write(record)
+        return lines
+
+    def _idle_looks(self) -> list[str]:
+        """A line per look with too few blocks to decide anything at its alpha (the exact
+        signed-rank test's smallest p-value is 2 / 2^blocks; Holm's first step divides)."""
+        record, figures = self.record, max(1, len(self.figure_names))
+        lines = []
+        for blocks, alpha in zip(record.looks_blocks, record.look_alpha, strict=True):
+            fewest = min_blocks_for_alpha(alpha / figures)
+            if blocks < fewest:
+                lines.append(
+                    f"  the look at {blocks} blocks cannot decide any figure (alpha "
+                    f"{alpha:.4f} over {figures} figures needs {fewest} blocks of one sign)"
+                )
         return lines
 
     # ----------------------------------------------------------------- blocks

@@ -9,10 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import random
 import secrets
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -153,10 +151,8 @@ def ab(
         pipeline=pipeline,
         metric=metric,
         mode=mode.value,
-        cores=sorted(os.sched_getaffinity(0)),
         session_id=resume or _new_session_id(spec),
         ab_dir=settings.ab_dir(),
-        controller_python=sys.executable,
     )
     try:
         outcome = run_session(request, read_segment_figures, say_progress)

@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import random
 import secrets
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -71,7 +70,6 @@ def bisect(
             spec=spec,
             session_id=f"{stamp}-bisect-{commit[:10]}-{secrets.token_hex(2)}",
             ab_dir=settings.ab_dir(),
-            controller_python=sys.executable,
             seed=session_seed,
             repo=repo,
             base=good,
