@@ -278,7 +278,7 @@ def run_session(request: SessionRequest, read_segment: ReadSegment, say: Say) ->
         runner.warm_up()
         for line in runner.fingerprint_differences(expected):
             say(line)
-        for line in runner.plan(request.margin_pct):
+        for line in runner.plan(request.margin_pct, replan=not request.resume):
             say(line)
         outcome = runner.run_blocks()
     finally:

@@ -124,13 +124,14 @@ class SessionRunner:
             lines.append(f"arms differ in {name}: {first.get(name)} vs {second.get(name)}{mark}")
         return lines
 
-    def plan(self, target_pct: float) -> list[str]:
+    def plan(self, target_pct: float, replan: bool = True) -> list[str]:
         """Trim the looks to the budget (refusing a budget below the first look) and say
-        what the session can see: the plan's lines."""
+        what the session can see: the plan's lines. `replan` false (a resumed session): the
+        looks stay as planned, so the alpha already spent stays spent as planned."""
         record = self.record
         block_s = record.block_s or 1.0
         left_s = record.budget_min * 60.0 - (self.clock() - self.started)
-        fitting = [n for n in record.looks_blocks if n * block_s <= left_s]
+        fitting = [n for n in record.looks_blocks if n * block_s <= left_s or not replan]
         if not fitting:
             first = record.looks_blocks[0]
             needed_min = (self.clock() - self.started) / 60 + first * block_s / 60

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +190,52 @@ def test_a_duet_is_refused_where_the_arms_would_share_cores(tmp_path: Path) -> N
     done = _ab(tmp_path / "home", str(pinned), "--aa", "--mode", "duet", *SHORT)
     assert done.returncode == 2
     assert "pins pipelines ['crunch'] to cores itself: the arms would share cores" in done.stderr
+
+
+def test_ctrl_c_keeps_the_finished_blocks_and_resume_continues(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "COLLOBENCH_HOME": str(home)}
+    environment.pop("COLLOBENCH_RESULTS_DIR", None)
+    command = [sys.executable, "-m", "stages.cli", "ab", str(DEMO), "--aa", *SHORT]
+    process = subprocess.Popen(
+        [*command, "--looks", "4", "--format", "json"],
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:  # interrupt once two blocks are done
+        lines.append(line)
+        if line.startswith("block 2 "):
+            process.send_signal(signal.SIGINT)
+            break
+    stdout, rest = process.communicate(timeout=120)
+    assert process.returncode == 130, "".join(lines) + rest
+    rows = json.loads(stdout)  # the verdict on the finished blocks, printed anyway
+    assert rows and {row["status"] for row in rows} == {"interrupted"}
+    folder = _session_folder(home)
+    files = SessionFiles(folder)
+    kept = {(s.block, s.arm) for s in files.segments()}
+    assert {(0, "A"), (0, "B"), (1, "A"), (1, "B")} <= kept
+    assert files.read().status == "interrupted"
+    assert not _live_arms(folder)  # no arm or worker process outlived the session
+    resumed = _ab(home, str(DEMO), "--resume", folder.name, "--format", "json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert {row["blocks"] + row["blocks_dropped"] for row in json.loads(resumed.stdout)} == {4}
+    blocks = [s.block for s in files.segments()]
+    assert sorted(set(blocks)) == list(range(4))
+    assert blocks.count(0) == 2  # the finished blocks were not run again
+
+
+def _live_arms(folder: Path) -> list[int]:
+    """Processes whose command line names the session's folder (its arms and their workers)."""
+    import psutil
+
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any(str(folder) in part for part in (p.info["cmdline"] or []))
+    ]
