@@ -36,6 +36,8 @@ def test_the_console_script_entry_and_every_command() -> None:
         "sql",
         "compare",
         "history",
+        "ab",
+        "bisect",
         "artifacts",
     ]
 
