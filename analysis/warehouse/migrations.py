@@ -26,7 +26,7 @@ from analysis.warehouse.raw_rows_out import move_rows_out
 from analysis.warehouse.sql_files import WarehouseError, sql_text
 
 # The schema version this collobench writes and reads: the highest migration's number.
-CURRENT_VERSION = 7
+CURRENT_VERSION = 8
 # The version of a warehouse that has tables but no schema_info (written before it existed).
 UNVERSIONED = 1
 # The migration that moves raw rows out to Parquet: its SQL file, then Python

@@ -231,6 +231,14 @@ VIEW_FILES: tuple[ViewFile, ...] = (
             "Dagster `history` asset judge it (analysis.history.verdicts)"
         },
     ),
+    ViewFile(
+        "97_ab_verdicts.sql",
+        ("ab_verdicts",),
+        not_reported={
+            "ab_verdicts": "per A/B session and figure, not per run: `collobench ab` prints it; "
+            '`collobench sql "SELECT * FROM ab_verdicts"`'
+        },
+    ),
 )
 
 BY_FILE: dict[str, ViewFile] = {view_file.file: view_file for view_file in VIEW_FILES}

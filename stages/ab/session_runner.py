@@ -239,6 +239,7 @@ class SessionRunner:
                 segments, record.orders, look_alpha, record.margin_pct, record.figures
             )
         record.verdicts = [v.model_dump(mode="json") for v in judgement.verdicts]
+        record.dropped_blocks = list(judgement.dropped)  # the warehouse's ab_blocks.dropped
         record.warnings = judgement.warnings
         self._store_spreads(judgement)
         self.files.write(record)
@@ -249,9 +250,12 @@ class SessionRunner:
         return {s.arm for s in segments if s.block == block} == {"A", "B"}
 
     def _run_id(self, block: int, label: str) -> str:
-        run_id, retry = f"block-{block:03d}-{label}", 1
-        while (self.files.runs / run_id).exists():  # a block cut short, run again
-            run_id, retry = f"block-{block:03d}-{label}-{retry}", retry + 1
+        """The segment's run id, the session's id first: the warehouse keys runs by run_id
+        across sessions (a block cut short and run again takes the next free suffix)."""
+        stem = f"{self.record.session_id}-block-{block:03d}-{label}"
+        run_id, retry = stem, 1
+        while (self.files.runs / run_id).exists():
+            run_id, retry = f"{stem}-{retry}", retry + 1
         return run_id
 
     def _answers(self, run_ids: dict[str, str], order: str, seed: int) -> list[dict[str, object]]:

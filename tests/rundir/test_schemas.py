@@ -41,8 +41,9 @@ def _from_arrow(schema: pa.Schema) -> list[tuple[str, str]]:
 
 def test_there_is_a_shape_for_each_run_directory_table_and_the_warehouse_stores_none() -> None:
     assert set(registered_files.shapes()) == set(TABLES)
-    # the warehouse's own: runs and their files, versions, and the capacity searches
-    # (analysis.capacity.warehouse_tables); the raw rows stay in the run directories
+    # the warehouse's own: runs and their files, versions, the capacity searches
+    # (analysis.capacity.warehouse_tables) and the A/B sessions (analysis.ab); the raw rows
+    # stay in the run directories
     assert _tables("schema.sql") == {
         "runs",
         "run_files",
@@ -50,6 +51,8 @@ def test_there_is_a_shape_for_each_run_directory_table_and_the_warehouse_stores_
         "capacity_searches",
         "capacity_probes",
         "capacity_region_rays",
+        "ab_sessions",
+        "ab_blocks",
     }
 
 
@@ -100,3 +103,30 @@ def test_the_contracts_have_a_section_per_table_in_the_tables_order() -> None:
 def test_the_contracts_column_table_matches_the_schema(table: str) -> None:
     documented = _column_table(_sections()[table])
     assert documented == [(field.name, field.type) for field in SCHEMAS[table]]
+
+
+WAREHOUSE_DOCUMENTED = ("ab_sessions", "ab_blocks")
+"""The warehouse tables with a `#### `<table>`` column table in docs/contracts.md (DuckDB types)."""
+
+
+def _warehouse_column_table(table: str) -> list[tuple[str, str]]:
+    """The (column, DuckDB type) rows of the `#### `<table>`` section's column table."""
+    text = CONTRACTS.read_text()
+    body = text[text.index(f"#### `{table}`\n") :].split("\n#", 1)[0]
+    lines = body.splitlines()
+    start = lines.index("| column | type | meaning |") + 2
+    found = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        names_cell, type_cell = line.split(" | ")[:2]
+        found += [(name, type_cell.strip()) for name in re.findall(r"`(\w+)`", names_cell)]
+    return found
+
+
+@pytest.mark.parametrize("table", WAREHOUSE_DOCUMENTED)
+def test_the_contracts_column_table_matches_the_warehouse_table(table: str) -> None:
+    connection = duckdb.connect(":memory:")
+    connection.execute(sql_text("schema.sql"))
+    described = connection.execute(f"DESCRIBE {table}").fetchall()
+    assert _warehouse_column_table(table) == [(str(row[0]), str(row[1])) for row in described]

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Mapping, Sequence
-from typing import Final, Literal
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-BlockOrder = Literal["AB", "BA"]
+# re-exported: the session runner and the stats name it here
+from stages.contracts.ab_files import BlockOrder as BlockOrder
+
 ORDERS: Final[tuple[BlockOrder, BlockOrder]] = ("AB", "BA")
 SPOILED_REASON = "spoiled"
 

@@ -19,7 +19,7 @@ import typer
 
 from stages import settings
 from stages.cli.console import err, fail_input, out
-from stages.cli.options import OverridesOption
+from stages.cli.options import DbOption, OverridesOption
 from stages.contracts.errors import ExitCode
 
 
@@ -99,6 +99,13 @@ ModeOption = Annotated[
 ResumeOption = Annotated[
     str | None, typer.Option("--resume", help="Continue this session (its id).")
 ]
+LoadOption = Annotated[
+    bool,
+    typer.Option(
+        "--load/--no-load",
+        help="Load the session and its segment runs into DuckDB at the end (as `collobench load`).",
+    ),
+]
 
 
 def ab(
@@ -123,13 +130,15 @@ def ab(
     plot: PlotOption = None,
     resume: ResumeOption = None,
     mode: ModeOption = AbMode.interleaved,
+    db: DbOption = None,
+    load: LoadOption = True,
 ) -> None:
     """Compare a baseline (A) and a candidate (B) in interleaved blocks: each block runs one
     short segment of each arm, in a balanced random order, with one arrival seed; the per-block
     log differences are judged with the Wilcoxon signed-rank test (Holm across figures) at
     planned looks. Exit 0 whatever the verdict; 2 on bad input; 130 when interrupted (the
     verdict so far is printed)."""
-    from stages.ab.session_plan import SessionRequest, run_session
+    from stages.ab.session_plan import SessionRequest
 
     request = SessionRequest(
         spec=spec,
@@ -154,11 +163,21 @@ def ab(
         session_id=resume or _new_session_id(spec),
         ab_dir=settings.ab_dir(),
     )
+    _run(request, plot, output_format, (db or settings.duckdb_path()) if load else None)
+
+
+def _run(request: Any, plot: Path | None, output_format: AbFormat, db_path: Path | None) -> None:
+    """Run the session, report it, load it into `db_path` (None: not loaded); exit 130 when
+    it was interrupted."""
+    from stages.ab.session_plan import run_session
+
     try:
         outcome = run_session(request, read_segment_figures, say_progress)
     except ValueError as error:  # a bad --looks
         raise fail_input([f"collobench ab: {error}"]) from None
     _report(outcome, plot, output_format)
+    if db_path is not None:
+        load_session_quietly(outcome.files.folder, db_path)
     if outcome.record.status == "interrupted":
         raise typer.Exit(ExitCode.INTERRUPTED)
 
@@ -193,6 +212,21 @@ def _plot(outcome: Any, png: Path) -> Path | None:
         for v in judgement.verdicts
     ]
     return plot_session(figures, outcome.record.margin_pct, png, outcome.record.session_id)
+
+
+def load_session_quietly(folder: Path, db_path: Path) -> bool:
+    """Load the session and its segment runs into the warehouse (analysis.ab.warehouse_tables);
+    one line on stderr either way, a failure only a warning: the session is on disk. True when
+    it loaded."""
+    from analysis.ab.warehouse_tables import load_ab_dirs
+
+    try:
+        load_ab_dirs([folder], db_path)
+    except Exception as error:
+        err.print(f"warning: could not load the session into {db_path}: {error}", markup=False)
+        return False
+    err.print(f"loaded into {db_path} (ab_sessions, ab_blocks, ab_verdicts)", markup=False)
+    return True
 
 
 def _new_session_id(spec: Path) -> str:

@@ -17,7 +17,8 @@ from stages.cli.render import compact_table, frame_table
 
 def load(
     run_dirs: Annotated[
-        list[Path] | None, typer.Argument(help="Run directories.", show_default=False)
+        list[Path] | None,
+        typer.Argument(help="Run directories, or A/B session folders.", show_default=False),
     ] = None,
     db: DbOption = None,
     forget: Annotated[
@@ -36,9 +37,10 @@ def load(
         ),
     ] = False,
 ) -> None:
-    """Load run directories into DuckDB; loading a run again replaces it (idempotent). The
-    rows stay in the run directories' Parquet files, which the warehouse registers."""
-    from analysis.warehouse.loader import forget_runs, load_runs
+    """Load run directories (and A/B session folders) into DuckDB; loading a run again
+    replaces it (idempotent). The rows stay in the run directories' Parquet files, which the
+    warehouse registers."""
+    from analysis.warehouse.loader import forget_runs
 
     db_path = db or settings.duckdb_path()
     forgetting = bool(forget) or forget_missing
@@ -52,11 +54,28 @@ def load(
         for run_id in forget_runs(list(forget or []), db_path, forget_missing):
             out.print(f"forgot {run_id}", highlight=False)
     else:
-        for loaded in load_runs(list(run_dirs or []), db_path):
+        _load_folders(list(run_dirs or []), db_path)
+    out.print(f"database: {db_path}", highlight=False)
+
+
+def _load_folders(folders: list[Path], db_path: Path) -> None:
+    """Load the run directories, then the A/B session folders (a folder holding session.json,
+    loaded with its segment runs: analysis.ab.warehouse_tables), printing one line each."""
+    from analysis.ab.session_rows import is_session_folder
+    from analysis.warehouse.loader import load_runs
+
+    sessions = [folder for folder in folders if is_session_folder(folder)]
+    run_dirs = [folder for folder in folders if not is_session_folder(folder)]
+    if run_dirs:
+        for loaded in load_runs(run_dirs, db_path):
             verb = "replaced" if loaded.replaced else "loaded"
             counts = ", ".join(f"{rows} {table}" for table, rows in loaded.rows.items() if rows)
             out.print(f"{verb} {loaded.run_id} ({loaded.status}): {counts}", highlight=False)
-    out.print(f"database: {db_path}", highlight=False)
+    if sessions:
+        from analysis.ab.warehouse_tables import load_ab_dirs
+
+        for session_id in load_ab_dirs(sessions, db_path):
+            out.print(f"loaded A/B session {session_id}", highlight=False)
 
 
 def _check_output(output_format: str, out_file: Path | None) -> None:
