@@ -87,6 +87,9 @@ PlotOption = Annotated[
 ResumeOption = Annotated[
     str | None, typer.Option("--resume", help="Continue this session (its id).")
 ]
+MlflowOption = Annotated[
+    bool, typer.Option("--mlflow/--no-mlflow", help="Record the session in MLflow.")
+]
 
 
 def ab(
@@ -110,6 +113,7 @@ def ab(
     output_format: FormatOption = AbFormat.table,
     plot: PlotOption = None,
     resume: ResumeOption = None,
+    mlflow: MlflowOption = True,
 ) -> None:
     """Compare a baseline (A) and a candidate (B) in interleaved blocks: each block runs one
     short segment of each arm, in a balanced random order, with one arrival seed; the per-block
@@ -145,13 +149,16 @@ def ab(
         outcome = run_session(request, read_segment_figures, say_progress)
     except ValueError as error:  # a bad --looks
         raise fail_input([f"collobench ab: {error}"]) from None
-    _report(outcome, plot, output_format)
+    _report(outcome, plot, output_format, settings.mlflow_tracking_uri() if mlflow else None)
     if outcome.record.status == "interrupted":
         raise typer.Exit(ExitCode.INTERRUPTED)
 
 
-def _report(outcome: Any, plot: Path | None, output_format: AbFormat) -> None:
-    """The verdicts as a table or JSON, and the PNG beside them."""
+def _report(
+    outcome: Any, plot: Path | None, output_format: AbFormat, tracking_uri: str | None
+) -> None:
+    """The verdicts as a table or JSON, the PNG beside them, then the MLflow record (after the
+    plot, which it holds; None: not recorded)."""
     rows = result_rows(outcome)
     png: Path | None = plot or outcome.files.folder / "ab.png"
     try:
@@ -163,6 +170,24 @@ def _report(outcome: Any, plot: Path | None, output_format: AbFormat) -> None:
         print(json.dumps(rows, indent=1))
     else:
         _print_table(outcome, rows, png)
+    _log_to_mlflow(outcome.files.folder, tracking_uri)
+
+
+def _log_to_mlflow(folder: Path, tracking_uri: str | None) -> None:
+    """One MLflow parent run for the session (`stages.cli.mlflow_ab`), named on stderr; a
+    failure is a warning there, never the session's."""
+    if tracking_uri is None:
+        return
+    from stages.cli.mlflow_ab import log_ab_session
+
+    mlflow_run_id = log_ab_session(folder, tracking_uri)
+    if mlflow_run_id is not None:
+        err.print(
+            f"mlflow run: {mlflow_run_id} ({tracking_uri})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _plot(outcome: Any, png: Path) -> Path | None:
