@@ -4,10 +4,12 @@ Assets: one per dataset and model builder (group `artifacts`); one per model fil
 names (group `model_files`, bench_defs/assets/model_files.py); `benchmark_run` (one dynamic
 partition per spec file), `warehouse` with its checks (group `benchmark`); the report assets
 (group `reports`); `capacity` (one dynamic partition per search target `<spec>|<pipeline>` or
-`<spec>|<A>+<B>@ray<k>of<n>`, with its checks; group `capacity`). Jobs `artifacts_job`,
-`benchmark_job`, `capacity_job`, `capacity_region_job`; sensors `spec_files_sensor`,
-`capacity_region_sensor` (and `model_files_sensor` when a spec names a model file); schedule
-`nightly_benchmarks`. Nothing here imports torch: models load in the Pipes child's workers.
+`<spec>|<A>+<B>@ray<k>of<n>`, with its checks; group `capacity`); `ab_report` (one
+`collobench ab` session per run; group `ab`). Jobs `artifacts_job`, `benchmark_job`,
+`capacity_job`, `capacity_region_job`, `ab_comparison` (an A/B session from the Launchpad);
+sensors `spec_files_sensor`, `capacity_region_sensor` (and `model_files_sensor` when a spec
+names a model file); schedule `nightly_benchmarks`. Nothing here imports torch: models load in
+the Pipes child's workers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import dagster as dg
 
+from bench_defs.ab.assets import ab_comparison, ab_report
 from bench_defs.assets.artifacts import artifact_assets
 from bench_defs.assets.benchmark import benchmark_run
 from bench_defs.assets.model_files import model_file_definitions, with_model_file_deps
@@ -62,8 +65,9 @@ def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definiti
             warehouse,
             *report_assets,
             capacity,
+            ab_report,
         ],
-        jobs=[artifacts_job, benchmark_job, capacity_job, capacity_region_job],
+        jobs=[artifacts_job, benchmark_job, capacity_job, capacity_region_job, ab_comparison],
         sensors=[spec_files_sensor, capacity_region_sensor, *model.sensors],
         schedules=[nightly_benchmarks],
         resources=merged,

@@ -64,7 +64,12 @@ COLUMNS = [
     "calibration_score",
     "host",
     "git_commit",
+    "commit_before",
+    "commit_after",
 ]
+"""`commit_before` / `commit_after`: for a change (regressed, improved), the git commit of the run
+before its change point and of the first run after it, when both runs recorded one: what
+`collobench ab --repo` and `collobench bisect` would confirm and locate it between."""
 SERIES_KEYS = ["machine_class", "trial", "phase", "pipeline", "metric"]
 DEFAULT_RULE = VerdictRule()
 
@@ -174,7 +179,24 @@ def _judged_series(series: pd.DataFrame, metrics: int, rule: VerdictRule) -> pd.
     ]
     points = {j.change_point_index for j in judgements if j.change_point_index is not None}
     out["change_point"] = [index in points for index in range(len(out))]
+    commits = [_change_commits(j, records) for j in judgements]
+    out["commit_before"] = [before for before, _ in commits]
+    out["commit_after"] = [after for _, after in commits]
     return out
+
+
+def _change_commits(
+    judgement: RunJudgement, records: list[dict[str, Any]]
+) -> tuple[str | None, str | None]:
+    """The commits of the runs either side of a change's point; (None, None) for no change."""
+    point = judgement.change_point_index
+    if judgement.verdict not in (REGRESSED, IMPROVED) or point is None or point == 0:
+        return None, None
+    return _text(records[point - 1].get("git_commit")), _text(records[point].get("git_commit"))
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or pd.isna(value) else str(value)
 
 
 def _regime_starts(judgements: Sequence[RunJudgement]) -> list[int]:

@@ -3,7 +3,9 @@
 between-run spread, change points; not one run's within-run interval):
 
 - `regression`: fails (WARN) when a figure of this run `regressed`: a persistent shift, found
-  once three runs (two at the earliest) lie past it, with its size, interval and likely cause.
+  once three runs (two at the earliest) lie past it, with its size, interval and likely cause,
+  and the `collobench ab` (confirm) and `collobench bisect` (locate) commands between the
+  commits either side of the change when the history recorded them.
   A first run, or a history too short to judge, passes as `undecided` and says how many runs it
   has and needs.
 - `reproducibility`: a rerun of the same spec hash and seeds issued the same arrival schedule as
@@ -62,7 +64,8 @@ def regression_result(current: str, verdicts: pd.DataFrame) -> dg.AssetCheckResu
     if verdicts.empty:
         description = f"run {current} has no figures in the history"
     elif not regressed.empty:
-        description = f"{len(regressed)} figure(s) regressed: {_line(regressed.iloc[0])}"
+        first = regressed.iloc[0]
+        description = f"{len(regressed)} figure(s) regressed: {_line(first)}; {confirm_hint(first)}"
     else:
         description = _summary(verdicts, "no regression")
     return dg.AssetCheckResult(
@@ -72,6 +75,27 @@ def regression_result(current: str, verdicts: pd.DataFrame) -> dg.AssetCheckResu
         description=description,
         metadata=_metadata(current, verdicts, regressed),
     )
+
+
+def confirm_hint(row: Any) -> str:
+    """The commands that would confirm a change and find its commit: `collobench ab` between the
+    commits either side of it, then `collobench bisect` over them, when the history knows two
+    different commits; else an A/B session of the setup before against the one after."""
+    before, after = _commit(row, "commit_before"), _commit(row, "commit_after")
+    if before and after and before != after:
+        return (
+            f"confirm with `collobench ab SPEC --repo . --base {before} --candidate {after}`; "
+            f"locate with `collobench bisect SPEC --repo . --good {before} --bad {after}`"
+        )
+    return (
+        "confirm with `collobench ab SPEC_BEFORE SPEC_AFTER` (or --base-python / "
+        "--candidate-python: the setups before and after the change, side by side)"
+    )
+
+
+def _commit(row: Any, column: str) -> str | None:
+    value = row.get(column) if hasattr(row, "get") else None
+    return None if value is None or pd.isna(value) or not str(value) else str(value)
 
 
 def reproducibility_problems(

@@ -170,8 +170,8 @@ def test_a_duet_runs_both_arms_at_once_on_swapped_halves_of_the_cores(tmp_path: 
     for block in (0, 1):
         segments = {s.arm: s for s in files.segments() if s.block == block}
         first, second = record.orders[block]
-        manifests = {
-            arm: json.loads((Path(s.run_dir) / "manifest.json").read_text())
+        manifests: dict[str, Any] = {
+            str(arm): json.loads((Path(s.run_dir) / "manifest.json").read_text())
             for arm, s in segments.items()
         }
         assert f"pipelines.crunch.placement.cpus={[0]}" in manifests[first]["overrides"]

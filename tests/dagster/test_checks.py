@@ -174,11 +174,19 @@ def _latency_times(factor: float) -> str:
     )
 
 
-def _history(good_run: Path, tmp_path: Path, factors: list[float]) -> list[Path]:
-    """Copies of the good run, one per factor, an hour apart: its history on this machine."""
+def _history(
+    good_run: Path, tmp_path: Path, factors: list[float], commits: list[str] | None = None
+) -> list[Path]:
+    """Copies of the good run, one per factor, an hour apart: its history on this machine;
+    `commits`, one per run, the git commit each recorded (else the good run's)."""
 
     def at_hour(hour: int) -> Callable[[dict[str, Any]], None]:
-        return lambda manifest: manifest.update(started_at=f"2026-02-01T{hour:02d}:00:00+00:00")
+        def edit(manifest: dict[str, Any]) -> None:
+            manifest.update(started_at=f"2026-02-01T{hour:02d}:00:00+00:00")
+            if commits is not None:
+                manifest["environment"].setdefault("git", {})["commit"] = commits[hour]
+
+        return edit
 
     return [
         clone(good_run, f"h{i:02d}-{tmp_path.name}", at_hour(i), {"queries": _latency_times(f)})
@@ -223,7 +231,28 @@ def test_regression_and_reproducibility_fail_on_a_persistent_slowdown(
     table = str(regression.metadata["verdicts"].value)
     assert "| latency_p50_ms |" in table and "| regressed |" in table
     assert "cause: unexplained" in description
+    # one commit throughout: nothing to bisect, an A/B session of the two setups is the hint
+    assert "confirm with `collobench ab SPEC_BEFORE SPEC_AFTER`" in description
+    assert "collobench bisect" not in description
     assert not reproduced.passed and "regressed" in str(reproduced.description)
+
+
+@pytest.mark.spawns
+def test_a_regression_between_two_commits_names_the_ab_and_bisect_commands(
+    good_run: Path, tmp_path: Path
+) -> None:
+    before, after = "a" * 40, "b" * 40
+    commits = [before] * len(_WOBBLE) + [after, after]
+    runs = _history(good_run, tmp_path, [*_WOBBLE, _SLOWER, _SLOWER], commits)
+    with warehouse(tmp_path, *runs) as connection:
+        regression, _ = history_checks.history_results(connection, runs[8].name, runs[9].name)
+    assert not regression.passed
+    description = str(regression.description)
+    assert f"cause: code: commit {before[:12]} -> {after[:12]}" in description, description
+    assert description.endswith(
+        f"confirm with `collobench ab SPEC --repo . --base {before} --candidate {after}`; "
+        f"locate with `collobench bisect SPEC --repo . --good {before} --bad {after}`"
+    )
 
 
 @pytest.mark.spawns

@@ -106,6 +106,9 @@ LoadOption = Annotated[
         help="Load the session and its segment runs into DuckDB at the end (as `collobench load`).",
     ),
 ]
+MlflowOption = Annotated[
+    bool, typer.Option("--mlflow/--no-mlflow", help="Record the session in MLflow.")
+]
 
 
 def ab(
@@ -132,6 +135,7 @@ def ab(
     mode: ModeOption = AbMode.interleaved,
     db: DbOption = None,
     load: LoadOption = True,
+    mlflow: MlflowOption = True,
 ) -> None:
     """Compare a baseline (A) and a candidate (B) in interleaved blocks: each block runs one
     short segment of each arm, in a balanced random order, with one arrival seed; the per-block
@@ -163,27 +167,37 @@ def ab(
         session_id=resume or _new_session_id(spec),
         ab_dir=settings.ab_dir(),
     )
-    _run(request, plot, output_format, (db or settings.duckdb_path()) if load else None)
+    db_path = (db or settings.duckdb_path()) if load else None
+    _run(request, plot, output_format, db_path, settings.mlflow_tracking_uri() if mlflow else None)
 
 
-def _run(request: Any, plot: Path | None, output_format: AbFormat, db_path: Path | None) -> None:
-    """Run the session, report it, load it into `db_path` (None: not loaded); exit 130 when
-    it was interrupted."""
+def _run(
+    request: Any,
+    plot: Path | None,
+    output_format: AbFormat,
+    db_path: Path | None,
+    tracking_uri: str | None,
+) -> None:
+    """Run the session, report it (and record it at `tracking_uri`), load it into `db_path`
+    (None: not recorded, not loaded); exit 130 when it was interrupted."""
     from stages.ab.session_plan import run_session
 
     try:
         outcome = run_session(request, read_segment_figures, say_progress)
     except ValueError as error:  # a bad --looks
         raise fail_input([f"collobench ab: {error}"]) from None
-    _report(outcome, plot, output_format)
+    _report(outcome, plot, output_format, tracking_uri)
     if db_path is not None:
         load_session_quietly(outcome.files.folder, db_path)
     if outcome.record.status == "interrupted":
         raise typer.Exit(ExitCode.INTERRUPTED)
 
 
-def _report(outcome: Any, plot: Path | None, output_format: AbFormat) -> None:
-    """The verdicts as a table or JSON, and the PNG beside them."""
+def _report(
+    outcome: Any, plot: Path | None, output_format: AbFormat, tracking_uri: str | None
+) -> None:
+    """The verdicts as a table or JSON, the PNG beside them, then the MLflow record (after the
+    plot, which it holds; None: not recorded)."""
     rows = result_rows(outcome)
     png: Path | None = plot or outcome.files.folder / "ab.png"
     try:
@@ -195,6 +209,24 @@ def _report(outcome: Any, plot: Path | None, output_format: AbFormat) -> None:
         print(json.dumps(rows, indent=1))
     else:
         _print_table(outcome, rows, png)
+    _log_to_mlflow(outcome.files.folder, tracking_uri)
+
+
+def _log_to_mlflow(folder: Path, tracking_uri: str | None) -> None:
+    """One MLflow parent run for the session (`stages.cli.mlflow_ab`), named on stderr; a
+    failure is a warning there, never the session's."""
+    if tracking_uri is None:
+        return
+    from stages.cli.mlflow_ab import log_ab_session
+
+    mlflow_run_id = log_ab_session(folder, tracking_uri)
+    if mlflow_run_id is not None:
+        err.print(
+            f"mlflow run: {mlflow_run_id} ({tracking_uri})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _plot(outcome: Any, png: Path) -> Path | None:
