@@ -3,7 +3,7 @@
 Prints one JSON line.
 
     python -m perf.ab [--aa-sessions 10] [--change-sessions 10] [--five-sessions 0]
-                      [--duet-sessions 0] [--segment-s 4] [--resamples 1000] [--home DIR]
+                      [--duet-sessions 0] [--segment-s 2] [--resamples 1000] [--home DIR]
                       [--from-home DIR]
 
 1. Real sessions (`collobench ab ... --format json`, each under its own seed): `--aa-sessions`
@@ -12,21 +12,23 @@ Prints one JSON line.
    within 10 minutes) and `--five-sessions` with 5% more work. Each session's wall time is
    measured from outside, warm-up and start included.
 2. Resampled sessions (`--resamples`): blocks drawn with replacement from the A/A sessions'
-   real blocks (every figure of a block together, each figure centred on 0: an A/A pool's
-   mean is its sampling error, not a change), judged at the same planned looks with the
-   same stopping rule (O'Brien-Fleming, the CLI's default, and Pocock: `resampled_pocock`); a
-   change is added to each drawn block's latency differences (and
+   real blocks, each with a random sign (every figure of a block together: under the null
+   the arms are exchangeable, so d and -d are equally likely), judged at the same planned
+   looks with the same stopping rule (O'Brien-Fleming, the CLI's default, and Pocock:
+   `resampled_pocock`); a change is added to each drawn block's latency differences (and
    subtracted from throughput's). Reports the false-alarm rate, and for 5% and 10% the share
    whose p50 is decided `regressed` within the budget (`regressed_share`; and the share of
    sessions with some figure `regressed` and none `improved`, `session_regressed_share`: the
-   session stops at the first figure that moves) (target for 5%: 90% within 15 minutes), the minutes
-   it took (blocks times the measured block time, plus the measured warm-up) and the share of
-   intervals covering the true change (target: 90%).
+   session stops at the first figure that moves) (target for 5%: 90% within 15 minutes), the
+   minutes it took (blocks times the measured block time, plus the measured warm-up) and the
+   share of intervals covering the true change (target: 90%).
 3. Spread per block, sd(d) per figure over the A/A blocks (interleaved), beside the unpaired
    spread: sd(ln x - ln y) of two segments of arm A from different sessions (minutes apart,
    what comparing two separate runs sees), and the same sd(d) over `--duet-sessions` A/A
    sessions in duet mode (both arms at once, each on half the cores).
 4. Overhead per segment: the segment's wall time minus its load window (duration + warm-up).
+5. `targets`: each of the issue's targets met (true), missed (false; the exit status is then 1)
+   or not measured by this run (null).
 `--from-home DIR` skips step 1's runs and reads the sessions an earlier run left in DIR.
 """
 
@@ -113,6 +115,25 @@ def _blocks_of(folder: Path) -> tuple[SessionRecord, list[dict[str, float]], lis
     return record, blocks, walls
 
 
+def null_blocks(
+    pool: list[dict[str, float]], count: int, chooser: random.Random
+) -> list[dict[str, float]]:
+    """`count` blocks drawn from an A/A `pool`, each with its sign flipped at random (every
+    figure of a block together, so figures stay as correlated as measured).
+
+    Under the null the arms are exchangeable, so d and -d are equally likely: the flip makes
+    the draw symmetric about 0 exactly, which is what the signed-rank test assumes. Centring
+    the pool on its mean does not: a skewed pool keeps its median off 0 and replays that
+    offset in every session as if it were a change.
+    """
+    drawn = []
+    for _ in range(count):
+        block = chooser.choice(pool)
+        sign = chooser.choice((-1.0, 1.0))
+        drawn.append({name: sign * d for name, d in block.items()})
+    return drawn
+
+
 def _resampled(
     pool: list[dict[str, float]], change_pct: float, block_s: float, warmup_min: float,
     budget_min: float, resamples: int, seed: int, boundary: str = "obrien-fleming",
@@ -124,16 +145,11 @@ def _resampled(
         return {"sessions": 0, "note": "the budget holds no look"}
     alphas = plan_looks(looks, 0.05, boundary).nominal_alpha  # type: ignore[arg-type]
     shift = math.log1p(change_pct / 100)
-    # A/A blocks differ by nothing but noise: their pooled mean is sampling error, and drawing
-    # from an uncentred pool would replay it in every session as if it were a change.
-    names = sorted(pool[0])
-    means = {name: statistics.fmean(block[name] for block in pool) for name in names}
-    pool = [{name: block[name] - means[name] for name in names} for block in pool]
     chooser = random.Random(seed)
     flagged = detected = covered = session_regressed = 0
     minutes: list[float] = []
     for _ in range(resamples):
-        drawn = [chooser.choice(pool) for _ in range(looks[-1])]
+        drawn = null_blocks(pool, looks[-1], chooser)
         verdicts = []
         for n, alpha in zip(looks, alphas, strict=True):
             figures = [
@@ -274,13 +290,43 @@ def _pooled(
     return pairs, [b for _, blocks, _ in read for b in blocks], [w for _, _, ws in read for w in ws]
 
 
+def _targets(figures: dict[str, Any]) -> dict[str, bool | None]:
+    """The issue's targets, each True, False or None (not measured in this run)."""
+    real, resampled = figures["real"], figures.get("resampled") or {}
+
+    def share(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    aa = [
+        share(real.get("aa_flagged_share")),
+        share(resampled.get("0pct", {}).get("flagged_share")),
+    ]
+    ten, five = real.get("10pct"), resampled.get("5pct") or {}
+    return {
+        "aa_flagged_at_most_5pct": None
+        if None in aa
+        else all(x <= 0.05 for x in aa if x is not None),
+        "10pct_regressed_9_of_10_within_10min": (
+            None if not ten else ten["regressed_within_budget"] >= 0.9 * ten["sessions"]
+        ),
+        "5pct_resampled_regressed_90pct_within_15min": (
+            None if "regressed_share" not in five else five["regressed_share"] >= 0.9
+        ),
+        "coverage_90pct": (
+            None
+            if "coverage_share" not in five
+            else min(five["coverage_share"], resampled["10pct"]["coverage_share"]) >= 0.9
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m perf.ab")
     parser.add_argument("--aa-sessions", type=int, default=10)
     parser.add_argument("--change-sessions", type=int, default=10)
     parser.add_argument("--five-sessions", type=int, default=0)
     parser.add_argument("--duet-sessions", type=int, default=0)
-    parser.add_argument("--segment-s", type=float, default=4.0)
+    parser.add_argument("--segment-s", type=float, default=2.0)
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--home", type=Path, default=None)
     parser.add_argument("--from-home", type=Path, default=None)
@@ -317,11 +363,14 @@ def main() -> None:
     figures["segment_overhead_s"] = round(statistics.median(walls) - window_s, 3) if walls else None
     figures["block_s"] = round(block_s, 2)
     figures["warmup_min"] = round(warmup_min, 2)
+    figures["targets"] = _targets(figures)
     print(json.dumps({
         "benchmark": SCRIPT, "cpus": os.cpu_count(), "code": code_version(),
         "segment_s": arguments.segment_s, "home": str(home),
         "minutes": round((time.monotonic() - started) / 60, 1), **figures,
     }))  # fmt: skip
+    if False in figures["targets"].values():
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import duckdb
 
 from analysis.ab.session_rows import SessionFolder, block_rows, read_session, session_row
-from analysis.warehouse import migrations, stored_summaries
+from analysis.warehouse import stored_summaries
 from analysis.warehouse.db import Notify, to_stderr
+from analysis.warehouse.keyed_rows import replace_keyed_rows, schema_has_views
 from analysis.warehouse.loader import (
     LoadError,
     ensure_schema,
@@ -27,39 +27,7 @@ from analysis.warehouse.loader import (
     publish,
 )
 from analysis.warehouse.loader import _read_manifest as read_run_manifest
-from analysis.warehouse.sql_files import sql_text
 from analysis.warehouse.warehouse_runs import WarehouseRun
-
-
-def _schema_ready(connection: duckdb.DuckDBPyConnection) -> bool:
-    """The warehouse is at the current version and has the ab_verdicts view."""
-    if migrations.stored_version(connection) != migrations.CURRENT_VERSION:
-        return False
-    found = connection.execute(
-        "SELECT count(*) FROM duckdb_views() WHERE view_name = 'ab_verdicts'"
-    ).fetchall()
-    return bool(found) and found[0][0] == 1
-
-
-def _replace(
-    connection: duckdb.DuckDBPyConnection,
-    session_id: str,
-    session: dict[str, Any],
-    blocks: Sequence[dict[str, Any]],
-) -> None:
-    """In one transaction: delete the session's rows, insert its session and block rows."""
-    connection.execute("BEGIN TRANSACTION")
-    try:
-        for table in ("ab_blocks", "ab_sessions"):
-            connection.execute(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
-        connection.execute(sql_text("ab/insert_session.sql"), session)
-        statement = sql_text("ab/insert_block.sql")
-        for row in blocks:
-            connection.execute(statement, row)
-        connection.execute("COMMIT")
-    except Exception:
-        connection.execute("ROLLBACK")
-        raise
 
 
 def load_session(connection: duckdb.DuckDBPyConnection, folder: Path | str) -> str:
@@ -72,10 +40,18 @@ def load_session(connection: duckdb.DuckDBPyConnection, folder: Path | str) -> s
 
 def _store(connection: duckdb.DuckDBPyConnection, session: SessionFolder) -> str:
     """Replace a read session's rows (the schema brought up to date first)."""
-    if not _schema_ready(connection):
+    if not schema_has_views(connection, ("ab_verdicts",)):
         ensure_schema(connection)  # creates or migrates; refuses a newer warehouse
     session_id = session.record.session_id
-    _replace(connection, session_id, session_row(session), block_rows(session))
+    replace_keyed_rows(
+        connection,
+        [("ab_blocks", "session_id"), ("ab_sessions", "session_id")],
+        session_id,
+        [
+            ("ab/insert_session.sql", [session_row(session)]),
+            ("ab/insert_block.sql", block_rows(session)),
+        ],
+    )
     return session_id
 
 

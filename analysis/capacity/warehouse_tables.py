@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pandas as pd
@@ -23,8 +22,9 @@ from analysis.capacity.table_rows import probe_row, ray_row, search_row
 from analysis.reports.catalogue import check_columns
 from analysis.reports.report_entries import ReportCatalogueError
 from analysis.reports.views_not_per_run import BY_CAPACITY_VIEW
-from analysis.warehouse import migrations, stored_summaries
+from analysis.warehouse import stored_summaries
 from analysis.warehouse.db import Notify, to_stderr
+from analysis.warehouse.keyed_rows import replace_keyed_rows, schema_has_views
 from analysis.warehouse.loader import (
     LoadError,
     ensure_schema,
@@ -34,41 +34,8 @@ from analysis.warehouse.loader import (
 )
 from analysis.warehouse.loader import _read_manifest as read_run_manifest
 from analysis.warehouse.reader import connect_read_only
-from analysis.warehouse.sql_files import sql_text
 from analysis.warehouse.warehouse_runs import WarehouseRun
 from stages.contracts.capacity_files import CAPACITY_FILE, PROBE_RUNS_DIR, REGION_FILE, SEARCH_FILE
-
-
-def _schema_ready(connection: duckdb.DuckDBPyConnection) -> bool:
-    """The warehouse is at the current version and has the capacity views."""
-    if migrations.stored_version(connection) != migrations.CURRENT_VERSION:
-        return False
-    found = connection.execute(
-        "SELECT count(*) FROM duckdb_views() WHERE view_name IN ('capacity', 'capacity_region')"
-    ).fetchall()
-    return bool(found) and found[0][0] == 2
-
-
-def _replace(
-    connection: duckdb.DuckDBPyConnection,
-    deletes: Sequence[tuple[str, str]],
-    key: str,
-    inserts: Sequence[tuple[str, Sequence[dict[str, Any]]]],
-) -> None:
-    """In one transaction: delete `key`'s rows from each (table, key column) of `deletes`,
-    then run each insert file once per row."""
-    connection.execute("BEGIN TRANSACTION")
-    try:
-        for table, column in deletes:
-            connection.execute(f"DELETE FROM {table} WHERE {column} = ?", [key])
-        for name, rows in inserts:
-            statement = sql_text(f"capacity/{name}")
-            for row in rows:
-                connection.execute(statement, row)
-        connection.execute("COMMIT")
-    except Exception:
-        connection.execute("ROLLBACK")
-        raise
 
 
 def load_search(connection: duckdb.DuckDBPyConnection, search_dir: Path | str) -> str:
@@ -78,13 +45,13 @@ def load_search(connection: duckdb.DuckDBPyConnection, search_dir: Path | str) -
     directories are not loaded here (load_capacity_dirs does)."""
     files = read_search(search_dir)
     rows = [probe_row(files.search_id, probe) for probe in files.probes]
-    if not _schema_ready(connection):
+    if not schema_has_views(connection, ("capacity", "capacity_region")):
         ensure_schema(connection)  # creates or migrates; refuses a newer warehouse
-    _replace(
+    replace_keyed_rows(
         connection,
         [("capacity_probes", "search_id"), ("capacity_searches", "search_id")],
         files.search_id,
-        [("insert_search.sql", [search_row(files)]), ("insert_probe.sql", rows)],
+        [("capacity/insert_search.sql", [search_row(files)]), ("capacity/insert_probe.sql", rows)],
     )
     return files.search_id
 
@@ -95,13 +62,13 @@ def load_region(connection: duckdb.DuckDBPyConnection, region_dir: Path | str) -
     transaction. The rays' own searches are loaded by load_capacity_dirs."""
     files = read_region(region_dir)
     rows = [ray_row(files, ray) for ray in files.rays]
-    if not _schema_ready(connection):
+    if not schema_has_views(connection, ("capacity", "capacity_region")):
         ensure_schema(connection)  # creates or migrates; refuses a newer warehouse
-    _replace(
+    replace_keyed_rows(
         connection,
         [("capacity_region_rays", "region_id")],
         files.region_id,
-        [("insert_region_ray.sql", rows)],
+        [("capacity/insert_region_ray.sql", rows)],
     )
     return files.region_id
 

@@ -26,10 +26,10 @@ ttft AS (
     ORDER BY run_id, trial, phase, pipeline, stage
 ),
 with_ttft AS (
-    SELECT * FROM figures
+    SELECT * FROM figures  -- UNION ALL matches by position: the ttft row keeps this order
     UNION ALL
     SELECT
-        f.run_id, f.trial, f.phase, f.pipeline, 4 AS metric_order, 'ttft_p50_ms' AS metric,
+        f.run_id, f.trial, f.phase, f.pipeline, 'ttft_p50_ms' AS metric, 4 AS metric_order,
         FALSE AS higher_is_better, t.ttft_p50_ms AS value, f.calibration_score,
         f.machine_class, f.spec_hash, f.host, f.collobench_version, f.git_commit, f.git_dirty,
         f.python_version, f.torch_version, f.transformers_version, f.cuda_version,
