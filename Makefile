@@ -152,7 +152,7 @@ perf-studies: install
 # dagster dev and the CLI; the real-harness capacity region of two pinned pipelines) and the 1M-query runtime flatness run (python -m perf.stage_overhead --soak),
 # summed up in one JSON line; exits 1 when pytest fails or a target is missed. Then perf.ab:
 # 10 real A/A sessions of specs/ab_demo.yaml and 10 with 10% more stage work, through
-# `collobench ab`, and 1,000 sessions resampled from their blocks (about two hours).
+# `collobench ab` (2-s segments), and 1,000 sessions resampled from their blocks (about an hour).
 soak: install
 	$(BIN)/python -m perf.soak
 	$(BIN)/python -m perf.ab --aa-sessions 10 --change-sessions 10

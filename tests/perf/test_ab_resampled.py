@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from perf.ab import _resampled, null_blocks
+from perf.ab import _resampled, _targets, null_blocks
 
 
 def _pool(blocks: int, sd: float, seed: int = 5) -> list[dict[str, float]]:
@@ -76,3 +76,21 @@ def test_a_skewed_aa_pool_is_not_replayed_as_a_change() -> None:
     # calls that `improved` in most sessions. Flipped signs make it symmetric about 0.
     aa = _resampled(_skewed_pool(300), 0.0, 10.0, 0.5, 15.0, 300, seed=4)
     assert aa["flagged_share"] <= 0.08
+
+
+def test_the_targets_say_met_missed_or_not_measured() -> None:
+    figures = {
+        "real": {"aa_flagged_share": 0.0, "10pct": {"sessions": 10, "regressed_within_budget": 8}},
+        "resampled": {
+            "0pct": {"flagged_share": 0.03},
+            "5pct": {"session_regressed_share": 0.93, "coverage_share": 0.95},
+            "10pct": {"coverage_share": 0.89},
+        },
+    }
+    assert _targets(figures) == {
+        "aa_flagged_at_most_5pct": True,
+        "10pct_regressed_9_of_10_within_10min": False,
+        "5pct_resampled_regressed_90pct_within_15min": True,
+        "coverage_90pct": False,
+    }
+    assert set(_targets({"real": {}}).values()) == {None}
