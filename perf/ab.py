@@ -327,6 +327,27 @@ def _targets(figures: dict[str, Any]) -> dict[str, bool | None]:
     }
 
 
+def _resampled_figures(
+    pool: list[dict[str, float]], block_s: float, warmup_min: float, resamples: int
+) -> dict[str, Any]:
+    """Resampled sessions at 0, 5 and 10%: both boundaries over every figure, and p50 alone."""
+    cases = ((0.0, 15.0), (5.0, 15.0), (10.0, 10.0))
+    runs = {
+        "resampled": ("obrien-fleming", None),
+        "resampled_pocock": ("pocock", None),
+        "resampled_p50_only": ("obrien-fleming", "latency_p50_ms"),
+    }
+    return {
+        key: {
+            f"{change:g}pct": _resampled(
+                pool, change, block_s, warmup_min, budget, resamples, 7, boundary, only
+            )
+            for change, budget in cases
+        }
+        for key, (boundary, only) in runs.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m perf.ab")
     parser.add_argument("--aa-sessions", type=int, default=10)
@@ -354,26 +375,7 @@ def main() -> None:
         warmup_min -= blocks_median * block_s / 60
     figures: dict[str, Any] = {"real": _real_figures(real)}
     if pool:
-        for key, boundary in (("resampled", "obrien-fleming"), ("resampled_pocock", "pocock")):
-            figures[key] = {
-                f"{change:g}pct": _resampled(
-                    pool, change, block_s, warmup_min, budget, arguments.resamples, 7, boundary
-                )
-                for change, budget in ((0.0, 15.0), (5.0, 15.0), (10.0, 10.0))
-            }
-        figures["resampled_p50_only"] = {
-            f"{change:g}pct": _resampled(
-                pool,
-                change,
-                block_s,
-                warmup_min,
-                budget,
-                arguments.resamples,
-                7,
-                only="latency_p50_ms",
-            )
-            for change, budget in ((0.0, 15.0), (5.0, 15.0), (10.0, 10.0))
-        }
+        figures.update(_resampled_figures(pool, block_s, warmup_min, arguments.resamples))
         figures["spread"] = _spreads(aa, home)
         duet, _, _ = _pooled(real, "duet_aa")
         if duet:

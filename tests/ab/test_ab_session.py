@@ -102,17 +102,18 @@ def test_an_aa_session_writes_its_files_and_the_json_contract(tmp_path: Path) ->
 
 
 def test_a_slower_candidate_is_decided_regressed(tmp_path: Path) -> None:
-    """Half as much work again per query: well past what 8 blocks see here (the 5% and 10%
-    figures are perf/ab.py's, on a quiet machine)."""
+    """Three times the work per query: decided at 12 blocks even when the suite's other worker
+    loads the machine and a few blocks are dropped for its foreign CPU (the exact test needs
+    6 kept blocks of one sign; the 5% and 10% figures are perf/ab.py's, on a quiet machine)."""
     home = tmp_path / "home"
-    slower = _variant(tmp_path, 3.0)
+    slower = _variant(tmp_path, 6.0)
     done = _ab(
         home,
         str(DEMO),
         str(slower),
         *SHORT,
         "--looks",
-        "8",
+        "12",
         "--metric",
         "latency_p50_ms",
         "--format",
@@ -121,7 +122,7 @@ def test_a_slower_candidate_is_decided_regressed(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     rows = {row["metric"]: row for row in json.loads(done.stdout)}
     p50 = rows["latency_p50_ms"]
-    assert p50["verdict"] == "regressed", p50
+    assert p50["verdict"] == "regressed", (p50, done.stderr[-3000:])
     assert p50["change_pct"] > 20.0
     assert p50["change_ci95"][0] > 0.0
     assert "arms differ in spec_hash" in done.stderr
