@@ -26,8 +26,8 @@ ttft AS (
     ORDER BY run_id, trial, phase, pipeline, stage
 ),
 with_ttft AS (
-    SELECT * FROM figures  -- UNION ALL matches by position: the ttft row keeps this order
-    UNION ALL
+    SELECT * FROM figures
+    UNION ALL BY NAME  -- columns matched by name, not by position
     SELECT
         f.run_id, f.trial, f.phase, f.pipeline, 'ttft_p50_ms' AS metric, 4 AS metric_order,
         FALSE AS higher_is_better, t.ttft_p50_ms AS value, f.calibration_score,
